@@ -1,0 +1,154 @@
+"""Build (once) and locate the dev cluster's Go binaries.
+
+The binaries live in a cache folder outside the repo, keyed by a stamp of every pinned
+version, so a clone reuses them and a changed pin rebuilds them. Standard library only:
+`.ci/run` calls this before the Python package is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GO_DIR = HERE / "go"
+
+KUBERNETES_VERSION = "v1.36.3"
+KWOK_VERSION = "v0.8.0"
+KUEUE_VERSION = "v0.19.2"
+
+KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue")
+
+
+class BuildError(RuntimeError):
+    """A binary could not be built; the message names it and its log."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GPUHUB_CACHE", Path.home() / ".cache" / "jupyterhub-gpu"))
+
+
+def _go_version() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            "the Go toolchain is missing: the dev cluster builds kube-apiserver, etcd, kwok and kueue "
+            "from Go modules. Install Go >= 1.26 and put `go` on PATH."
+        )
+    return subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def stamp() -> str:
+    """A short hash of every input that changes the binaries."""
+    h = hashlib.sha256()
+    for name in ("kube", "etcd"):
+        for f in ("go.mod", "go.sum"):
+            h.update((GO_DIR / name / f).read_bytes())
+    h.update((GO_DIR / "etcd" / "main.go").read_bytes())
+    h.update(f"{KUBERNETES_VERSION} {KWOK_VERSION} {KUEUE_VERSION} {_go_version()}".encode())
+    return h.hexdigest()[:16]
+
+
+def bin_dir() -> Path:
+    return cache_root() / f"bin-{stamp()}"
+
+
+def missing(dest: Path | None = None) -> list[str]:
+    dest = dest or bin_dir()
+    return [b for b in ALL_BINARIES if not (dest / b).is_file()]
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], what: str) -> None:
+    with log.open("ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        rc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise BuildError(f"building {what} failed (exit {rc}); full log: {log}\n" + "\n".join(tail))
+
+
+def _kube_ldflags() -> str:
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return " ".join(
+        ["-s", "-w", f"-X {pkg}.gitVersion={KUBERNETES_VERSION}", f"-X {pkg}.gitMajor={major}",
+         f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    )
+
+
+def build(verbose: bool = True) -> Path:
+    """Build whatever is missing into the stamped cache folder and return it."""
+    dest = bin_dir()
+    todo = missing(dest)
+    if not todo:
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    log = dest / "build.log"
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOBIN=str(dest))
+    timings = {}
+    for name in todo:
+        start = time.monotonic()
+        if verbose:
+            print(f"[devcluster] building {name} (log: {log}) ...", file=sys.stderr, flush=True)
+        if name == "etcd":
+            _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / "etcd"), "."],
+                 GO_DIR / "etcd", log, env, "etcd")
+        elif name in KUBE_COMMANDS:
+            _run(["go", "build", "-trimpath", f"-ldflags={_kube_ldflags()}", "-o", str(dest / name),
+                  f"k8s.io/kubernetes/cmd/{name}"], GO_DIR / "kube", log, env, name)
+        elif name == "kwok":
+            _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
+                 cache_root(), log, env, "kwok")
+        elif name == "kueue":
+            _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"],
+                 cache_root(), log, env, "kueue")
+        timings[name] = round(time.monotonic() - start, 1)
+        if verbose:
+            print(f"[devcluster] built {name} in {timings[name]} s", file=sys.stderr, flush=True)
+    with (dest / "build-times.json").open("a") as f:
+        f.write(json.dumps(timings) + "\n")
+    return dest
+
+
+def module_dir(module: str, version: str) -> Path:
+    """Where the Go module cache holds a module's source (CRDs, stage YAMLs are read from there)."""
+    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True,
+                         text=True, cwd=cache_root())
+    if out.returncode != 0:
+        raise BuildError(f"cannot fetch {module}@{version} into the Go module cache: {out.stdout}{out.stderr}")
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m devcluster.binaries", description=__doc__)
+    p.add_argument("action", choices=["build", "path", "check"], help="build missing binaries; print the folder; "
+                   "exit 1 if any is missing")
+    a = p.parse_args(argv)
+    try:
+        if a.action == "build":
+            print(build())
+        elif a.action == "path":
+            print(bin_dir())
+        else:
+            gone = missing()
+            if gone:
+                print("missing: " + ", ".join(gone), file=sys.stderr)
+                return 1
+            print(bin_dir())
+    except BuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    cache_root().mkdir(parents=True, exist_ok=True)
+    sys.exit(main())

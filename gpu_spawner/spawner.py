@@ -1,0 +1,154 @@
+"""GPUSpawner: KubeSpawner whose profiles come from the admin's profiles file.
+
+It only plugs into KubeSpawner's own extension points: `profile_list` (a callable filtered by the
+user's groups), `options_from_form` / `load_user_options` (refuse a profile the user may not
+use, before anything is created) and `get_pod_manifest` (a last guard on tolerations).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets import Unicode, default
+
+from . import podspec
+from .profiles import Profile, ProfilesConfig, load_profiles
+
+EXAMPLE_PROFILES = Path(__file__).parent / "examples" / "profiles.yaml"
+PROFILES_ENV = "GPUHUB_PROFILES"
+
+#: Trait values that are lists: a profile adds to what the admin configured instead of replacing it.
+_APPENDED_LISTS = ("volumes", "volume_mounts", "tolerations")
+
+_loaded: dict[tuple[str, float], ProfilesConfig] = {}
+
+
+def profiles_path() -> Path:
+    return Path(os.environ.get(PROFILES_ENV) or EXAMPLE_PROFILES)
+
+
+def cached_profiles(path: str | Path) -> ProfilesConfig:
+    """Parse once per file version: every spawner of the hub shares one model."""
+    path = Path(path)
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key not in _loaded:
+        _loaded.clear()
+        _loaded[key] = load_profiles(path)
+    return _loaded[key]
+
+
+class ProfileNotAllowed(web.HTTPError):
+    def __init__(self, message: str):
+        super().__init__(403, log_message=message, reason="Profile not allowed")
+        self.jupyterhub_message = message
+
+
+class GPUSpawner(KubeSpawner):
+    """Spawns single-user servers onto GPU pools described by a profiles file."""
+
+    profiles_file = Unicode(
+        config=True,
+        help="""Path of the profiles file (pools, profiles, teams).
+
+        Defaults to $GPUHUB_PROFILES, else the example file shipped with jupyterhub-gpu.
+        The hub refuses to start when the file has problems; `gpuhub validate FILE` lists them.
+        """,
+    )
+
+    @default("profiles_file")
+    def _profiles_file_default(self) -> str:
+        return str(profiles_path())
+
+    @property
+    def profiles(self) -> ProfilesConfig:
+        return cached_profiles(self.profiles_file)
+
+    @default("profile_list")
+    def _profile_list_default(self):
+        return GPUSpawner.allowed_profile_list
+
+    # ------------------------------------------------------------------ who may use what
+    def user_groups(self) -> list[str]:
+        groups = getattr(self.user, "groups", None) or []
+        return [getattr(g, "name", g) for g in groups]
+
+    def allowed_profiles(self) -> list[Profile]:
+        return self.profiles.profiles_for(self.user_groups())
+
+    @staticmethod
+    def allowed_profile_list(spawner: "GPUSpawner") -> list[dict[str, Any]]:
+        """KubeSpawner's `profile_list`, built from the profiles file for this user."""
+        allowed = spawner.allowed_profiles()
+        has_default = any(p.default for p in allowed)
+        return [
+            {
+                "slug": p.slug,
+                "display_name": p.display_name,
+                "description": p.description,
+                "default": p.default or (not has_default and i == 0),
+                "kubespawner_override": podspec.spawner_overrides(spawner.profiles, p),
+            }
+            for i, p in enumerate(allowed)
+        ]
+
+    def check_profile_choice(self, user_options: dict[str, Any]) -> Profile:
+        """The profile these options choose, if this user may use it; else ValueError saying why."""
+        unknown = sorted(k for k in user_options if k != "profile")
+        if unknown:
+            raise ValueError(f"Unknown server option(s) {', '.join(map(repr, unknown))}: profiles of this hub "
+                             "take no options besides 'profile'.")
+        allowed = self.allowed_profiles()
+        if not allowed:
+            raise ValueError(f"No profile is available to {self.user.name}; ask an admin to add you to a group.")
+        slug = user_options.get("profile")
+        if not slug:
+            return next((p for p in allowed if p.default), allowed[0])
+        if not isinstance(slug, str) or slug not in self.profiles.by_slug:
+            raise ValueError(f"There is no profile {slug!r}. Choose one of: "
+                             f"{', '.join(p.slug for p in allowed)}.")
+        profile = self.profiles.by_slug[slug]
+        if profile not in allowed:
+            raise ValueError(f"Profile {slug!r} is not available to {self.user.name}: it is for members of "
+                             f"{', '.join(profile.groups or [])}. Choose one of: "
+                             f"{', '.join(p.slug for p in allowed)}.")
+        return profile
+
+    # ------------------------------------------------------------------ KubeSpawner hooks
+    def _options_from_form(self, formdata):
+        options = super()._options_from_form(formdata)
+        try:
+            self.check_profile_choice(options)
+        except ValueError as e:
+            raise ProfileNotAllowed(str(e)) from None
+        return options
+
+    async def load_user_options(self):
+        self.gpu_profile = self.check_profile_choice(self.user_options or {})
+        before = {k: list(getattr(self, k)) for k in _APPENDED_LISTS}
+        await super().load_user_options()
+        for key in _APPENDED_LISTS:
+            added = getattr(self, key)
+            if added is not before[key]:
+                setattr(self, key, before[key] + [v for v in added if v not in before[key]])
+
+    async def get_pod_manifest(self):
+        pod = await super().get_pod_manifest()
+        return self.guard_pod(pod)
+
+    def guard_pod(self, pod):
+        """Tolerate exactly the chosen pool's taints: no admin default or wildcard may let a pod (and never a
+        CPU pod) onto another GPU pool."""
+        profile = getattr(self, "gpu_profile", None)
+        if profile is None:
+            return pod
+        pool = self.profiles.pool_of(profile)
+        own = {(t.key, t.value, t.effect) for t in (pool.effective_taints if pool else [])}
+        foreign = [t for t in self.profiles.gpu_taints() if (t.key, t.value, t.effect) not in own]
+        tols = pod.spec.tolerations or []
+        as_dict = [t if isinstance(t, dict) else t.to_dict() for t in tols]
+        pod.spec.tolerations = [t for t, d in zip(tols, as_dict)
+                                if not any(podspec.tolerates(d, taint) for taint in foreign)] or None
+        return pod
