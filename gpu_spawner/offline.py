@@ -41,12 +41,19 @@ class OfflineUser:
 
 
 def _ensure_kubeconfig() -> None:
-    """Must run before kubernetes_asyncio is imported: it reads $KUBECONFIG at import time."""
-    if os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST"):
+    """Give KubeSpawner's config loader a kube config when the machine has none (kubernetes_asyncio reads
+    $KUBECONFIG once, at import, so its module default is pointed at the placeholder too)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return
+    current = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    if os.path.exists(current.split(os.pathsep)[0]):
         return
     path = Path(tempfile.gettempdir()) / "gpuhub-offline-kubeconfig.yaml"
     path.write_text(_PLACEHOLDER_KUBECONFIG)
     os.environ["KUBECONFIG"] = str(path)
+    from kubernetes_asyncio.config import kube_config
+
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(path)
 
 
 def make_spawner(profiles_file: str | Path, user: str, groups: list[str] = (), **traits: Any):

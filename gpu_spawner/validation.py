@@ -113,8 +113,8 @@ def _problem_from_pydantic(prefix: str, model: type[BaseModel], err: dict) -> Pr
         key = loc[-1]
         path = prefix + "".join(parts) + f".{key}"
         near = difflib.get_close_matches(str(key), valid or [], n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        return Problem(path.lstrip("."), f"unknown key {key!r}{hint} valid keys: {', '.join(valid or [])}")
+        hint = f" did you mean {near[0]!r}?" if near else ""
+        return Problem(path.lstrip("."), f"unknown key {key!r};{hint} valid keys: {', '.join(valid or [])}")
     parts, _ = _walk(model, loc)
     path = (prefix + "".join(parts)).lstrip(".")
     if kind == "missing":
@@ -145,59 +145,68 @@ def _parse_each(model: type[BaseModel], data: Any, prefix: str, problems: list[P
 
 
 # ---------------------------------------------------------------- cross-reference checks
-def _check_pool(name: str, pool: Pool, out: list[Problem]) -> None:
+def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
+    """Check one parsed pool; False when its GPU or MIG setup is broken, so that profiles and quotas
+    naming it are not checked against nonsense (its own problem is already reported)."""
     at = f"pools.{name}"
     if not re.match(DNS_LABEL, name):
         out.append(Problem(at, f"pool name {name!r} is not valid: {NAME_RULE}"))
+    if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
+        out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
     if pool.gpu is None:
         if not isinstance(pool.sharing, NoSharing):
             out.append(Problem(f"{at}.sharing", f"{pool.sharing.strategy!r} needs a GPU; add gpu: {{model: ..., "
-                                                "count_per_node: ...}} or remove sharing"))
-        return
+                                                "count_per_node: ...} or remove sharing"))
+        return True
     if pool.gpu.model not in GPU_MODELS:
         out.append(Problem(f"{at}.gpu.model", f"{pool.gpu.model!r} is not a known GPU model; valid: "
                                               f"{', '.join(GPU_MODELS)}"))
-        return
+        return False
     model = pool.gpu.spec
     if not any(t.effect in ("NoSchedule", "NoExecute") for t in pool.effective_taints):
         out.append(Problem(f"{at}.taints", "a GPU pool needs a NoSchedule taint (e.g. {key: sku, value: gpu, "
                                            "effect: NoSchedule}) so CPU-only pods stay off its nodes"))
-    if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
-        out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
     if isinstance(pool.sharing, MIGSharing):
         s = pool.sharing
         if not model.supports_mig:
             migs = [m.name for m in GPU_MODELS.values() if m.supports_mig]
             out.append(Problem(f"{at}.sharing.strategy", f"{model.name} does not support MIG; MIG GPUs: "
                                                          f"{', '.join(migs)}"))
-            return
+            return False
         layout = s.layout
         if isinstance(layout, str) and layout != "all-balanced":
             sl = layout.removeprefix("all-")
             if sl not in model.mig:
                 out.append(Problem(f"{at}.sharing.layout", f"{layout!r} is not a MIG layout of {model.name}; valid: "
                                    + ", ".join(["all-balanced"] + [f"all-{x}" for x in model.mig])))
-                return
+                return False
         elif isinstance(layout, dict):
-            for msg in mig_layout_problems(model, layout):
+            layout_problems = mig_layout_problems(model, layout)
+            for msg in layout_problems:
                 out.append(Problem(f"{at}.sharing.layout", msg))
+            if layout_problems:
+                return False
         if s.mig_strategy == "single" and len(pool.mig_layout) != 1:
             out.append(Problem(f"{at}.sharing.layout", f"{layout!r}: the single MIG strategy needs one slice type "
                                                        f"per node (e.g. all-{next(iter(model.mig))}); use "
                                                        "mig_strategy: mixed for a mixed layout"))
+            return False
+    return True
 
 
-def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: dict[str, int],
-                   out: list[Problem]) -> None:
+def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: dict[str, int] | None,
+                   out: list[Problem], broken: set[str] = frozenset()) -> None:
     at = f"profiles[{i}]"
     pool = cfg_pools.get(p.pool) if p.pool else None
-    if p.pool and pool is None:
+    if p.pool and pool is None and p.pool not in broken:
         out.append(Problem(f"{at}.pool", f"{p.pool!r} is not a pool of this file; pools: "
                                          f"{', '.join(cfg_pools) or '(none)'}"))
-    if p.priority and p.priority not in priorities:
+    if p.priority and priorities is not None and p.priority not in priorities:
         out.append(Problem(f"{at}.priority", f"{p.priority!r} is not a priority; valid: {', '.join(priorities)}"))
     if p.cpu_limit is not None and p.cpu_limit < p.cpu:
         out.append(Problem(f"{at}.cpu_limit", f"{p.cpu_limit} is below cpu {p.cpu}"))
+    if p.pool in broken:
+        return  # the pool's own problems are reported at pools.<name>; checking against it would mislead
     if p.gpu is None:
         if pool is not None and pool.is_gpu:
             out.append(Problem(f"{at}.pool", f"{p.pool!r} is a GPU pool but this profile asks for no GPU; add gpu: "
@@ -261,12 +270,15 @@ def _check_fits(at: str, p: Profile, pool: Pool | None, out: list[Problem]) -> N
                                            f"{p.pool!r} has {gib(shape.memory)}"))
 
 
-def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem]) -> None:
+def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem],
+                broken: set[str] = frozenset()) -> None:
     at = f"teams.{name}"
     if not re.match(DNS_LABEL, name):
         out.append(Problem(at, f"team name {name!r} is not valid: {NAME_RULE}"))
     gpu_pools = [n for n, p in pools.items() if p.is_gpu]
     for pool_name in team.quota:
+        if pool_name in broken:
+            continue  # reported at pools.<name>
         if pool_name not in pools:
             out.append(Problem(f"{at}.quota.{pool_name}", f"{pool_name!r} is not a pool of this file; GPU pools: "
                                                           f"{', '.join(gpu_pools) or '(none)'}"))
@@ -279,9 +291,32 @@ def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem
 
 
 # ---------------------------------------------------------------- entry points
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently,
+    so a second pool or profile key with the same name would hide the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # unhashable key: SafeLoader reports it
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key!r}; each key may appear once", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_profiles_text(text: str, source: str | None = None) -> ProfilesConfig:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -292,14 +327,16 @@ def parse_profiles_text(text: str, source: str | None = None) -> ProfilesConfig:
 def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     """Validate already-loaded data; raises `ProfilesError` with every problem."""
     problems: list[Problem] = []
+    if data is None:
+        data = {}  # an empty file: report what it lacks (profiles) rather than "got NoneType"
     if not isinstance(data, dict):
         raise ProfilesError([Problem("", f"the file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; got "
                                          f"{type(data).__name__}")], source)
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             near = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            problems.append(Problem(str(key), f"unknown key {key!r}{hint} valid keys: {', '.join(TOP_LEVEL_KEYS)}"))
+            hint = f" did you mean {near[0]!r}?" if near else ""
+            problems.append(Problem(str(key), f"unknown key {key!r};{hint} valid keys: {', '.join(TOP_LEVEL_KEYS)}"))
 
     def mapping(key: str) -> dict:
         v = data.get(key) or {}
@@ -309,11 +346,16 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
         return v
 
     pools = {}
+    broken: set[str] = set()  # pools in the file that did not parse or whose GPU/MIG setup is wrong
     for name, raw in mapping("pools").items():
         pool = _parse_each(Pool, raw, f"pools.{name}", problems)
-        if pool is not None:
+        if pool is None:
+            broken.add(name)
+            continue
+        if _check_pool(name, pool, problems):
             pools[name] = pool
-            _check_pool(name, pool, problems)
+        else:
+            broken.add(name)
     priorities = data.get("priorities")
     if priorities is None:
         priorities = ProfilesConfig.model_fields["priorities"].default_factory()
@@ -322,8 +364,8 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     ):
         problems.append(Problem("priorities", f"{priorities!r} must map a name to an integer value, "
                                               "e.g. {low: 100, normal: 1000, high: 10000}"))
-        priorities = {}
-    for name in priorities:
+        priorities = None  # reported above; profiles naming a priority are not checked against it
+    for name in priorities or {}:
         if not re.match(DNS_LABEL, str(name)):
             problems.append(Problem(f"priorities.{name}", f"{name!r} is not a valid name: {NAME_RULE}"))
 
@@ -343,7 +385,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
         seen.setdefault(p.slug, i)
         if p.default:
             defaults.append(i)
-        _check_profile(i, p, pools, priorities, problems)
+        _check_profile(i, p, pools, priorities, problems, broken)
     if len(defaults) > 1:
         problems.append(Problem(f"profiles[{defaults[1]}].default", f"only one profile may be the default; "
                                                                     f"profiles[{defaults[0]}] already is"))
@@ -352,7 +394,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     for name, raw in mapping("teams").items():
         team = _parse_each(Team, raw, f"teams.{name}", problems)
         if team is not None:
-            _check_team(name, team, pools, problems)
+            _check_team(name, team, pools, problems, broken)
             if team.default:
                 team_defaults.append(name)
     if len(team_defaults) > 1:

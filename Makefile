@@ -1,0 +1,29 @@
+# One entry point for people and CI. Everything a fresh machine needs is installed from here.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install binaries test unit dev
+$(VENV)/.installed: setup.cfg pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# kube-apiserver, scheduler, controller-manager, etcd, kwok, kueue: built once from Go modules into
+# ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).
+binaries: install
+	$(PY) devcluster/binaries.py build
+
+# The whole suite: unit tests and the tiers that run against the real dev cluster.
+test: binaries
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Fast tier only (no cluster).
+unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+dev: binaries
+	$(VENV)/bin/gpuhub dev

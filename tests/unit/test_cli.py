@@ -1,0 +1,94 @@
+"""Every `gpuhub` verb through the installed console script: stdout for results, exit 2 + stderr for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from gpu_spawner.spawner import EXAMPLE_PROFILES
+
+EXAMPLE = str(EXAMPLE_PROFILES)
+BAD = """
+pools:
+  gpu: {node_selector: {a: b}, gpu: {model: A100-80GB}, sharing: {strategy: mig, layout: all-1g.11gb}}
+profiles:
+  - {slug: X, display_name: x}
+"""
+
+
+def gpuhub(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["gpuhub", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def bad_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text(BAD)
+    return str(p)
+
+
+def test_validate_ok():
+    r = gpuhub("validate", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"ok: {EXAMPLE}: 5 pools (4 GPU), 5 profiles, 2 teams"
+
+
+@pytest.mark.parametrize("verb", [["validate"], ["render", "kueue"],
+                                  ["render", "pod", "--profile", "cpu", "--user", "a"]])
+def test_bad_file_exit_2_all_errors_on_stderr_nothing_on_stdout(verb, bad_file):
+    r = gpuhub(*verb[:2], bad_file, *verb[2:]) if len(verb) > 1 else gpuhub(verb[0], bad_file)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "pools.gpu.taints: a GPU pool needs a NoSchedule taint" in r.stderr
+    assert "pools.gpu.sharing.layout: 'all-1g.11gb' is not a MIG layout of A100-80GB" in r.stderr
+    assert "profiles[0].slug: 'X' is not a valid name" in r.stderr
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    r = gpuhub("validate", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "cannot read profiles file" in r.stderr
+
+
+def test_render_pod_json():
+    r = gpuhub("render", "pod", EXAMPLE, "--profile", "h100-full", "--user", "ana", "--group", "ml-research")
+    assert r.returncode == 0, r.stderr
+    pod = json.loads(r.stdout)
+    assert pod["kind"] == "Pod" and pod["metadata"]["name"] == "jupyter-ana"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.azure.com/agentpool": "gpuh100"}
+
+
+@pytest.mark.parametrize("profile, groups, message", [
+    ("h100-full", ["data-science"], "profile 'h100-full' is not allowed for user 'ana' with groups ['data-science']: "
+                                    "it is for members of ml-research"),
+    ("nope", [], "there is no profile 'nope'"),
+])
+def test_render_pod_refused(profile, groups, message):
+    group_args = [a for g in groups for a in ("--group", g)]
+    r = gpuhub("render", "pod", EXAMPLE, "--profile", profile, "--user", "ana", *group_args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert message in r.stderr
+
+
+def test_render_kueue_yaml():
+    r = gpuhub("render", "kueue", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("ResourceFlavor") == 4 and kinds.count("ClusterQueue") == 2
+    assert kinds.count("LocalQueue") == 2 and kinds.count("WorkloadPriorityClass") == 3
+    assert all(d["apiVersion"] == "kueue.x-k8s.io/v1beta2" for d in docs if d["kind"] in
+               ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"))
+
+
+def test_not_yet_built_verbs_say_so():
+    r = gpuhub("doctor", EXAMPLE)
+    assert r.returncode == 2 and "comes with the" in r.stderr
+
+
+def test_usage_error_is_exit_2():
+    r = gpuhub("render", "pod", EXAMPLE)  # missing --profile/--user
+    assert r.returncode == 2 and "--profile" in r.stderr and r.stdout == ""

@@ -1,0 +1,54 @@
+"""Kueue objects rendered from the example file: quota per pool resource, cohort, borrowing, flavors."""
+from __future__ import annotations
+
+from gpu_spawner.kueue import render_kueue
+from gpu_spawner.profiles import load_profiles
+from gpu_spawner.spawner import EXAMPLE_PROFILES
+
+
+def objects(kind):
+    return {o["metadata"]["name"]: o for o in render_kueue(load_profiles(EXAMPLE_PROFILES)) if o["kind"] == kind}
+
+
+def quota(cq, flavor, resource):
+    fl = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == flavor)
+    return next(r for r in fl["resources"] if r["name"] == resource)
+
+
+def test_flavor_per_gpu_pool_with_labels_and_tolerations():
+    flavors = objects("ResourceFlavor")
+    assert set(flavors) == {"gput4", "gpumig", "gpuh100", "spota100"}
+    spot = flavors["spota100"]["spec"]
+    assert spot["nodeLabels"] == {"kubernetes.azure.com/agentpool": "spota100"}
+    assert {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",
+            "effect": "NoSchedule"} in spot["tolerations"]
+
+
+def test_every_flavor_lists_every_covered_resource():
+    for cq in objects("ClusterQueue").values():
+        (group,) = cq["spec"]["resourceGroups"]
+        for flavor in group["flavors"]:
+            assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
+
+
+def test_team_quota_in_the_pools_resource_name_with_cpu_memory_share():
+    cq = objects("ClusterQueue")["team-data-science"]
+    assert cq["spec"]["cohortName"] == "gpu"
+    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-ds"}}
+    assert quota(cq, "gpumig", "nvidia.com/mig-1g.10gb") == {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 14,
+                                                             "borrowingLimit": 4}
+    assert quota(cq, "gpumig", "cpu")["nominalQuota"] == "48"  # 14 of 7 slices per 24-CPU node
+    assert quota(cq, "gpumig", "nvidia.com/gpu")["nominalQuota"] == 0
+    assert quota(cq, "gput4", "nvidia.com/gpu")["nominalQuota"] == 8
+    # data-science has no H100 quota but shares a cohort with ml-research, so it may borrow
+    assert quota(cq, "gpuh100", "nvidia.com/gpu") == {"name": "nvidia.com/gpu", "nominalQuota": 0,
+                                                      "borrowingLimit": 4}
+
+
+def test_local_queue_in_team_namespace_and_priorities():
+    lq = objects("LocalQueue")
+    assert lq["data-science"]["metadata"]["namespace"] == "team-ds"
+    assert lq["data-science"]["spec"] == {"clusterQueue": "team-data-science"}
+    assert {n: o["value"] for n, o in objects("WorkloadPriorityClass").items()} == {"low": 100, "normal": 1000,
+                                                                                    "high": 10000}
+    assert set(objects("PriorityClass")) == {"gpuhub-low", "gpuhub-normal", "gpuhub-high"}
