@@ -204,7 +204,8 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
     if p.priority and priorities is not None and p.priority not in priorities:
         out.append(Problem(f"{at}.priority", f"{p.priority!r} is not a priority; valid: {', '.join(priorities)}"))
     if p.cpu_limit is not None and p.cpu_limit < p.cpu:
-        out.append(Problem(f"{at}.cpu_limit", f"{p.cpu_limit} is below cpu {p.cpu}"))
+        out.append(Problem(f"{at}.cpu_limit", f"{float(p.cpu_limit):g} is below cpu {float(p.cpu):g}; "
+                                              f"valid: at least {float(p.cpu):g}"))
     if p.pool in broken:
         return  # the pool's own problems are reported at pools.<name>; checking against it would mislead
     if p.gpu is None:

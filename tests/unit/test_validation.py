@@ -277,7 +277,7 @@ CASES: list[tuple[str, Callable[[dict], None], str, list[str], int]] = [
     ("priority-not-in-custom-priorities", sets(("priorities", {"batch": 10, "interactive": 100})),
      "profiles[1].priority", ["'normal' is not a priority", "valid: batch, interactive"], 1),
     ("cpu-limit-below-cpu", sets(("profiles.0.cpu_limit", "500m")), "profiles[0].cpu_limit",
-     ["0.5 is below cpu 2"], 1),
+     ["0.5 is below cpu 2", "valid: at least 2"], 1),
     ("mig-layout-mapping-unknown-slice", sets(("pools.gpumig.sharing.layout", {"1g.11gb": 1})),
      "pools.gpumig.sharing.layout", ["'1g.11gb' is not a MIG profile of A100-80GB", f"valid: {A100_80_SLICES}"], 1),
     ("slice-on-full-gpu-profile", sets(("profiles.3.gpu.profile", "1g.12gb")), "profiles[3].gpu.profile",
