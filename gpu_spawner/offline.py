@@ -62,6 +62,7 @@ def make_spawner(profiles_file: str | Path, user: str, groups: list[str] = (), *
     from .spawner import GPUSpawner
 
     u = OfflineUser(name=user, groups=[Group(g) for g in groups])
+    traits.setdefault("live_capacity", False)  # no cluster to watch
     return GPUSpawner(_mock=True, user=u, profiles_file=str(profiles_file), **traits)
 
 

@@ -14,6 +14,8 @@ GPU_KIND_LABEL = f"{LABEL_PREFIX}/gpu-kind"
 GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"
 GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
 SHM_VOLUME = "dshm"
+#: The node's name, so the GPU health check can say where the GPU is missing (downward API).
+NODE_NAME_ENV = {"GPUHUB_NODE_NAME": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}}
 
 
 def priority_class_name(priority: str) -> str:
@@ -93,7 +95,7 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile) -> dict[str, Any]:
         "volume_mounts": [shm_mount()],
         "extra_labels": labels(profile),
         "extra_annotations": annotations(cfg, profile),
-        "environment": environment(cfg, profile),
+        "environment": {**environment(cfg, profile), **NODE_NAME_ENV},
     }
     if profile.priority:
         overrides["priority_class_name"] = priority_class_name(profile.priority)

@@ -6,15 +6,19 @@ use, before anything is created) and `get_pod_manifest` (a last guard on tolerat
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 from kubespawner import KubeSpawner
+from kubespawner.clients import shared_client
 from tornado import web
-from traitlets import Unicode, default
+from traitlets import Bool, Unicode, default
 
-from . import podspec
+from . import explain, metrics, picker, podspec
+from .capacity import ClusterState
+from .informers import CapacityInformers
 from .profiles import Profile, ProfilesConfig, load_profiles
 
 EXAMPLE_PROFILES = Path(__file__).parent / "examples" / "profiles.yaml"
@@ -40,6 +44,14 @@ def cached_profiles(path: str | Path) -> ProfilesConfig:
     return _loaded[key]
 
 
+class SpawnImpossible(Exception):
+    """The pod can never run (no node could ever fit it, or its GPU check failed): stop waiting now."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.jupyterhub_message = message
+
+
 class ProfileNotAllowed(web.HTTPError):
     def __init__(self, message: str):
         super().__init__(403, log_message=message, reason="Profile not allowed")
@@ -62,6 +74,19 @@ class GPUSpawner(KubeSpawner):
     def _profiles_file_default(self) -> str:
         return str(profiles_path())
 
+    live_capacity = Bool(
+        True,
+        config=True,
+        help="""Show live free capacity in the profile picker and explain Pending spawns with it.
+
+        Uses one shared watch of nodes and pods per hub (never an API call per page render); the
+        hub's service account needs list/watch on nodes and pods cluster-wide.
+        """,
+    )
+
+    _informers: CapacityInformers | None = None
+    _informers_lock: asyncio.Lock | None = None
+
     @property
     def profiles(self) -> ProfilesConfig:
         return cached_profiles(self.profiles_file)
@@ -69,6 +94,28 @@ class GPUSpawner(KubeSpawner):
     @default("profile_list")
     def _profile_list_default(self):
         return GPUSpawner.allowed_profile_list
+
+    @default("additional_profile_form_template_paths")
+    def _template_paths_default(self):
+        return [str(Path(__file__).parent / "templates")]
+
+    async def cluster_state(self) -> ClusterState | None:
+        """The hub's shared ClusterState, started on first use (None when live capacity is off)."""
+        if not self.live_capacity:
+            return None
+        cls = GPUSpawner
+        if cls._informers_lock is None:
+            cls._informers_lock = asyncio.Lock()
+        async with cls._informers_lock:
+            inf = cls._informers
+            if inf is None or inf.state.cfg is not self.profiles:
+                if inf is not None:
+                    await inf.stop()
+                inf = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
+                await inf.start()
+                cls._informers = inf
+                metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
+        return inf.state
 
     # ------------------------------------------------------------------ who may use what
     def user_groups(self) -> list[str]:
@@ -79,18 +126,14 @@ class GPUSpawner(KubeSpawner):
         return self.profiles.profiles_for(self.user_groups())
 
     @staticmethod
-    def allowed_profile_list(spawner: "GPUSpawner") -> list[dict[str, Any]]:
-        """KubeSpawner's `profile_list`, built from the profiles file for this user."""
+    async def allowed_profile_list(spawner: "GPUSpawner") -> list[dict[str, Any]]:
+        """KubeSpawner's `profile_list`: this user's profiles, with live capacity for the picker."""
         allowed = spawner.allowed_profiles()
         has_default = any(p.default for p in allowed)
+        state = await spawner.cluster_state()
         return [
-            {
-                "slug": p.slug,
-                "display_name": p.display_name,
-                "description": p.description,
-                "default": p.default or (not has_default and i == 0),
-                "kubespawner_override": podspec.spawner_overrides(spawner.profiles, p),
-            }
+            picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
+                                 state.profile_capacity(p) if state else None)
             for i, p in enumerate(allowed)
         ]
 
@@ -152,3 +195,32 @@ class GPUSpawner(KubeSpawner):
         pod.spec.tolerations = [t for t, d in zip(tols, as_dict)
                                 if not any(podspec.tolerates(d, taint) for taint in foreign)] or None
         return pod
+
+    # ------------------------------------------------------------------ progress in plain language
+    async def progress(self):
+        state = await self.cluster_state()
+        profile = getattr(self, "gpu_profile", None)
+        async for event in super().progress():
+            raw = event.get("raw_event")
+            if raw:
+                plain = explain.explain_event(raw, profile, state)
+                if plain:
+                    event = {**event, "message": plain}
+            yield event
+
+    def is_pod_running(self, pod):
+        """KubeSpawner polls this until the pod runs; raising ends the wait early with a clear message."""
+        if super().is_pod_running(pod):
+            return True
+        failure = explain.container_failure(pod)
+        if failure:
+            raise SpawnImpossible(failure)
+        profile = getattr(self, "gpu_profile", None)
+        inf = GPUSpawner._informers
+        if pod and profile and inf and not (pod.get("spec") or {}).get("nodeName") and any(
+            e.get("reason") == "FailedScheduling" for e in self.events
+        ):
+            reason = explain.never_fits(profile, inf.state)
+            if reason:
+                raise SpawnImpossible(reason)
+        return False

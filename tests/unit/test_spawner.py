@@ -141,7 +141,7 @@ async def test_profile_list_is_filtered_by_groups(spawner_for):
              ("ml-research",): everyone + ["a100-mig-1g10gb", "h100-full", "a100-spot"]}
     for groups, slugs in cases.items():
         sp = spawner_for("u", list(groups))
-        listed = sp.profile_list(sp)
+        listed = await sp.profile_list(sp)
         assert [p["slug"] for p in listed] == slugs
         assert [p["slug"] for p in listed if p["default"]] == ["cpu"]
 

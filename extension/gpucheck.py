@@ -1,0 +1,120 @@
+"""GPU health check run by the singleuser server before it reports ready (`gpuhub-singleuser`).
+
+A pod that got a GPU from the scheduler but cannot see it (driver or device plugin not ready on the
+node) would otherwise start a Jupyter with no GPU and keep billing for it. We check what the
+profile promised (env set by GPUSpawner) against the device files and `nvidia-smi -L`, and if it is
+not there we exit with a message that names the node and the likely cause; the hub shows it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+EXIT_GPU_MISSING = 3
+PREFIX = "GPU check failed"
+
+
+@dataclass(frozen=True)
+class Expected:
+    kind: str  # none | time-sliced | mig | full
+    count: int
+    resource: str
+    mig_profile: str | None
+    node: str
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "Expected":
+        return cls(
+            kind=env.get("GPUHUB_GPU_KIND", "none"),
+            count=int(env.get("GPUHUB_GPU_COUNT", "0") or 0),
+            resource=env.get("GPUHUB_GPU_RESOURCE", ""),
+            mig_profile=env.get("GPUHUB_MIG_PROFILE") or None,
+            node=env.get("GPUHUB_NODE_NAME") or env.get("NODE_NAME") or "its node",
+        )
+
+
+def _nvidia_smi_list(env) -> tuple[list[str], str | None]:
+    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if exe is None:
+        return [], "nvidia-smi is not installed in the image"
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, env=dict(env))
+    except subprocess.TimeoutExpired:
+        return [], "nvidia-smi did not answer within 20 s"
+    if out.returncode != 0:
+        return [], f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:200]}"
+    return out.stdout.splitlines(), None
+
+
+def check(env=os.environ) -> str | None:
+    """None when the promised GPU is visible, else the message to show the user."""
+    want = Expected.from_env(env)
+    if want.kind == "none" or want.count == 0:
+        return None
+    what = f"{want.count} x {want.resource}"
+    visible = env.get("NVIDIA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))
+    problem = None
+    if visible is not None and visible.strip() in ("", "void", "none", "-1"):
+        problem = f"NVIDIA_VISIBLE_DEVICES is {visible!r}, so no GPU was handed to the container"
+    dev = Path(env.get("GPUHUB_DEVICE_ROOT", "/dev"))
+    devices = sorted(p.name for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)) if dev.is_dir() else []
+    if problem is None and not (dev / "nvidiactl").exists():
+        problem = f"{dev / 'nvidiactl'} does not exist (no NVIDIA driver device files)"
+    elif problem is None and not devices:
+        problem = f"no {dev}/nvidia<N> device file is present"
+    if problem is None:
+        lines, err = _nvidia_smi_list(env)
+        if err:
+            problem = err
+        elif want.kind == "mig":
+            migs = [ln for ln in lines if ln.strip().startswith("MIG")]
+            if want.mig_profile:
+                migs = [ln for ln in migs if want.mig_profile in ln]
+            if len(migs) < want.count:
+                problem = f"nvidia-smi -L shows {len(migs)} MIG {want.mig_profile or ''} device(s)".replace("  ", " ")
+        else:
+            gpus = [ln for ln in lines if ln.startswith("GPU ")]
+            if not gpus:
+                problem = "nvidia-smi -L lists no GPU"
+            elif want.kind == "full" and len(gpus) < want.count:
+                problem = f"nvidia-smi -L lists {len(gpus)} GPU(s)"
+    if problem is None:
+        return None
+    return (f"{PREFIX} on node {want.node}: this server was given {what}, but {problem}. The NVIDIA driver or "
+            "device plugin on that node is probably not ready. The server was stopped so no GPU is billed "
+            "while you cannot use it; try again in a few minutes, or ask an admin to check the node "
+            "(`gpuhub doctor`).")
+
+
+def write_termination_message(message: str, env=os.environ) -> None:
+    """Kubernetes shows the termination log in the pod status; the hub reads it from there."""
+    path = Path(env.get("GPUHUB_TERMINATION_LOG", "/dev/termination-log"))
+    try:
+        path.write_text(message)
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the GPU, then become `jupyterhub-singleuser` with the same arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    message = check()
+    if message:
+        print(message, file=sys.stderr, flush=True)
+        write_termination_message(message)
+        return EXIT_GPU_MISSING
+    exe = shutil.which("jupyterhub-singleuser")
+    if exe is None:
+        print("jupyterhub-singleuser is not installed in this image", file=sys.stderr)
+        return 127
+    os.execv(exe, [exe, *argv])
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

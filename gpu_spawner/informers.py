@@ -1,0 +1,105 @@
+"""Shared informers: one list + watch of nodes and one of pods (all namespaces) per hub process.
+
+They feed `capacity.ClusterState`, so the picker, the Pending explanations and the metrics read
+memory, never the API. Thin async shell; every request it makes is counted (`requests`).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Awaitable, Callable
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.rest import ApiException
+
+from .capacity import ClusterState
+from .profiles import ProfilesConfig
+
+log = logging.getLogger("gpuhub.informers")
+
+WATCH_SECONDS = 300
+
+
+class Informer:
+    """List once, then watch from that resourceVersion; relist when the watch expires (410)."""
+
+    def __init__(self, kind: str, list_fn: Callable[..., Awaitable], state: ClusterState):
+        self.kind = kind
+        self.list_fn = list_fn
+        self.state = state
+        self.requests = 0
+        self.synced = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def _list(self) -> str:
+        self.requests += 1
+        resp = await self.list_fn(_preload_content=False)
+        body = json.loads(await resp.read())
+        self.state.replace(self.kind, body.get("items") or [])
+        self.synced.set()
+        return body["metadata"]["resourceVersion"]
+
+    async def _run(self) -> None:
+        apply = self.state.apply_node if self.kind == "nodes" else self.state.apply_pod
+        delay = 0.5
+        while True:
+            try:
+                rv = await self._list()
+                while True:
+                    self.requests += 1
+                    w = watch.Watch(return_type="object")
+                    async with w.stream(self.list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
+                                        allow_watch_bookmarks=True) as stream:
+                        async for event in stream:
+                            if event["type"] != "BOOKMARK":
+                                apply(event["type"], event["raw_object"])
+                            rv = w.resource_version or rv
+                    delay = 0.5
+            except asyncio.CancelledError:
+                raise
+            except ApiException as e:
+                if e.status != 410:
+                    log.warning("watch of %s failed (%s); relisting in %.1fs", self.kind, e.reason, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30)
+            except Exception as e:  # network errors: keep the last state, retry
+                log.warning("watch of %s failed (%s); relisting in %.1fs", self.kind, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"gpuhub-informer-{self.kind}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+class CapacityInformers:
+    """The hub's one ClusterState with its node and pod informers."""
+
+    def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api):
+        self.state = ClusterState(cfg)
+        self.nodes = Informer("nodes", core.list_node, self.state)
+        self.pods = Informer("pods", core.list_pod_for_all_namespaces, self.state)
+
+    @property
+    def requests(self) -> int:
+        return self.nodes.requests + self.pods.requests
+
+    async def start(self, timeout: float = 30) -> None:
+        # nodes first, so pods are attributed to their node's pool from the start
+        self.nodes.start()
+        await asyncio.wait_for(self.nodes.synced.wait(), timeout)
+        self.pods.start()
+        await asyncio.wait_for(self.pods.synced.wait(), timeout)
+
+    async def stop(self) -> None:
+        await self.nodes.stop()
+        await self.pods.stop()

@@ -1,0 +1,33 @@
+"""Hub metrics at /hub/metrics: running servers and pending spawns per profile, read from the shared
+ClusterState at scrape time (so they are right after a hub restart, with no bookkeeping)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+
+_source: list[Callable] = []
+
+
+class ProfileServersCollector:
+    def collect(self):
+        running = GaugeMetricFamily("gpuhub_running_servers", "Running single-user servers per profile",
+                                    labels=["profile"])
+        pending = GaugeMetricFamily("gpuhub_pending_spawns", "Single-user servers not yet running, per profile",
+                                    labels=["profile"])
+        state = _source[0]() if _source else None
+        if state is not None:
+            r, p = state.servers_by_profile()
+            for slug in state.cfg.by_slug:
+                running.add_metric([slug], r.get(slug, 0))
+                pending.add_metric([slug], p.get(slug, 0))
+        yield running
+        yield pending
+
+
+def watch_state(get_state: Callable) -> None:
+    """Register the collector once per process; it reads whatever state `get_state` returns."""
+    if not _source:
+        _source.append(get_state)
+        REGISTRY.register(ProfileServersCollector())
