@@ -1,0 +1,245 @@
+"""SIMULATOR — the dev node agent: plays kubelet for pods bound to simulated (KWOK) nodes.
+
+KWOK marks pods Running but runs nothing. For `gpuhub dev` and the end-to-end tests this agent runs
+the container's command as a local process, on the pod IP KWOK assigned (a loopback address, see
+components.POD_CIDR), with the pod's env; it gives GPU nodes a simulated device folder and
+`nvidia-smi`, and reports the process's exit in the pod status like a kubelet would. It is a
+development tool only: never point it at a real cluster.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kubernetes_asyncio import client, config, watch
+
+log = logging.getLogger("gpuhub.dev-agent")
+
+SIMULATED_LABEL = "gpuhub.io/simulated"
+#: Set on a node to simulate a GPU the device plugin advertises but the container cannot see.
+SIMULATE_GPU_ANNOTATION = "gpuhub.io/simulate-gpu"
+BANNER = "[dev-agent SIMULATOR]"
+
+
+@dataclass
+class Running:
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    termination_log: Path
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
+    """Device files and an `nvidia-smi` for a node, from the labels GFD would have put on it."""
+    labels = node["metadata"].get("labels") or {}
+    name = node["metadata"]["name"]
+    if labels.get("nvidia.com/gpu.present") != "true":
+        return {}
+    if (node["metadata"].get("annotations") or {}).get(SIMULATE_GPU_ANNOTATION) == "missing":
+        return {"GPUHUB_DEVICE_ROOT": str(state_dir / "gpus" / name / "no-driver")}
+    root = state_dir / "gpus" / name
+    dev, bin_dir = root / "dev", root / "bin"
+    dev.mkdir(parents=True, exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    product = labels.get("nvidia.com/gpu.product", "NVIDIA GPU").replace("-SHARED", "")
+    gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+    mig = {m.group(1): int(v) for k, v in labels.items() if (m := re.fullmatch(r"nvidia\.com/mig-(.+)\.count", k))}
+    (dev / "nvidiactl").touch()
+    lines = []
+    for i in range(gpus):
+        (dev / f"nvidia{i}").touch()
+        lines.append(f"GPU {i}: {product.replace('-', ' ')} (UUID: GPU-sim-{name}-{i})")
+        for sl, count in mig.items():
+            for j in range(count // max(gpus, 1)):
+                lines.append(f"  MIG {sl:<12} Device {j:>2}: (UUID: MIG-sim-{name}-{i}-{sl}-{j})")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n# SIMULATED nvidia-smi written by the gpuhub dev agent\ncat <<'EOF'\n"
+                   + "\n".join(lines) + "\nEOF\n")
+    smi.chmod(0o755)
+    return {"GPUHUB_DEVICE_ROOT": str(dev), "NVIDIA_VISIBLE_DEVICES": "all", "GPUHUB_SIM_PATH": str(bin_dir)}
+
+
+def container_env(pod: dict, container: dict) -> dict[str, str]:
+    """The container's env with the downward-API fields a kubelet would fill in."""
+    fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
+              "spec.nodeName": pod["spec"].get("nodeName", ""), "status.podIP": pod["status"].get("podIP", "")}
+    env = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = e["value"] or ""
+        elif ref := ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
+            env[e["name"]] = fields.get(ref, "")
+    return env
+
+
+class DevNodeAgent:
+    def __init__(self, state_dir: Path, api: client.CoreV1Api):
+        self.state_dir = state_dir
+        self.api = api
+        self.running: dict[str, Running] = {}
+        self.nodes: dict[str, dict] = {}
+
+    async def node(self, name: str) -> dict | None:
+        if name not in self.nodes:
+            try:
+                self.nodes[name] = self.api.api_client.sanitize_for_serialization(await self.api.read_node(name))
+            except client.ApiException:
+                return None
+        return self.nodes[name]
+
+    def home_for(self, pod: dict) -> Path:
+        meta = pod["metadata"]
+        user = (meta.get("annotations") or {}).get("hub.jupyter.org/username") or \
+            (meta.get("labels") or {}).get("gpuhub.io/user") or meta["name"]
+        home = self.state_dir / "homes" / re.sub(r"[^A-Za-z0-9._@-]", "_", user)
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
+    async def start(self, key: str, pod: dict, node: dict) -> None:
+        container = pod["spec"]["containers"][0]
+        cmd = (container.get("command") or []) + (container.get("args") or [])
+        if not cmd or shutil.which(cmd[0]) is None:
+            log.warning("%s %s: command %r is not installed here; the pod stays simulated only", BANNER, key, cmd)
+            self.running[key] = None  # type: ignore[assignment]
+            return
+        ip = pod["status"]["podIP"]
+        env = {**os.environ, **container_env(pod, container), **simulated_gpu(self.state_dir, node)}
+        if sim_path := env.pop("GPUHUB_SIM_PATH", None):
+            env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
+        if "JUPYTERHUB_SERVICE_URL" in env:
+            port = re.search(r":(\d+)", env["JUPYTERHUB_SERVICE_URL"].split("//", 1)[-1])
+            env["JUPYTERHUB_SERVICE_URL"] = f"http://{ip}:{port.group(1) if port else 8888}/"
+        home = self.home_for(pod)
+        env.update(HOME=str(home), GPUHUB_DEV_AGENT="1")
+        logs = self.state_dir / "pods"
+        logs.mkdir(parents=True, exist_ok=True)
+        safe = key.replace("/", "_")
+        log_path, term = logs / f"{safe}.log", logs / f"{safe}.termination-log"
+        term.unlink(missing_ok=True)
+        env["GPUHUB_TERMINATION_LOG"] = str(term)
+        out = log_path.open("ab")
+        out.write(f"{BANNER} {_now()} starting {cmd} on {node['metadata']['name']} at {ip}\n".encode())
+        out.flush()
+        proc = await asyncio.create_subprocess_exec(*cmd, cwd=home, env=env, stdout=out, stderr=out,
+                                                    start_new_session=True)
+        out.close()
+        self.running[key] = Running(proc, log_path, term)
+        log.info("%s started %s (pid %s): %s", BANNER, key, proc.pid, " ".join(cmd))
+        asyncio.create_task(self._report_exit(key, pod))
+
+    async def _report_exit(self, key: str, pod: dict) -> None:
+        run = self.running[key]
+        code = await run.proc.wait()
+        if self.running.get(key) is not run:
+            return  # stopped because the pod was deleted
+        message = run.termination_log.read_text() if run.termination_log.exists() else \
+            run.log_path.read_text(errors="replace")[-1024:]
+        restart = pod["spec"].get("restartPolicy", "Always")
+        phase = "Succeeded" if code == 0 and restart != "Always" else "Failed"
+        name = pod["spec"]["containers"][0]["name"]
+        status = {"status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()},
+                           {"type": "ContainersReady", "status": "False", "lastTransitionTime": _now()}],
+            "containerStatuses": [{"name": name, "ready": False, "restartCount": 0, "image": "simulated",
+                                   "imageID": "", "started": False,
+                                   "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0
+                                                            else "Error", "message": message.strip()[-4096:],
+                                                            "finishedAt": _now()}}}],
+        }}
+        ns, pod_name = key.split("/", 1)
+        try:
+            await self.api.patch_namespaced_pod_status(pod_name, ns, status)
+            log.info("%s %s exited %s → %s", BANNER, key, code, phase)
+        except client.ApiException as e:
+            log.warning("%s could not report exit of %s: %s", BANNER, key, e.reason)
+
+    def stop(self, key: str) -> None:
+        run = self.running.pop(key, None)
+        if run is not None and run.proc.returncode is None:
+            try:
+                os.killpg(run.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            log.info("%s stopped %s", BANNER, key)
+
+    async def handle(self, kind: str, pod: dict) -> None:
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        key = f"{meta['namespace']}/{meta['name']}"
+        if kind == "DELETED" or meta.get("deletionTimestamp"):
+            self.stop(key)
+            return
+        node_name = spec.get("nodeName")
+        if key in self.running or not node_name or status.get("phase") != "Running" or not status.get("podIP"):
+            return
+        node = await self.node(node_name)
+        if node is None or (node["metadata"].get("labels") or {}).get(SIMULATED_LABEL) != "true":
+            return
+        await self.start(key, pod, node)
+
+    async def run(self) -> None:
+        log.warning("%s running pods of simulated nodes as local processes (dev only)", BANNER)
+        rv = None
+        while True:
+            try:
+                w = watch.Watch(return_type="object")
+                kwargs = {"resource_version": rv} if rv else {}
+                async with w.stream(self.api.list_pod_for_all_namespaces, timeout_seconds=300, **kwargs) as s:
+                    async for event in s:
+                        await self.handle(event["type"], event["raw_object"])
+                        rv = w.resource_version
+            except asyncio.CancelledError:
+                raise
+            except client.ApiException as e:
+                rv = None if e.status == 410 else rv
+                await asyncio.sleep(1)
+            except Exception as e:  # keep simulating through apiserver hiccups
+                log.warning("%s watch failed: %s", BANNER, e)
+                await asyncio.sleep(1)
+
+    def stop_all(self) -> None:
+        for key in list(self.running):
+            self.stop(key)
+
+
+async def main_async(state_dir: Path, kubeconfig: str) -> None:
+    await config.load_kube_config(config_file=kubeconfig)
+    async with client.ApiClient() as api_client:
+        agent = DevNodeAgent(state_dir, client.CoreV1Api(api_client))
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(agent.run())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            agent.stop_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m devcluster.agent", description=__doc__.split("\n")[0])
+    p.add_argument("--state-dir", required=True, type=Path)
+    p.add_argument("--kubeconfig", required=True)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(main_async(a.state_dir, a.kubeconfig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

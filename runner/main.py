@@ -1,0 +1,141 @@
+"""`gpuhub-runner`: execute a notebook snapshot with papermill, safely under SIGTERM.
+
+Exit codes tell the Job's pod failure policy what happened:
+  0  the notebook ran to the end
+  3  a cell raised: the notebook's own failure, retrying will not help (FailJob)
+  4  infrastructure: the kernel died, the input could not be read, the output could not be written
+ 143 stopped by SIGTERM (preemption, eviction, cancel): partial output saved; a new pod resumes
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_NOTEBOOK_FAILED = 3
+EXIT_INFRASTRUCTURE = 4
+EXIT_TERMINATED = 143
+PROGRESS = "[gpuhub-runner]"
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by SIGTERM; a BaseException so notebook-execution code does not swallow it."""
+
+
+def say(message: str) -> None:
+    print(f"{PROGRESS} {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def read_snapshot(path: Path) -> dict:
+    """The notebook as the Job's ConfigMap holds it: gzip-compressed JSON (plain JSON also accepted)."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
+class CellProgress(logging.Handler):
+    """Turns papermill's 'Executing Cell N' log lines into our progress lines (the widget reads them)."""
+
+    def __init__(self, total: int):
+        super().__init__(logging.INFO)
+        self.total = total
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("Executing Cell"):
+            n = "".join(ch for ch in msg if ch.isdigit())
+            say(f"cell {n}/{self.total} running")
+        elif msg.strip() and not msg.startswith(("Executing", "Ending Cell")):
+            print(msg.rstrip(), flush=True)
+
+
+def _mark_stopped(output: Path, why: str) -> None:
+    """Leave a note in the partial output notebook, so the user sees where and why it stopped."""
+    try:
+        nb = json.loads(output.read_text())
+    except (OSError, ValueError):
+        return
+    nb.setdefault("metadata", {}).setdefault("gpuhub", {})["stopped"] = why
+    nb["cells"].insert(0, {"cell_type": "markdown", "metadata": {"tags": ["gpuhub-stopped"]}, "id": "gpuhub-stopped",
+                           "source": f"**This run was stopped before the end:** {why}. Outputs below are as far as "
+                                     "it got; a restarted run resumes from `CHECKPOINT_DIR`."})
+    output.write_text(json.dumps(nb, indent=1))
+
+
+def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd: Path | None) -> int:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        nb = read_snapshot(snapshot)
+    except (OSError, ValueError) as e:
+        say(f"cannot read the notebook snapshot {snapshot}: {e}")
+        return EXIT_INFRASTRUCTURE
+    code_cells = sum(1 for c in nb.get("cells", []) if c.get("cell_type") == "code")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    source = output.with_suffix(".input.ipynb")
+    source.write_text(json.dumps(nb))
+    injected = bool(parameters) and any("parameters" in (c.get("metadata") or {}).get("tags", [])
+                                        for c in nb.get("cells", []))
+    logging.getLogger("papermill").addHandler(CellProgress(len(nb.get("cells", [])) + injected))
+    logging.getLogger("papermill").setLevel(logging.INFO)
+
+    def on_sigterm(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    ckpt = os.environ.get("CHECKPOINT_DIR")
+    say(f"running {code_cells} code cells; parameters {parameters}; output {output}"
+        + (f"; checkpoints in {ckpt}" + (" (resuming: it has files)" if ckpt and any(Path(ckpt).glob("*")) else "")
+           if ckpt else ""))
+    try:
+        papermill.execute_notebook(str(source), str(output), parameters=parameters, kernel_name=kernel,
+                                   log_output=True, progress_bar=False, request_save_on_cell_execute=True,
+                                   cwd=str(cwd) if cwd else None)
+    except Terminated:
+        say("SIGTERM: the kernel was stopped; partial output saved")
+        _mark_stopped(output, "the pod was asked to stop (preemption, eviction or cancel)")
+        return EXIT_TERMINATED
+    except PapermillExecutionError as e:
+        say(f"cell {e.exec_count} failed: {e.ename}: {e.evalue}; output with the error saved to {output}")
+        return EXIT_NOTEBOOK_FAILED
+    except Exception as e:  # kernel death, I/O: not the notebook's fault
+        say(f"infrastructure error: {type(e).__name__}: {e}")
+        if output.exists():
+            _mark_stopped(output, f"infrastructure error: {type(e).__name__}")
+        return EXIT_INFRASTRUCTURE
+    finally:
+        source.unlink(missing_ok=True)
+    say(f"done; output notebook: {output}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gpuhub-runner", description=__doc__.split("\n")[0])
+    p.add_argument("--snapshot", type=Path, default=Path(os.environ.get("GPUHUB_SNAPSHOT", "/snapshot/notebook.gz")))
+    p.add_argument("--output", type=Path, help="output notebook (default: $OUTPUT_DIR/<name>.ipynb)")
+    p.add_argument("--name", default=os.environ.get("GPUHUB_NOTEBOOK_NAME", "notebook"))
+    p.add_argument("--parameters", default=os.environ.get("GPUHUB_PARAMETERS", "{}"), help="JSON object")
+    p.add_argument("--kernel", default=os.environ.get("GPUHUB_KERNEL") or None)
+    a = p.parse_args(argv)
+    output = a.output or Path(os.environ.get("OUTPUT_DIR", ".")) / f"{a.name}.ipynb"
+    try:
+        params = json.loads(a.parameters)
+        if not isinstance(params, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        say(f"--parameters must be a JSON object: {e}")
+        return EXIT_INFRASTRUCTURE
+    return run(a.snapshot, output, params, a.kernel, output.parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

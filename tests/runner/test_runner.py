@@ -1,0 +1,112 @@
+"""The runner on a real kernel (ipykernel through papermill): progress, parameters, failures, SIGTERM and resume."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from runner.main import EXIT_NOTEBOOK_FAILED, EXIT_OK, EXIT_TERMINATED
+
+TRAIN = '''
+import json, os, pathlib, time
+ckpt = pathlib.Path(os.environ["CHECKPOINT_DIR"]) / "state.json"
+state = json.loads(ckpt.read_text()) if ckpt.exists() else {"step": 0, "total": 0}
+print("resuming from step", state["step"], flush=True)
+while state["step"] < steps:
+    time.sleep(delay)
+    state["step"] += 1
+    state["total"] += state["step"]
+    ckpt.write_text(json.dumps(state))
+    print("step", state["step"], flush=True)
+result = state["total"]
+'''
+
+
+def snapshot(tmp_path: Path, *cells: str, params: str = "steps = 3\ndelay = 0.0") -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    p = nbformat.v4.new_code_cell(params)
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
+    path = tmp_path / "snapshot.gz"
+    path.write_bytes(gzip.compress(nbformat.writes(nb).encode()))
+    return path
+
+
+def runner(tmp_path, snap, params, ckpt) -> subprocess.Popen:
+    env = dict(os.environ, CHECKPOINT_DIR=str(ckpt), OUTPUT_DIR=str(tmp_path / "out"))
+    return subprocess.Popen(["gpuhub-runner", "--snapshot", str(snap), "--name", "train", "--parameters",
+                             json.dumps(params)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def outputs_text(nb_path: Path) -> str:
+    nb = json.loads(nb_path.read_text())
+    return "".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(o.get("text", []))
+                   for c in nb["cells"] for o in c.get("outputs", []))
+
+
+def test_parameters_progress_and_output(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    snap = snapshot(tmp_path, TRAIN, "print('final', result)")
+    proc = runner(tmp_path, snap, {"steps": 4}, ckpt)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_OK, log
+    assert "[gpuhub-runner]" in log and "cell 3/4 running" in log
+    out = tmp_path / "out" / "train.ipynb"
+    text = outputs_text(out)
+    assert "final 10" in text  # 1+2+3+4: the parameter 'steps = 4' was injected
+    assert json.loads(out.read_text())["cells"][1]["metadata"]["tags"] == ["injected-parameters"]
+
+
+def test_failing_cell_still_writes_output_with_error(tmp_path):
+    snap = snapshot(tmp_path, "x = 1", "raise ValueError('boom at step 7')", "print('never')")
+    proc = runner(tmp_path, snap, {}, tmp_path)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_NOTEBOOK_FAILED, log
+    assert "ValueError: boom at step 7" in log
+    nb = json.loads((tmp_path / "out" / "train.ipynb").read_text())
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert errors and errors[0]["evalue"] == "boom at step 7"
+
+
+def test_sigterm_saves_partial_output_and_rerun_resumes_from_checkpoint(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    snap = snapshot(tmp_path, TRAIN, "print('final', result)")
+    params = {"steps": 10, "delay": 0.4}
+    proc = runner(tmp_path, snap, params, ckpt)
+    state = ckpt / "state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (state.exists() and json.loads(state.read_text())["step"] >= 3):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    log, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_TERMINATED, log
+    stopped_at = json.loads(state.read_text())["step"]
+    assert 3 <= stopped_at < 10
+    partial = json.loads((tmp_path / "out" / "train.ipynb").read_text())
+    assert partial["metadata"]["gpuhub"]["stopped"].startswith("the pod was asked to stop")
+    assert "final" not in outputs_text(tmp_path / "out" / "train.ipynb")
+
+    again = runner(tmp_path, snap, params, ckpt)  # a new pod of the same Job
+    log, _ = again.communicate(timeout=180)
+    assert again.returncode == EXIT_OK, log
+    text = outputs_text(tmp_path / "out" / "train.ipynb")
+    assert f"resuming from step {stopped_at}" in text
+    assert "final 55" in text  # 1+...+10 whatever the interruption
+
+
+@pytest.mark.parametrize("bad", ["[1, 2]", "{not json"])
+def test_bad_parameters_are_an_infrastructure_error(tmp_path, bad):
+    r = subprocess.run(["gpuhub-runner", "--snapshot", str(tmp_path / "none.gz"), "--parameters", bad],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4 and "--parameters must be a JSON object" in r.stdout
