@@ -58,6 +58,43 @@ def cmd_render_kueue(args) -> int:
     return 0
 
 
+def parse_params(items: list[str]) -> dict:
+    """`--param k=v`: the value is read as YAML, so numbers, booleans and lists keep their type."""
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--param {item!r} must look like name=value")
+        params[key] = yaml.safe_load(value) if value else ""
+    return params
+
+
+def cmd_render_job(args) -> int:
+    from pytimeparse2 import parse as parse_duration
+
+    from .jobs import JobRequestError, build_job
+
+    cfg = _load(args.file)
+    if args.profile not in cfg.by_slug:
+        raise CLIError(f"there is no profile {args.profile!r} in {args.file}; profiles: {', '.join(cfg.by_slug)}")
+    try:
+        notebook = json.loads(open(args.notebook).read())
+    except (OSError, ValueError) as e:
+        raise CLIError(f"cannot read notebook {args.notebook!r}: {e}") from None
+    timeout = None
+    if args.timeout:
+        timeout = parse_duration(args.timeout)
+        if not timeout:
+            raise CLIError(f"--timeout {args.timeout!r} is not a duration; write e.g. 30m or 2h")
+    try:
+        objs = build_job(cfg, cfg.by_slug[args.profile], args.user, args.group, args.notebook, notebook,
+                         parse_params(args.param), args.priority, int(timeout) if timeout else None)
+    except JobRequestError as e:
+        raise CLIError(str(e)) from None
+    print(yaml.safe_dump_all(objs, sort_keys=False), end="")
+    return 0
+
+
 def _later(what: str, issue: str) -> Callable[[argparse.Namespace], int]:
     def run(_args) -> int:
         raise CLIError(f"`gpuhub {what}` is not built yet: it comes with the {issue} issue.")
@@ -85,9 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     rk = rsub.add_parser("kueue", help="ResourceFlavors, ClusterQueues, LocalQueues, priority classes (YAML)")
     rk.add_argument("file")
     rk.set_defaults(run=cmd_render_kueue)
-    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create (YAML)")
+    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its claim and ConfigMap (YAML)")
     rj.add_argument("file")
-    rj.set_defaults(run=_later("render job", "%gpu_submit"))
+    rj.add_argument("--profile", required=True)
+    rj.add_argument("--user", required=True)
+    rj.add_argument("--group", action="append", default=[])
+    rj.add_argument("--notebook", required=True, help="the .ipynb to run")
+    rj.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    rj.add_argument("--priority")
+    rj.add_argument("--timeout", help="e.g. 2h")
+    rj.set_defaults(run=cmd_render_job)
 
     d = sub.add_parser("doctor", help="check a live cluster against a profiles file")
     d.add_argument("file")
