@@ -3,14 +3,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install binaries test unit dev
+.PHONY: install system-deps binaries test unit dev
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed
+# configurable-http-proxy (JupyterHub's proxy) from npm, pinned by package-lock.json.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser).
+system-deps:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+install: $(VENV)/.installed node_modules/.installed system-deps
 
 # kube-apiserver, scheduler, controller-manager, etcd, kwok, kueue: built once from Go modules into
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).

@@ -88,15 +88,13 @@ class DevNodeAgent:
         self.state_dir = state_dir
         self.api = api
         self.running: dict[str, Running] = {}
-        self.nodes: dict[str, dict] = {}
 
     async def node(self, name: str) -> dict | None:
-        if name not in self.nodes:
-            try:
-                self.nodes[name] = self.api.api_client.sanitize_for_serialization(await self.api.read_node(name))
-            except client.ApiException:
-                return None
-        return self.nodes[name]
+        """Read at each pod start (not cached): tests flip a node's simulated GPU on and off."""
+        try:
+            return self.api.api_client.sanitize_for_serialization(await self.api.read_node(name))
+        except client.ApiException:
+            return None
 
     def home_for(self, pod: dict) -> Path:
         meta = pod["metadata"]

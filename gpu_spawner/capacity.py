@@ -99,6 +99,8 @@ class ClusterState:
         self.pods: dict[str, PodState] = {}
         self.version = 0
         self._selectors = [(name, pool.node_selector.items()) for name, pool in cfg.pools.items()]
+        self._by_pool: dict[str | None, dict[str, NodeState]] = {}
+        self._memo: dict[str, tuple[int, ProfileCapacity]] = {}
 
     # ------------------------------------------------------------------ events
     def _pool_for_labels(self, labels: dict[str, str]) -> str | None:
@@ -111,6 +113,8 @@ class ClusterState:
         name = node["metadata"]["name"]
         self.version += 1
         old = self.nodes.pop(name, None)
+        if old is not None:
+            self._by_pool.get(old.pool, {}).pop(name, None)
         if kind == "DELETED":
             return
         status, spec = node.get("status") or {}, node.get("spec") or {}
@@ -129,6 +133,7 @@ class ClusterState:
                 if pod.node == name:
                     state.used.update(pod.requests)
         self.nodes[name] = state
+        self._by_pool.setdefault(state.pool, {})[name] = state
 
     def apply_pod(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -153,7 +158,7 @@ class ClusterState:
     def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
         """A full relist (start, or after the watch expired): forget what we knew of this kind."""
         if kind == "nodes":
-            self.nodes = {}
+            self.nodes, self._by_pool = {}, {}
             for item in items:
                 self.apply_node("ADDED", item)
         else:
@@ -173,7 +178,7 @@ class ClusterState:
         return running, pending
 
     def pool_nodes(self, pool_name: str) -> list[NodeState]:
-        return [n for n in self.nodes.values() if n.pool == pool_name]
+        return list(self._by_pool.get(pool_name, {}).values())
 
     def waiting(self, pool_name: str, resource: str | None) -> int:
         """Pods asking for this pool's resource that no node has taken yet."""
@@ -181,14 +186,24 @@ class ClusterState:
                    if p.node is None and p.pool == pool_name and (resource is None or p.requests.get(resource)))
 
     def profile_capacity(self, profile: Profile) -> ProfileCapacity:
+        """Recomputed only when a node or pod event arrived since the last call for this profile."""
+        memo = self._memo.get(profile.slug)
+        if memo and memo[0] == self.version:
+            return memo[1]
+        cap = self._compute(profile)
+        self._memo[profile.slug] = (self.version, cap)
+        return cap
+
+    def _compute(self, profile: Profile) -> ProfileCapacity:
         cfg = self.cfg
         pool = cfg.pool_of(profile)
         resource = cfg.resource_name(profile)
         need = {"cpu": float(profile.cpu), "memory": float(profile.memory_limit)}
         if resource:
             need[resource] = float(profile.gpu.count)
-        nodes = self.pool_nodes(profile.pool) if pool else [n for n in self.nodes.values()
-                                                              if n.pool is None or not cfg.pools[n.pool].is_gpu]
+        nodes = self.pool_nodes(profile.pool) if pool else [
+            n for name, group in self._by_pool.items() if name is None or not cfg.pools[name].is_gpu
+            for n in group.values()]
         total = free = fits = 0
         for n in nodes:
             if resource:

@@ -52,7 +52,9 @@ class SpawnImpossible(Exception):
         self.jupyterhub_message = message
 
 
-class ProfileNotAllowed(web.HTTPError):
+class ProfileNotAllowed(web.HTTPError, ValueError):
+    """A choice this user may not make: 403 from the form and the REST API, before anything is created."""
+
     def __init__(self, message: str):
         super().__init__(403, log_message=message, reason="Profile not allowed")
         self.jupyterhub_message = message
@@ -98,6 +100,25 @@ class GPUSpawner(KubeSpawner):
     @default("additional_profile_form_template_paths")
     def _template_paths_default(self):
         return [str(Path(__file__).parent / "templates")]
+
+    _form_env = None
+
+    def _render_options_form(self, profile_list):
+        """KubeSpawner's form render, with the template compiled once per process instead of per page."""
+        from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
+
+        cls = GPUSpawner
+        if cls._form_env is None:
+            cls._form_env = Environment(loader=ChoiceLoader([
+                FileSystemLoader(self.additional_profile_form_template_paths),
+                PackageLoader("kubespawner", "templates")]), autoescape=True)
+        profile_list = self._get_initialized_profile_list(profile_list)
+        user_options = self.user_options or {}
+        try:
+            self._validate_user_options(profile_list)
+        except ValueError:
+            user_options = {}  # stale or forged: do not pre-select from it
+        return cls._form_env.get_template("form.html").render(profile_list=profile_list, user_options=user_options)
 
     async def cluster_state(self) -> ClusterState | None:
         """The hub's shared ClusterState, started on first use (None when live capacity is off)."""
@@ -169,7 +190,12 @@ class GPUSpawner(KubeSpawner):
         return options
 
     async def load_user_options(self):
-        self.gpu_profile = self.check_profile_choice(self.user_options or {})
+        try:
+            self.gpu_profile = self.check_profile_choice(self.user_options or {})
+        except ProfileNotAllowed:
+            raise
+        except ValueError as e:
+            raise ProfileNotAllowed(str(e)) from None
         before = {k: list(getattr(self, k)) for k in _APPENDED_LISTS}
         await super().load_user_options()
         for key in _APPENDED_LISTS:

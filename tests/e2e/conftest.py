@@ -1,0 +1,113 @@
+"""A real JupyterHub (configurable-http-proxy from npm, GPUSpawner, DevAuthenticator) on the dev
+cluster, with the dev node agent running the singleuser servers of simulated nodes as processes."""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from devcluster.dev import AgentProcess
+from devcluster.devhub import DevHub, HubSettings, free_port
+from gpu_spawner.spawner import EXAMPLE_PROFILES
+
+GROUPS = {"alice": ["data-science"], "rita": ["ml-research"], "admin": ["data-science", "ml-research"]}
+#: The example file plus a pool that has no nodes and cannot grow, for the fail-fast test.
+GHOST_POOL = {"node_selector": {"kubernetes.azure.com/agentpool": "gpughost"},
+              "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+              "gpu": {"model": "H200-141GB", "count_per_node": 8}, "max_nodes": 0,
+              "instance_type": "Standard_ND96isr_H100_v5"}
+GHOST_PROFILE = {"slug": "h200-ghost", "display_name": "H200 (retired pool)", "pool": "gpughost",
+                 "gpu": {"kind": "full", "count": 1}, "cpu": 8, "memory": "64Gi", "groups": ["ml-research"]}
+
+
+@dataclass
+class Hub:
+    url: str
+    token: str
+    process: DevHub
+    agent: AgentProcess
+
+    def api(self, method: str, path: str, **kw) -> requests.Response:
+        headers = {"Authorization": f"token {self.token}", **kw.pop("headers", {})}
+        return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kw)
+
+    def login(self, name: str) -> requests.Session:
+        s = requests.Session()
+        page = s.get(f"{self.url}/hub/login", timeout=30)
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
+        r = s.post(f"{self.url}/hub/login?next=", data={"username": name, "password": "",
+                                                        "_xsrf": xsrf.group(1) if xsrf else ""}, timeout=30)
+        assert r.ok, r.text[:500]
+        return s
+
+    def xsrf(self, session: requests.Session, page: str) -> str:
+        m = re.search(r'name="_xsrf" value="([^"]+)"', page)
+        return m.group(1) if m else session.cookies.get("_xsrf", "")
+
+    def server(self, user: str) -> dict | None:
+        return self.api("GET", f"/users/{user}").json()["servers"].get("")
+
+    def wait_stopped(self, user: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.server(user) is not None:
+            assert time.monotonic() < deadline, f"{user}'s server did not stop"
+            time.sleep(0.5)
+
+    def stop(self, user: str) -> None:
+        self.api("DELETE", f"/users/{user}/server")
+        self.wait_stopped(user)
+
+    def progress(self, user: str, until, timeout: float = 120) -> list[dict]:
+        """Events of the spawn progress API (server-sent events) until `until(event)` or the stream ends."""
+        events = []
+        with self.api("GET", f"/users/{user}/server/progress", stream=True, timeout=timeout) as r:
+            deadline = time.monotonic() + timeout
+            for line in r.iter_lines(decode_unicode=True):
+                if line and line.startswith("data:"):
+                    events.append(json.loads(line[5:]))
+                    if until(events[-1]):
+                        break
+                assert time.monotonic() < deadline, f"no matching progress event; got {events}"
+        return events
+
+
+@pytest.fixture(scope="session")
+def hub_profiles(tmp_path_factory) -> Path:
+    data = yaml.safe_load(EXAMPLE_PROFILES.read_text())
+    data["pools"]["gpughost"] = GHOST_POOL
+    data["profiles"].append(GHOST_PROFILE)
+    path = tmp_path_factory.mktemp("hubprofiles") / "profiles.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def hub(cluster, hub_profiles, tmp_path_factory) -> Hub:
+    state = tmp_path_factory.mktemp("devhub")
+    agent = AgentProcess(state, cluster.kubeconfig).start()
+    token = secrets.token_hex(16)
+    dev = DevHub(HubSettings(state_dir=state, profiles=hub_profiles, kubeconfig=cluster.kubeconfig,
+                             port=free_port(), groups=GROUPS, api_tokens={"e2e-tests": token}))
+    try:
+        dev.start()
+        yield Hub(dev.settings.url, token, dev, agent)
+    finally:
+        dev.stop()
+        agent.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    hub = item.funcargs.get("hub") if hasattr(item, "funcargs") else None
+    if rep.failed and isinstance(hub, Hub):
+        rep.sections.append(("jupyterhub log (tail)", hub.process.log_tail(60)))
+        rep.sections.append(("dev agent log", hub.agent.log_path.read_text(errors="replace")[-4000:]))

@@ -1,0 +1,147 @@
+"""The real hub on the real dev cluster: picker with live numbers, forged choices refused, spawn on the
+right pool, plain-language Pending, fail fast, GPU health check, metrics."""
+from __future__ import annotations
+
+import html
+import re
+import time
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.cluster
+
+MIG = "nvidia.com/mig-1g.10gb"
+SKU = [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+
+
+def hog(cluster, namespace, name, pool, resource, count):
+    """A plain pod that takes `count` of a pool's GPU resource (someone else's workload)."""
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"nodeSelector": {"kubernetes.azure.com/agentpool": pool}, "tolerations": SKU,
+                             "containers": [{"name": "c", "image": "busybox", "resources": {
+                                 "limits": {resource: str(count), "cpu": "100m", "memory": "64Mi"}}}]}})
+    return cluster.wait_bound(namespace, name)
+
+
+def cards(page: str) -> dict[str, dict[str, str]]:
+    out = {}
+    for m in re.finditer(r'data-profile="([^"]+)"(.*?)</label>', page, re.S):
+        body = m.group(2)
+        cap = re.search(r'data-free="(\d+)" data-total="(\d+)" data-waiting="(\d+)">([^<]*)<', body)
+        out[m.group(1)] = {"text": html.unescape(re.sub(r"<[^>]+>", " ", body)),
+                           **({"free": cap.group(1), "total": cap.group(2), "waiting": cap.group(3),
+                               "summary": html.unescape(cap.group(4))} if cap else {})}
+    return out
+
+
+def mig_numbers(cluster) -> tuple[int, int]:
+    """(free, total) MIG 1g.10gb slices, counted from the API the slow way."""
+    nodes = [n for n in cluster.core.list_node().items if n.metadata.labels.get("kubernetes.azure.com/agentpool")
+             == "gpumig"]
+    total = sum(int(n.status.allocatable.get(MIG, 0)) for n in nodes)
+    names = {n.metadata.name for n in nodes}
+    used = 0
+    for p in cluster.core.list_pod_for_all_namespaces().items:
+        if p.spec.node_name in names and p.status.phase not in ("Succeeded", "Failed"):
+            used += sum(int((c.resources.limits or {}).get(MIG, 0)) for c in p.spec.containers)
+    return total - used, total
+
+
+def test_picker_shows_the_groups_profiles_with_live_numbers(hub, cluster, namespace):
+    hog(cluster, namespace, "someone-else", "gpumig", MIG, 3)
+    session = hub.login("alice")
+    expected = mig_numbers(cluster)
+    deadline = time.monotonic() + 20
+    while True:
+        page = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+        mig = cards(page).get("a100-mig-1g10gb", {})
+        if (int(mig.get("free", -1)), int(mig.get("total", -1))) == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    got = cards(page)
+    assert list(got) == ["cpu", "t4-shared", "a100-mig-1g10gb"]  # alice is in data-science only
+    assert (int(mig["free"]), int(mig["total"])) == expected == (11, 14)
+    assert mig["summary"] == "11 of 14 A100 80GB MIG 1g.10gb slices free"
+    assert "$0.52/hour" in mig["text"] and "10 GB GPU memory" in mig["text"]
+
+
+def test_forged_form_post_is_refused_and_creates_nothing(hub, cluster):
+    session = hub.login("alice")
+    page = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+    r = session.post(f"{hub.url}/hub/spawn", data={"profile": "h100-full", "_xsrf": hub.xsrf(session, page)},
+                     timeout=60, allow_redirects=False)
+    assert r.status_code == 403
+    assert "is not available to alice: it is for members of ml-research" in html.unescape(r.text)
+    assert not cluster.core.list_namespaced_pod("jhub", label_selector="hub.jupyter.org/username=alice").items
+    assert hub.server("alice") is None
+
+
+def test_forged_api_request_is_refused(hub, cluster):
+    r = hub.api("POST", "/users/alice/server", json={"profile": "h100-full"})
+    assert r.status_code == 403, r.text
+    r = hub.api("POST", "/users/alice/server", json={"profile": "cpu", "image": "evil/miner"})
+    assert r.status_code == 403 and "Unknown server option(s) 'image'" in r.text
+    assert not cluster.core.list_namespaced_pod("jhub", label_selector="hub.jupyter.org/username=alice").items
+
+
+def test_valid_choice_lands_on_the_right_pool_and_jupyterlab_answers(hub, cluster):
+    session = hub.login("alice")
+    page = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+    r = session.post(f"{hub.url}/hub/spawn", data={"profile": "a100-mig-1g10gb", "_xsrf": hub.xsrf(session, page)},
+                     timeout=60)
+    assert r.ok
+    try:
+        node = cluster.wait_bound("jhub", "jupyter-alice", timeout=60)
+        assert cluster.node_labels(node)["kubernetes.azure.com/agentpool"] == "gpumig"
+        deadline = time.monotonic() + 150
+        while not (hub.server("alice") or {}).get("ready"):
+            assert time.monotonic() < deadline, "alice's server never became ready"
+            time.sleep(1)
+        lab = session.get(f"{hub.url}/user/alice/lab", timeout=60)
+        assert lab.status_code == 200 and "JupyterLab" in lab.text
+        metrics = requests.get(f"{hub.url}/hub/metrics", timeout=30).text
+        assert 'gpuhub_running_servers{profile="a100-mig-1g10gb"} 1.0' in metrics
+    finally:
+        hub.stop("alice")
+
+
+def test_full_pool_streams_a_plain_language_pending_message(hub, cluster, namespace):
+    for i, node in enumerate(n.metadata.name for n in cluster.core.list_node(
+            label_selector="kubernetes.azure.com/agentpool=gpuh100").items):
+        hog(cluster, namespace, f"h100-hog-{i}", "gpuh100", "nvidia.com/gpu", 1)
+    r = hub.api("POST", "/users/rita/server", json={"profile": "h100-full"})
+    assert r.status_code in (201, 202), r.text
+    try:
+        events = hub.progress("rita", lambda e: "in use" in e.get("message", ""))
+        assert events[-1]["message"] == ("All 2 H100 NVL GPUs are in use; you are waiting for one to free up.")
+        assert hub.server("rita") and not hub.server("rita")["ready"]
+    finally:
+        hub.stop("rita")
+
+
+def test_impossible_profile_fails_fast_with_a_clear_message(hub):
+    r = hub.api("POST", "/users/rita/server", json={"profile": "h200-ghost"})
+    assert r.status_code in (201, 202), r.text
+    events = hub.progress("rita", lambda e: e.get("failed"), timeout=90)
+    assert events[-1].get("failed")
+    assert "pool (gpughost) has no nodes and cannot grow" in events[-1]["message"]
+    hub.wait_stopped("rita")
+
+
+def test_gpu_health_check_failure_names_the_node(hub, cluster):
+    t4 = sorted(n.metadata.name for n in cluster.core.list_node(
+        label_selector="kubernetes.azure.com/agentpool=gput4").items)
+    broken, other = t4[0], t4[1]
+    cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": "missing"}}})
+    cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
+    try:
+        r = hub.api("POST", "/users/bob/server", json={"profile": "t4-shared"})
+        assert r.status_code in (201, 202), r.text
+        events = hub.progress("bob", lambda e: e.get("failed"), timeout=150)
+        assert f"GPU check failed on node {broken}" in events[-1]["message"]
+        assert "driver or device plugin on that node is probably not ready" in events[-1]["message"]
+        hub.wait_stopped("bob")
+    finally:
+        cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": None}}})
+        cluster.core.patch_node(other, {"spec": {"unschedulable": False}})
