@@ -28,7 +28,7 @@ def cards(page: str) -> dict[str, dict[str, str]]:
     out = {}
     for m in re.finditer(r'data-profile="([^"]+)"(.*?)</label>', page, re.S):
         body = m.group(2)
-        cap = re.search(r'data-free="(\d+)" data-total="(\d+)" data-waiting="(\d+)">([^<]*)<', body)
+        cap = re.search(r'data-free="(\d+)"\s+data-total="(\d+)"\s+data-waiting="(\d+)">([^<]*)<', body)
         out[m.group(1)] = {"text": html.unescape(re.sub(r"<[^>]+>", " ", body)),
                            **({"free": cap.group(1), "total": cap.group(2), "waiting": cap.group(3),
                                "summary": html.unescape(cap.group(4))} if cap else {})}

@@ -1,0 +1,126 @@
+"""KWOK Node manifests shaped like the AKS node pools of a profiles file (pure functions).
+
+Each node carries what AKS, the NVIDIA device plugin and GPU feature discovery (GFD) would
+publish on a real node of that pool: pool and instance labels, GPU product/count/memory/sharing
+labels, MIG labels, the pool's taints (plus the AKS spot taint) and allocatable with the GPU
+extended resources. Everything is labelled as simulated. See DESIGN.md "Facts to build on".
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpu_spawner.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing, slice_memory_gb
+
+AGENTPOOL = "kubernetes.azure.com/agentpool"
+SIMULATED_LABEL = "gpuhub.io/simulated"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SYSTEM_POOL = "system"
+SYSTEM_INSTANCE_TYPE = "Standard_D8s_v5"
+
+
+def with_system_pool(cfg: ProfilesConfig) -> dict[str, Pool]:
+    """The file's pools, plus an untainted CPU system pool when the file has no CPU pool."""
+    pools = dict(cfg.pools)
+    if not any(not p.is_gpu for p in pools.values()):
+        name = SYSTEM_POOL if SYSTEM_POOL not in pools else "gpuhub-system"
+        pools[name] = Pool(node_selector={AGENTPOOL: name}, instance_type=SYSTEM_INSTANCE_TYPE)
+    return pools
+
+
+def gpu_labels(pool: Pool) -> dict[str, str]:
+    """The `nvidia.com/*` labels GFD, the device plugin and mig-manager put on a node of this pool."""
+    if not pool.is_gpu:
+        return {}
+    model, gpus, sharing = pool.gpu.spec, pool.gpu.count_per_node, pool.sharing
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": model.product,
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/gpu.memory": str(model.memory_mib),
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/mig.capable": str(model.supports_mig).lower(),
+        "nvidia.com/mig.strategy": "none",
+    }
+    if isinstance(sharing, TimeSlicing):
+        labels["nvidia.com/gpu.replicas"] = str(sharing.replicas)
+        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+        if not sharing.rename_by_default:
+            labels["nvidia.com/gpu.product"] = model.product + "-SHARED"
+    elif isinstance(sharing, MIGSharing):
+        layout = pool.mig_layout
+        labels["nvidia.com/mig.strategy"] = sharing.mig_strategy
+        labels["nvidia.com/mig.config"] = pool.mig_config_name()
+        labels["nvidia.com/mig.config.state"] = "success"
+        for slice_name, per_gpu in layout.items():
+            labels[f"nvidia.com/mig-{slice_name}.count"] = str(per_gpu * gpus)
+        if sharing.mig_strategy == "single":
+            first = next(iter(layout))
+            labels["nvidia.com/gpu.product"] = f"{model.product}-MIG-{first}"
+            labels["nvidia.com/gpu.count"] = str(sum(layout.values()) * gpus)
+            labels["nvidia.com/gpu.memory"] = str(slice_memory_gb(first) * 1024)
+    return labels
+
+
+def pool_labels(name: str, pool: Pool) -> dict[str, str]:
+    """Labels shared by every node of the pool (hostname is added per node)."""
+    labels = {
+        AGENTPOOL: name,
+        "kubernetes.azure.com/mode": "user" if pool.is_gpu else "system",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": pool.instance_type or "simulated",
+        SIMULATED_LABEL: "true",
+    }
+    if pool.is_gpu:
+        labels["kubernetes.azure.com/accelerator"] = "nvidia"
+    if pool.spot:
+        labels["kubernetes.azure.com/scalesetpriority"] = "spot"
+    labels.update(pool.node_selector)
+    labels.update(gpu_labels(pool))
+    return labels
+
+
+def resources(pool: Pool) -> dict[str, str]:
+    """Allocatable (= capacity here): the node shape plus the GPU slots the device plugin advertises."""
+    shape = pool.shape()
+    out = {"cpu": str(shape.cpu), "memory": str(int(shape.memory)), "pods": str(shape.max_pods),
+           "ephemeral-storage": str(128 * 2**30)}
+    out.update({k: str(v) for k, v in pool.slots_per_node().items()})
+    return out
+
+
+def node_name(pool_name: str, index: int) -> str:
+    """AKS-style VMSS node name, e.g. aks-gput4-00000001-vmss000000."""
+    safe = re.sub(r"[^a-z0-9-]+", "-", pool_name.lower()).strip("-")
+    return f"aks-{safe}-00000001-vmss{index:06d}"
+
+
+def node_manifest(pool_name: str, pool: Pool, index: int) -> dict[str, Any]:
+    name = node_name(pool_name, index)
+    res = resources(pool)
+    spec: dict[str, Any] = {}
+    if pool.effective_taints:
+        spec["taints"] = [t.model_dump() for t in pool.effective_taints]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {**pool_labels(pool_name, pool), "kubernetes.io/hostname": name},
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0",
+                            "gpuhub.io/simulator": "kwok: this node runs no containers"},
+        },
+        "spec": spec,
+        "status": {"allocatable": res, "capacity": dict(res)},
+    }
+
+
+def build_nodes(cfg: ProfilesConfig, nodes_per_pool: int | dict[str, int] = 2) -> list[dict[str, Any]]:
+    """Node manifests for every pool (and the added system pool): N per pool, or a per-pool count."""
+    out = []
+    for name, pool in with_system_pool(cfg).items():
+        count = nodes_per_pool if isinstance(nodes_per_pool, int) else nodes_per_pool.get(name, 0)
+        out += [node_manifest(name, pool, i) for i in range(count)]
+    return out

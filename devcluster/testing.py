@@ -1,0 +1,214 @@
+"""pytest plugin for tests against the dev cluster (loaded by tests/conftest.py).
+
+`cluster` (session): a real control plane (etcd, kube-apiserver, controller-manager, scheduler,
+KWOK, Kueue) with the example profiles' node pools, 2 nodes per pool. It builds the binaries when
+missing (skipped when Go is missing: a failure under CI=true, see tests/conftest.py), stops every
+process it started on teardown, also after a failure or Ctrl-C (and at interpreter exit as a last
+resort). `namespace`: a fresh namespace, emptied after the test. `scratch_root`: a state folder
+for a test's own second cluster. Any failing test that used them gets the log folder and each
+component's log tail in its report.
+"""
+from __future__ import annotations
+
+import atexit
+import re
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from devcluster import binaries
+from devcluster import cluster as dc
+from devcluster.kube import Kube
+
+NODES_PER_POOL = 2
+LOG_TAIL = 20
+
+#: State folders of clusters this session started, for the failure report.
+_active: list[Path] = []
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 30, what: str = "a condition", interval=0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class DevCluster:
+    """A running dev cluster and helpers for tests (sync `kubernetes` client)."""
+
+    root: Path
+    profiles: Path
+    wait_until = staticmethod(wait_until)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return dc.Cluster(self.root).kubeconfig
+
+    @property
+    def logs(self) -> Path:
+        return dc.Cluster(self.root).logs
+
+    def api_client(self) -> client.ApiClient:
+        """A new sync ApiClient for this cluster (close it when done, or use `with`)."""
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def kube(self) -> Kube:
+        return dc.Cluster(self.root).kube()
+
+    def wait_for_service_account(self, namespace: str) -> None:
+        """Pods are refused until the controller-manager made the namespace's default service account."""
+        kube = self.kube()
+        try:
+            dc.wait_for_service_account(kube, namespace)
+        finally:
+            kube.close()
+
+    @cached_property
+    def _kube(self) -> Kube:
+        return self.kube()
+
+    def create(self, obj: dict) -> dict:
+        """POST a manifest exactly as given (the sync client's models would reject KubeSpawner's numeric
+        quantities, which the API server and kubernetes_asyncio accept)."""
+        return self._kube.create(obj)
+
+    @cached_property
+    def _client(self) -> client.ApiClient:
+        return self.api_client()
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self._client)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self._client)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self._client)
+
+    # ------------------------------------------------------------------ pods and nodes
+    def node_labels(self, name: str) -> dict[str, str]:
+        return self.core.read_node(name).metadata.labels
+
+    def wait_bound(self, namespace: str, pod: str, timeout: float = 30) -> str:
+        """The node the scheduler bound the pod to."""
+        return wait_until(lambda: self.core.read_namespaced_pod(pod, namespace).spec.node_name, timeout,
+                          f"pod {namespace}/{pod} to be bound to a node")
+
+    def scheduling_failures(self, namespace: str, pod: str) -> list[str]:
+        events = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
+        return [e.message for e in events if e.reason == "FailedScheduling"]
+
+    def workloads(self, namespace: str) -> list[dict]:
+        return self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace,
+                                                         "workloads")["items"]
+
+    def workload_of(self, namespace: str, job: str) -> dict | None:
+        return next((w for w in self.workloads(namespace)
+                     if any(o["name"] == job for o in w["metadata"].get("ownerReferences", []))), None)
+
+    def clean(self, namespace: str, timeout: float = 60) -> None:
+        """Delete the namespace's Jobs and pods and wait until they (and Kueue's Workloads) are gone,
+        so the next test finds the pools and quotas empty."""
+        for job in self.batch.list_namespaced_job(namespace).items:
+            self.batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+        for pod in self.core.list_namespaced_pod(namespace).items:
+            try:
+                self.core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        wait_until(lambda: not self.core.list_namespaced_pod(namespace).items
+                   and not self.batch.list_namespaced_job(namespace).items
+                   and not self.workloads(namespace), timeout, f"pods, Jobs and Workloads in {namespace} to go")
+
+
+def log_report(roots: list[Path]) -> str:
+    out = []
+    for root in roots:
+        logs = root / "logs"
+        out.append(f"dev cluster log folder: {logs}")
+        for log in sorted(logs.glob("*.log")):
+            out.append(f"--- {log.name} (last {LOG_TAIL} lines) ---\n{dc.log_tail(log, LOG_TAIL)}")
+    return "\n".join(out)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and _active and {"cluster", "scratch_root"} & set(getattr(item, "fixturenames", ())):
+        rep.sections.append(("dev cluster logs", log_report(_active)))
+
+
+def _interrupt_on_sigterm() -> None:
+    """A CI job timeout sends SIGTERM: make it a Ctrl-C, so pytest still runs the cluster's teardown."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def _build_or_skip() -> None:
+    try:
+        binaries.build(verbose=True)
+    except binaries.BuildError as e:
+        pytest.skip(f"the dev cluster's binaries are not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> DevCluster:
+    from gpu_spawner.spawner import EXAMPLE_PROFILES  # not at import: it loads kubernetes_asyncio's config
+
+    _build_or_skip()
+    root = tmp_path_factory.mktemp("devcluster")
+    _active.append(root)
+    atexit.register(dc.down, root)  # last resort, should the teardown below never run
+    _interrupt_on_sigterm()
+    try:
+        dc.up(EXAMPLE_PROFILES, NODES_PER_POOL, root=root, say=lambda m: print(f"[devcluster] {m}", file=sys.stderr))
+        yield DevCluster(root, EXAMPLE_PROFILES)
+    finally:
+        dc.down(root)
+
+
+@pytest.fixture
+def scratch_root(tmp_path) -> Path:
+    """A state folder for a test's own (second) cluster; its logs join the failure report; stopped after."""
+    _build_or_skip()
+    root = tmp_path / "state"
+    _active.append(root)
+    yield root
+    dc.down(root)
+    _active.remove(root)
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster, request) -> str:
+    """A fresh namespace (with its default service account); emptied and deleted after the test."""
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{base}-{secrets.token_hex(2)}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    cluster.wait_for_service_account(name)
+    yield name
+    cluster.clean(name)
+    cluster.core.delete_namespace(name)
