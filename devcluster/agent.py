@@ -24,6 +24,10 @@ from kubernetes_asyncio import client, config, watch
 log = logging.getLogger("gpuhub.dev-agent")
 
 SIMULATED_LABEL = "gpuhub.io/simulated"
+#: Pods the agent runs (KWOK leaves their status alone; see components.DEV_AGENT_LABEL).
+DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
+#: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
+IP_PREFIX = "127.11"
 #: Set on a node to simulate a GPU the device plugin advertises but the container cannot see.
 SIMULATE_GPU_ANNOTATION = "gpuhub.io/simulate-gpu"
 BANNER = "[dev-agent SIMULATOR]"
@@ -88,6 +92,53 @@ class DevNodeAgent:
         self.state_dir = state_dir
         self.api = api
         self.running: dict[str, Running] = {}
+        self._next_ip = 1
+
+    def allocate_ip(self) -> str:
+        n = self._next_ip
+        self._next_ip += 1
+        return f"{IP_PREFIX}.{n // 250}.{n % 250 + 1}"
+
+    async def patch_status(self, key: str, status: dict) -> None:
+        ns, name = key.split("/", 1)
+        try:
+            await self.api.patch_namespaced_pod_status(name, ns, {"status": status})
+        except client.ApiException as e:
+            log.warning("%s could not update the status of %s: %s", BANNER, key, e.reason)
+
+    @staticmethod
+    def running_status(pod: dict, ip: str, ready: bool) -> dict:
+        now = _now()
+        containers = [{"name": c["name"], "ready": ready, "restartCount": 0, "image": c.get("image", ""),
+                       "imageID": "", "started": True, "state": {"running": {"startedAt": now}}}
+                      for c in pod["spec"]["containers"]]
+        flag = "True" if ready else "False"
+        return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": now,
+                "conditions": [{"type": t, "status": s, "lastTransitionTime": now} for t, s in
+                               (("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", flag),
+                                ("Ready", flag))],
+                "containerStatuses": containers}
+
+    async def wait_ready(self, key: str, pod: dict, ip: str) -> None:
+        """Play the readiness probe (httpGet) against the process; no probe means ready when started."""
+        import aiohttp
+
+        probe = pod["spec"]["containers"][0].get("readinessProbe") or {}
+        get = probe.get("httpGet")
+        if get:
+            url = f"http://{ip}:{get.get('port', 8888)}{get.get('path', '/')}"
+            async with aiohttp.ClientSession() as session:
+                while key in self.running and self.running[key].proc.returncode is None:
+                    try:
+                        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                            if r.status < 400:
+                                break
+                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                        pass
+                    await asyncio.sleep(0.5)
+                else:
+                    return
+        await self.patch_status(key, self.running_status(pod, ip, ready=True))
 
     async def node(self, name: str) -> dict | None:
         """Read at each pod start (not cached): tests flip a node's simulated GPU on and off."""
@@ -111,7 +162,9 @@ class DevNodeAgent:
             log.warning("%s %s: command %r is not installed here; the pod stays simulated only", BANNER, key, cmd)
             self.running[key] = None  # type: ignore[assignment]
             return
-        ip = pod["status"]["podIP"]
+        ip = self.allocate_ip()
+        pod["status"]["podIP"] = ip
+        await self.patch_status(key, self.running_status(pod, ip, ready=False))
         env = {**os.environ, **container_env(pod, container), **simulated_gpu(self.state_dir, node)}
         if sim_path := env.pop("GPUHUB_SIM_PATH", None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
@@ -135,6 +188,7 @@ class DevNodeAgent:
         self.running[key] = Running(proc, log_path, term)
         log.info("%s started %s (pid %s): %s", BANNER, key, proc.pid, " ".join(cmd))
         asyncio.create_task(self._report_exit(key, pod))
+        asyncio.create_task(self.wait_ready(key, pod, ip))
 
     async def _report_exit(self, key: str, pod: dict) -> None:
         run = self.running[key]
@@ -156,12 +210,8 @@ class DevNodeAgent:
                                                             else "Error", "message": message.strip()[-4096:],
                                                             "finishedAt": _now()}}}],
         }}
-        ns, pod_name = key.split("/", 1)
-        try:
-            await self.api.patch_namespaced_pod_status(pod_name, ns, status)
-            log.info("%s %s exited %s → %s", BANNER, key, code, phase)
-        except client.ApiException as e:
-            log.warning("%s could not report exit of %s: %s", BANNER, key, e.reason)
+        await self.patch_status(key, status["status"])
+        log.info("%s %s exited %s → %s", BANNER, key, code, phase)
 
     def stop(self, key: str) -> None:
         run = self.running.pop(key, None)
@@ -179,7 +229,8 @@ class DevNodeAgent:
             self.stop(key)
             return
         node_name = spec.get("nodeName")
-        if key in self.running or not node_name or status.get("phase") != "Running" or not status.get("podIP"):
+        if key in self.running or not node_name or (meta.get("labels") or {}).get(DEV_AGENT_LABEL) != "run" \
+                or status.get("phase") not in (None, "Pending"):
             return
         node = await self.node(node_name)
         if node is None or (node["metadata"].get("labels") or {}).get(SIMULATED_LABEL) != "true":

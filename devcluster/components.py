@@ -143,9 +143,18 @@ def kueue_module() -> Path:
     return _module_cache("sigs.k8s.io/kueue", binaries.KUEUE_VERSION)
 
 
+#: Pods with this label are run by the dev node agent (devcluster/agent.py), which reports their
+#: status itself; KWOK must not mark them Ready before their process answers.
+DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
+
+
 def write_kwok_config(layout: Layout) -> Path:
     root = kwok_module()
     docs = [yaml.safe_load((root / stage).read_text()) for stage in KWOK_STAGES]
+    for doc in docs:
+        if doc["metadata"]["name"] == "pod-ready":
+            doc["spec"]["selector"]["matchExpressions"].append(
+                {"key": f'.metadata.labels["{DEV_AGENT_LABEL}"]', "operator": "DoesNotExist"})
     path = layout.config / "kwok.yaml"
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return path

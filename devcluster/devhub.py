@@ -94,6 +94,9 @@ c.GPUSpawner.default_url = "/lab"
 c.GPUSpawner.start_timeout = 180
 c.GPUSpawner.http_timeout = 120
 c.GPUSpawner.events_enabled = True
+# pods the dev node agent (SIMULATOR) runs as local processes; KWOK leaves their status to it
+c.GPUSpawner.extra_labels = {{"gpuhub.io/dev-agent": "run"}}
+c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
 {s.extra}
 ''')
     return path

@@ -109,7 +109,10 @@ def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
     for name, value in cfg.priorities.items():
         objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,
-                     "description": f"jupyterhub-gpu priority {name!r} for notebook servers"})
+                     # a server goes ahead in the scheduling queue, but never evicts someone's running server
+                     "preemptionPolicy": "Never",
+                     "description": f"jupyterhub-gpu priority {name!r} for notebook servers (queues ahead; "
+                                    "never preempts a running server)"})
         objs.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": _meta(name),
                      "value": value, "description": f"jupyterhub-gpu priority {name!r} for queued GPU jobs"})
     used = {p for team in cfg.teams.values() for p in _cohort_pools(cfg, team)}

@@ -17,6 +17,12 @@ def _gib(num_bytes) -> str:
     return f"{value:g} GiB" if value >= 1 else f"{float(num_bytes) / 2**20:g} MiB"
 
 
+def _duration(seconds: int) -> str:
+    if seconds < 2 * 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:g} h"
+
+
 def gpu_line(cfg: ProfilesConfig, profile: Profile) -> str:
     """'NVIDIA A100 80GB · MIG slice 1g.10gb · 10 GB GPU memory'."""
     pool = cfg.pool_of(profile)
@@ -30,7 +36,7 @@ def gpu_line(cfg: ProfilesConfig, profile: Profile) -> str:
         many = f"{n} x " if n > 1 else ""
         return f"{name} · {many}MIG slice {sl} · {slice_memory_gb(sl) * n} GB GPU memory, its own compute"
     if profile.gpu.kind == "time-sliced":
-        return (f"{name} · shared by time with up to {pool.sharing.replicas} others · "
+        return (f"{name} · time-sliced, up to {pool.sharing.replicas} users per GPU · "
                 f"{model.memory_gib} GB GPU memory, shared")
     many = f"{n} x " if n > 1 else ""
     return f"{many}{name} · whole GPU · {model.memory_gib * n} GB GPU memory"
@@ -62,7 +68,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool,
         "kind": profile.gpu.kind if profile.gpu else "cpu",
         "size": size_line(profile),
         "cost": f"${cost:.2f}/hour" if cost else "",
-        "idle": f"stops after {profile.idle_timeout // 60} min idle" if profile.idle_timeout else "",
+        "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
     }
     if capacity is not None:
         info.update(capacity=capacity.summary, outlook=capacity.outlook, full=capacity.full,

@@ -44,12 +44,15 @@ def cached_profiles(path: str | Path) -> ProfilesConfig:
     return _loaded[key]
 
 
-class SpawnImpossible(Exception):
-    """The pod can never run (no node could ever fit it, or its GPU check failed): stop waiting now."""
+class SpawnImpossible(web.HTTPError):
+    """Waiting is pointless: no node could ever fit the pod (409), or its GPU is not usable (503)."""
 
-    def __init__(self, message: str):
-        super().__init__(message)
+    def __init__(self, message: str, status: int = 409):
+        super().__init__(status, log_message=message, reason="Server cannot start")
         self.jupyterhub_message = message
+
+    def __str__(self) -> str:  # JupyterHub shows str(e) to the user: the sentence, not "HTTP 409: ..."
+        return self.log_message
 
 
 class ProfileNotAllowed(web.HTTPError, ValueError):
@@ -205,7 +208,20 @@ class GPUSpawner(KubeSpawner):
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
+        self.add_readiness_probe(pod)
         return self.guard_pod(pod)
+
+    def add_readiness_probe(self, pod):
+        """Ready only once Jupyter answers: the GPU health check runs before it, so a pod whose GPU is
+        missing never looks ready, and its exit message reaches the user (see is_pod_running)."""
+        from kubernetes_asyncio.client import V1HTTPGetAction, V1Probe
+
+        server = getattr(self, "server", None)
+        container = pod.spec.containers[0]
+        if container.readiness_probe is None and server is not None:
+            container.readiness_probe = V1Probe(
+                http_get=V1HTTPGetAction(path=f"{server.base_url}api", port=self.port),
+                period_seconds=2, timeout_seconds=2, failure_threshold=3)
 
     def guard_pod(self, pod):
         """Tolerate exactly the chosen pool's taints: no admin default or wildcard may let a pod (and never a
@@ -240,7 +256,7 @@ class GPUSpawner(KubeSpawner):
             return True
         failure = explain.container_failure(pod)
         if failure:
-            raise SpawnImpossible(failure)
+            raise SpawnImpossible(failure, status=503)
         profile = getattr(self, "gpu_profile", None)
         inf = GPUSpawner._informers
         if pod and profile and inf and not (pod.get("spec") or {}).get("nodeName") and any(

@@ -36,7 +36,8 @@ class Hub:
 
     def api(self, method: str, path: str, **kw) -> requests.Response:
         headers = {"Authorization": f"token {self.token}", **kw.pop("headers", {})}
-        return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kw)
+        kw.setdefault("timeout", 30)
+        return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
 
     def login(self, name: str) -> requests.Session:
         s = requests.Session()

@@ -110,6 +110,7 @@ def test_full_pool_streams_a_plain_language_pending_message(hub, cluster, namesp
     for i, node in enumerate(n.metadata.name for n in cluster.core.list_node(
             label_selector="kubernetes.azure.com/agentpool=gpuh100").items):
         hog(cluster, namespace, f"h100-hog-{i}", "gpuh100", "nvidia.com/gpu", 1)
+    hub.login("rita")  # creates rita with her groups (ml-research)
     r = hub.api("POST", "/users/rita/server", json={"profile": "h100-full"})
     assert r.status_code in (201, 202), r.text
     try:
@@ -120,13 +121,26 @@ def test_full_pool_streams_a_plain_language_pending_message(hub, cluster, namesp
         hub.stop("rita")
 
 
+def spawn_failure(hub, user: str, profile: str, status: int) -> str:
+    """The failure message of a spawn that must fail fast: in the API answer when it fails within JupyterHub's
+    slow-spawn window, else as the progress stream's last event (well before start_timeout either way)."""
+    r = hub.api("POST", f"/users/{user}/server", json={"profile": profile})
+    if r.status_code in (201, 202):
+        events = hub.progress(user, lambda e: e.get("failed"), timeout=120)
+        assert events[-1].get("failed"), events
+        message = events[-1]["message"]
+    else:
+        assert r.status_code == status, r.text
+        message = r.json()["message"]
+    hub.wait_stopped(user)
+    return message
+
+
 def test_impossible_profile_fails_fast_with_a_clear_message(hub):
-    r = hub.api("POST", "/users/rita/server", json={"profile": "h200-ghost"})
-    assert r.status_code in (201, 202), r.text
-    events = hub.progress("rita", lambda e: e.get("failed"), timeout=90)
-    assert events[-1].get("failed")
-    assert "pool (gpughost) has no nodes and cannot grow" in events[-1]["message"]
-    hub.wait_stopped("rita")
+    hub.login("rita")
+    message = spawn_failure(hub, "rita", "h200-ghost", 409)
+    assert "The H200-141GB pool (gpughost) has no nodes and cannot grow, so 'H200 (retired pool)' can never " \
+           "start. Choose another profile" in message
 
 
 def test_gpu_health_check_failure_names_the_node(hub, cluster):
@@ -136,12 +150,12 @@ def test_gpu_health_check_failure_names_the_node(hub, cluster):
     cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": "missing"}}})
     cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
     try:
-        r = hub.api("POST", "/users/bob/server", json={"profile": "t4-shared"})
-        assert r.status_code in (201, 202), r.text
-        events = hub.progress("bob", lambda e: e.get("failed"), timeout=150)
-        assert f"GPU check failed on node {broken}" in events[-1]["message"]
-        assert "driver or device plugin on that node is probably not ready" in events[-1]["message"]
-        hub.wait_stopped("bob")
+        hub.login("bob")
+        message = spawn_failure(hub, "bob", "t4-shared", 503)
+        assert f"GPU check failed on node {broken}: this server was given 1 x nvidia.com/gpu" in message
+        assert "driver or device plugin on that node is probably not ready" in message
+        # the failed server was cleaned up: no pod is left holding the GPU
+        assert not cluster.core.list_namespaced_pod("jhub", label_selector="hub.jupyter.org/username=bob").items
     finally:
         cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": None}}})
         cluster.core.patch_node(other, {"spec": {"unschedulable": False}})

@@ -51,4 +51,7 @@ def test_local_queue_in_team_namespace_and_priorities():
     assert lq["data-science"]["spec"] == {"clusterQueue": "team-data-science"}
     assert {n: o["value"] for n, o in objects("WorkloadPriorityClass").items()} == {"low": 100, "normal": 1000,
                                                                                     "high": 10000}
-    assert set(objects("PriorityClass")) == {"gpuhub-low", "gpuhub-normal", "gpuhub-high"}
+    pcs = objects("PriorityClass")
+    assert set(pcs) == {"gpuhub-low", "gpuhub-normal", "gpuhub-high"}
+    # interactive servers queue by priority but never evict someone else's running server
+    assert {pc["preemptionPolicy"] for pc in pcs.values()} == {"Never"}
