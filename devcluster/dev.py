@@ -22,6 +22,10 @@ DEMO_GROUPS = {
 }
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _say(msg: str) -> None:
     print(f"[gpuhub dev] {msg}", file=sys.stderr, flush=True)
 
@@ -57,7 +61,8 @@ def run(profiles: str | None, port: int, nodes_per_pool: int = 2) -> int:
     from gpu_spawner.spawner import EXAMPLE_PROFILES
 
     profiles_path = Path(profiles or EXAMPLE_PROFILES).resolve()
-    state = cache_root() / "dev"
+    state = Path(os.environ.get("GPUHUB_DEV_DIR") or cache_root() / "dev")
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops everything too, like Ctrl-C
     started_cluster = False
     agent = hub = None
     try:

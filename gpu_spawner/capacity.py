@@ -63,6 +63,7 @@ class PodState:
     profile: str | None
     running: bool = False
     singleuser: bool = False
+    uid: str | None = None
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
@@ -149,8 +150,12 @@ class ClusterState:
         node = spec.get("nodeName")
         pool = self.nodes[node].pool if node in self.nodes else self._pool_for_labels(spec.get("nodeSelector") or {})
         labels = meta.get("labels") or {}
-        state = PodState(node=node, pool=pool, requests=pod_requests(pod), profile=labels.get("gpuhub.io/profile"),
-                         running=phase == "Running", singleuser=labels.get("component") == "singleuser-server")
+        uid = meta.get("uid")
+        # a pod's resources do not change: parse them once per pod, not at every status update
+        requests = old.requests if old is not None and uid and old.uid == uid else pod_requests(pod)
+        state = PodState(node=node, pool=pool, requests=requests, profile=labels.get("gpuhub.io/profile"),
+                         running=phase == "Running", singleuser=labels.get("component") == "singleuser-server",
+                         uid=uid)
         self.pods[key] = state
         if node in self.nodes:
             self.nodes[node].used.update(state.requests)

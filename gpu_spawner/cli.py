@@ -95,6 +95,13 @@ def cmd_render_job(args) -> int:
     return 0
 
 
+def cmd_dev(args) -> int:
+    from devcluster import dev
+
+    _load(args.profiles) if args.profiles else None  # a bad file: exit 2 before anything starts
+    return dev.run(args.profiles, args.port, args.nodes_per_pool)
+
+
 def _later(what: str, issue: str) -> Callable[[argparse.Namespace], int]:
     def run(_args) -> int:
         raise CLIError(f"`gpuhub {what}` is not built yet: it comes with the {issue} issue.")
@@ -146,10 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("status", help="what runs, and its kubeconfig").set_defaults(run=_cluster("status"))
     csub.add_parser("down", help="stop everything `up` started").set_defaults(run=_cluster("down"))
 
-    dev = sub.add_parser("dev", help="dev cluster + JupyterHub on this machine")
-    dev.add_argument("--profiles")
-    dev.add_argument("--port", type=int, default=8000)
-    dev.set_defaults(run=_later("dev", "JupyterHub end-to-end"))
+    dev = sub.add_parser("dev", help="dev cluster + dev node agent (simulator) + JupyterHub on this machine")
+    dev.add_argument("--profiles", help="profiles file (default: the example)")
+    dev.add_argument("--port", type=int, default=8000, help="the hub's port (default 8000)")
+    dev.add_argument("--nodes-per-pool", type=int, default=2)
+    dev.set_defaults(run=cmd_dev)
     return p
 
 

@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Awaitable, Callable
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from .capacity import ClusterState
@@ -47,14 +47,7 @@ class Informer:
             try:
                 rv = await self._list()
                 while True:
-                    self.requests += 1
-                    w = watch.Watch(return_type="object")
-                    async with w.stream(self.list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
-                                        allow_watch_bookmarks=True) as stream:
-                        async for event in stream:
-                            if event["type"] != "BOOKMARK":
-                                apply(event["type"], event["raw_object"])
-                            rv = w.resource_version or rv
+                    rv = await self._watch(rv, apply)
                     delay = 0.5
             except asyncio.CancelledError:
                 raise
@@ -67,6 +60,27 @@ class Informer:
                 log.warning("watch of %s failed (%s); relisting in %.1fs", self.kind, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
+
+    async def _watch(self, rv: str, apply) -> str:
+        """One watch request, read as raw JSON lines (no model objects: this runs for every pod event of the
+        cluster, in the hub's event loop). Returns the resourceVersion to continue from."""
+        self.requests += 1
+        resp = await self.list_fn(watch=True, resource_version=rv, timeout_seconds=WATCH_SECONDS,
+                                  allow_watch_bookmarks=True, _preload_content=False)
+        try:
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                if event.get("type") != "BOOKMARK":
+                    apply(event["type"], obj)
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+        finally:
+            resp.release()
+        return rv
 
     def start(self) -> None:
         if self._task is None or self._task.done():

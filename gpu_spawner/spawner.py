@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ PROFILES_ENV = "GPUHUB_PROFILES"
 _APPENDED_LISTS = ("volumes", "volume_mounts", "tolerations")
 
 _loaded: dict[tuple[str, float], ProfilesConfig] = {}
+_recent: dict[str, tuple[float, ProfilesConfig]] = {}
+#: How often a spawner looks at the profiles file's mtime (spawns come in bursts; stat once, not per call).
+RECHECK_SECONDS = 2.0
 
 
 def profiles_path() -> Path:
@@ -36,7 +40,16 @@ def profiles_path() -> Path:
 
 def cached_profiles(path: str | Path) -> ProfilesConfig:
     """Parse once per file version: every spawner of the hub shares one model."""
-    path = Path(path)
+    now = time.monotonic()
+    recent = _recent.get(str(path))
+    if recent and now - recent[0] < RECHECK_SECONDS:
+        return recent[1]
+    cfg = _load_if_changed(Path(path))
+    _recent[str(path)] = (now, cfg)
+    return cfg
+
+
+def _load_if_changed(path: Path) -> ProfilesConfig:
     key = (str(path.resolve()), path.stat().st_mtime)
     if key not in _loaded:
         _loaded.clear()
@@ -152,6 +165,10 @@ class GPUSpawner(KubeSpawner):
     @staticmethod
     async def allowed_profile_list(spawner: "GPUSpawner") -> list[dict[str, Any]]:
         """KubeSpawner's `profile_list`: this user's profiles, with live capacity for the picker."""
+        chosen = getattr(spawner, "_loading_options", None)
+        if chosen is not None:
+            # starting a server: only the (already checked) choice matters, and no capacity is needed
+            return [picker.profile_entry(spawner.profiles, chosen, True, None)]
         allowed = spawner.allowed_profiles()
         has_default = any(p.default for p in allowed)
         state = await spawner.cluster_state()
@@ -200,7 +217,12 @@ class GPUSpawner(KubeSpawner):
         except ValueError as e:
             raise ProfileNotAllowed(str(e)) from None
         before = {k: list(getattr(self, k)) for k in _APPENDED_LISTS}
-        await super().load_user_options()
+        self._loading_options = self.gpu_profile
+        self.user_options = {**(self.user_options or {}), "profile": self.gpu_profile.slug}
+        try:
+            await super().load_user_options()
+        finally:
+            self._loading_options = None
         for key in _APPENDED_LISTS:
             added = getattr(self, key)
             if added is not before[key]:
