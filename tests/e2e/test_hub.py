@@ -117,6 +117,8 @@ def test_full_pool_streams_a_plain_language_pending_message(hub, cluster, namesp
         events = hub.progress("rita", lambda e: "in use" in e.get("message", ""))
         assert events[-1]["message"] == ("All 2 H100 NVL GPUs are in use; you are waiting for one to free up.")
         assert hub.server("rita") and not hub.server("rita")["ready"]
+        metrics = requests.get(f"{hub.url}/hub/metrics", timeout=30).text
+        assert 'gpuhub_pending_spawns{profile="h100-full"} 1.0' in metrics
     finally:
         hub.stop("rita")
 
