@@ -3,8 +3,16 @@ and the policy that under CI=true the cluster tier must really run, so a skipped
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# Tests run the project's console scripts (gpuhub, gpuhub-singleuser, gpuhub-runner, jupyterhub) the way
+# a person does; find them next to this interpreter even when the virtualenv is not activated.
+_bin = str(Path(sys.executable).parent)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
 pytest_plugins = ["devcluster.testing"]
 
