@@ -102,11 +102,24 @@ def cmd_dev(args) -> int:
     return dev.run(args.profiles, args.port, args.nodes_per_pool)
 
 
-def _later(what: str, issue: str) -> Callable[[argparse.Namespace], int]:
-    def run(_args) -> int:
-        raise CLIError(f"`gpuhub {what}` is not built yet: it comes with the {issue} issue.")
+def cmd_doctor(args) -> int:
+    from .doctor_live import DoctorError, run
 
-    return run
+    cfg = _load(args.file)
+    if args.hub_service_account != "self" and "/" not in args.hub_service_account:
+        raise CLIError(f"--hub-service-account {args.hub_service_account!r} must be NAMESPACE/NAME or self")
+    try:
+        code, table = run(cfg, args.file, args.kubeconfig, args.hub_service_account, args.hub_namespace,
+                          rbac=not args.no_rbac)
+    except FileNotFoundError as e:
+        raise CLIError(str(e)) from None
+    except DoctorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(table)
+    if code:
+        print("doctor: some checks failed (✗); each says how to fix it", file=sys.stderr)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check a live cluster against a profiles file")
     d.add_argument("file")
-    d.set_defaults(run=_later("doctor", "operations (images, deploy, doctor)"))
+    d.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    d.add_argument("--hub-service-account", default="jhub/hub", metavar="NS/NAME",
+                   help="whose permissions to check (default jhub/hub, z2jh's); `self`: the kubeconfig's user")
+    d.add_argument("--hub-namespace", help="where server pods run (default: the service account's namespace)")
+    d.add_argument("--no-rbac", action="store_true", help="skip the permission checks")
+    d.set_defaults(run=cmd_doctor)
 
     c = sub.add_parser("cluster", help="the dev cluster: real control plane, Kueue and KWOK GPU pools")
     csub = c.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -146,7 +146,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         "tolerations": podspec.tolerations(cfg, profile),
         "containers": [{
             "name": RUNNER_CONTAINER, "image": profile.image or settings.runner_image,
-            "command": ["gpuhub-runner"],
+            "args": ["gpuhub-runner"],  # args, not command: the image's tini entrypoint stays PID 1
             "env": [{"name": k, "value": v} for k, v in env.items()] + [
                 {"name": k, **v} for k, v in podspec.NODE_NAME_ENV.items()],
             "resources": {"requests": res, "limits": dict(res)},

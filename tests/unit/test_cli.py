@@ -84,9 +84,9 @@ def test_render_kueue_yaml():
                ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"))
 
 
-def test_not_yet_built_verbs_say_so():
-    r = gpuhub("doctor", EXAMPLE)
-    assert r.returncode == 2 and "comes with the" in r.stderr
+def test_doctor_without_a_kubeconfig_is_bad_input(tmp_path):
+    r = gpuhub("doctor", EXAMPLE, "--kubeconfig", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr and r.stdout == ""
 
 
 def test_usage_error_is_exit_2():

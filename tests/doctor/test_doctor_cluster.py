@@ -1,0 +1,166 @@
+"""`gpuhub doctor FILE` against the real dev cluster: healthy, then broken one way at a time (each test
+restores what it broke in the shared cluster, in a finally; "no Kueue" uses its own scratch cluster)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devcluster import cluster as dc
+from gpu_spawner.deploy import render_rbac
+from gpu_spawner.kueue import render_kueue
+from gpu_spawner.profiles import load_profiles
+from gpu_spawner.spawner import EXAMPLE_PROFILES
+
+pytestmark = pytest.mark.cluster
+
+GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100")
+
+
+def doctor(kubeconfig: Path, profiles: Path | str = EXAMPLE_PROFILES, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    return subprocess.run([sys.executable, "-m", "gpu_spawner.cli", "doctor", str(profiles), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def rows(out: str, symbol: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(symbol + " ")]
+
+
+@pytest.fixture
+def hub_rbac(cluster):
+    """deploy/rbac.yaml's objects (rendered for the example) plus the hub namespace; removed after."""
+    kube = cluster.kube()
+    objs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jhub"}}]
+    objs += render_rbac(load_profiles(EXAMPLE_PROFILES))
+    for obj in objs:
+        kube.apply(obj)
+    yield
+    for obj in reversed(objs[1:]):
+        kube.delete(obj)
+    kube.close()
+
+
+def test_healthy_dev_cluster(cluster, hub_rbac):
+    r = doctor(cluster.kubeconfig)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert rows(r.stdout, "✗") == []
+    simulated = rows(r.stdout, "~")
+    assert len(simulated) == len(GPU_POOLS) and all("device plugin" in s and "simulated" in s for s in simulated)
+    ok = "\n".join(rows(r.stdout, "✓"))
+    for pool in GPU_POOLS:
+        assert f"pool {pool}" in ok
+    assert "MIG state" in ok and "LocalQueue team-ds/data-science" in ok and "rbac" in ok
+    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS)} ~ (simulated, see the row)")
+
+
+def test_hub_service_account_without_roles(cluster):
+    r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--hub-service-account", "nowhere/hub")
+    assert r.returncode == 1 and "some checks failed" in r.stderr
+    failed = rows(r.stdout, "✗")
+    assert failed and all(" rbac " in f for f in failed)
+    assert any("nodes cluster-wide" in f and "may not get, list, watch" in f for f in failed)
+    assert "fix: kubectl apply -f deploy/rbac.yaml" in r.stdout
+
+
+def test_missing_taint(cluster):
+    node = "aks-gput4-00000001-vmss000001"
+    before = cluster.core.read_node(node).spec.taints
+    original = [{"key": t.key, "value": t.value, "effect": t.effect} for t in before]
+    cluster.core.patch_node(node, {"spec": {"taints": None}})
+    try:
+        r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac")
+        assert r.returncode == 1
+        failed = rows(r.stdout, "✗")
+        assert len(failed) == 1 and "pool gput4" in failed[0] and "taints" in failed[0]
+        assert f"{node} lacks sku=gpu:NoSchedule" in failed[0]
+        assert "fix: kubectl taint nodes -l kubernetes.azure.com/agentpool=gput4 sku=gpu:NoSchedule" in r.stdout
+    finally:
+        cluster.core.patch_node(node, {"spec": {"taints": original}})
+    assert doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac").returncode == 0
+
+
+def test_wrong_mig_layout_label_on_a_node(cluster):
+    node = "aks-gpumig-00000001-vmss000000"
+    cluster.core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb",
+                                                           "nvidia.com/mig.config.state": "failed"}}})
+    try:
+        r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac")
+        assert r.returncode == 1
+        failed = rows(r.stdout, "✗")
+        assert [f.split()[3] for f in failed] == ["MIG", "MIG"]  # layout and state, nothing else
+        assert "want nvidia.com/mig.config=all-1g.10gb" in failed[0] and f"{node}: all-3g.40gb" in failed[0]
+        assert f"{node}: failed" in failed[1]
+    finally:
+        cluster.core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb",
+                                                               "nvidia.com/mig.config.state": "success"}}})
+
+
+def test_profiles_file_with_another_mig_layout(cluster, tmp_path):
+    """The file says 3g.40gb slices, the cluster is cut into 1g.10gb: labels, allocatable and Kueue differ."""
+    data = yaml.safe_load(Path(EXAMPLE_PROFILES).read_text())
+    data["pools"]["gpumig"]["sharing"]["layout"] = "all-3g.40gb"
+    data["profiles"][2]["gpu"]["profile"] = "3g.40gb"
+    f = tmp_path / "profiles.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = doctor(cluster.kubeconfig, f, "--no-rbac")
+    assert r.returncode == 1
+    failed = "\n".join(rows(r.stdout, "✗"))
+    assert "MIG layout" in failed and "want nvidia.com/mig.config=all-3g.40gb" in failed
+    assert "nvidia.com/mig-3g.40gb=0 (want 2)" in failed and "nvidia.com/mig-1g.10gb=7 (not expected)" in failed
+    assert "ClusterQueue team-data-science" in failed
+    assert "pool gput4" not in failed
+
+
+def test_missing_local_queue(cluster):
+    cfg = load_profiles(EXAMPLE_PROFILES)
+    lq = next(o for o in render_kueue(cfg) if o["kind"] == "LocalQueue" and o["metadata"]["namespace"] == "team-mlr")
+    kube = cluster.kube()
+    kube.delete(lq)
+    try:
+        r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac")
+        assert r.returncode == 1
+        failed = rows(r.stdout, "✗")
+        assert len(failed) == 1 and "LocalQueue team-mlr/ml-research" in failed[0] and "missing" in failed[0]
+        assert f"fix: gpuhub render kueue {EXAMPLE_PROFILES} | kubectl apply --server-side -f -" in r.stdout
+    finally:
+        kube.apply(lq)
+        kube.close()
+
+
+def test_profiles_file_whose_queues_do_not_exist(cluster, tmp_path):
+    data = yaml.safe_load(Path(EXAMPLE_PROFILES).read_text())
+    data["teams"]["vision"] = {"namespace": "team-vision", "quota": {"gput4": 2}}
+    f = tmp_path / "profiles.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = doctor(cluster.kubeconfig, f, "--no-rbac")
+    assert r.returncode == 1
+    failed = rows(r.stdout, "✗")
+    assert len(failed) == 2
+    assert "ClusterQueue team-vision" in failed[0] and "LocalQueue team-vision/vision" in failed[1]
+
+
+def test_no_kueue(scratch_root):
+    """A cluster of its own whose Kueue CRDs were deleted."""
+    c = dc.up(EXAMPLE_PROFILES, {"gput4": 1}, root=scratch_root)
+    kube = c.kube()
+    crds = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+    for crd in crds:
+        if crd["spec"]["group"] == "kueue.x-k8s.io":
+            kube.delete({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                         "metadata": {"name": crd["metadata"]["name"]}})
+    kube.close()
+    r = doctor(c.kubeconfig, EXAMPLE_PROFILES, "--hub-service-account", "self")
+    assert r.returncode == 1
+    failed = rows(r.stdout, "✗")
+    kueue = [f for f in failed if " kueue " in f]
+    assert len(kueue) == 1 and "Kueue is not installed: missing CRDs" in kueue[0]
+    assert "install Kueue v0.19" in r.stdout
+    # the pools it has are fine; the pools it lacks cannot scale from zero only where the file says so
+    assert not [f for f in failed if "pool gput4" in f]
+    assert any("pool system" in f and "min_nodes is 1" in f for f in failed)
+    assert not [f for f in failed if " rbac " in f]  # the admin's own identity may do everything

@@ -1,0 +1,256 @@
+"""deploy/: the z2jh values, RBAC, NetworkPolicies, AKS node pools and NVIDIA configs. The generated files
+must equal what the example profiles file renders now (regenerate: python -m gpu_spawner.deploy)."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_spawner import deploy
+from gpu_spawner.culler import SCOPES as CULLER_SCOPES
+from gpu_spawner.culler import SERVICE_NAME as CULLER
+from gpu_spawner.jobs_service import SERVICE_NAME as GPU_JOBS
+from gpu_spawner.profiles import load_profiles
+from gpu_spawner.spawner import EXAMPLE_PROFILES
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+EXAMPLE_REL = "gpu_spawner/examples/profiles.yaml"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_profiles(EXAMPLE_PROFILES)
+
+
+def docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+@pytest.mark.parametrize("name", deploy.GENERATED)
+def test_generated_files_are_current(cfg, name):
+    want = deploy.generated_files(cfg, EXAMPLE_REL)[name]
+    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run python -m gpu_spawner.deploy"
+
+
+@pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml",
+                                  "nvidia-device-plugin-config.yaml", "mig-parted-config.yaml"])
+def test_yaml_parses(name):
+    assert docs(name)
+
+
+def test_rbac_is_the_minimal_set(cfg):
+    objs = docs("rbac.yaml")
+    rules = {}
+    for o in objs:
+        if o["kind"] in ("Role", "ClusterRole"):
+            ns = o["metadata"].get("namespace")
+            for r in o["rules"]:
+                assert len(r["apiGroups"]) == 1 and len(r["resources"]) == 1
+                assert "*" not in r["verbs"] + r["resources"] + r["apiGroups"]
+                rules[(ns, r["apiGroups"][0], r["resources"][0])] = set(r["verbs"])
+    read = {"get", "list", "watch"}
+    assert rules == {
+        (None, "", "nodes"): read,
+        (None, "", "pods"): read,
+        (None, "kueue.x-k8s.io", "clusterqueues"): read,
+        ("jhub", "", "pods"): read | {"create", "delete"},
+        ("jhub", "", "events"): read,
+        **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
+            (ns, "batch", "jobs"): read | {"create", "delete"},
+            (ns, "", "configmaps"): {"get", "create", "delete"},
+            (ns, "", "persistentvolumeclaims"): {"get", "create", "delete"},
+            (ns, "", "pods/log"): {"get"},
+            (ns, "kueue.x-k8s.io", "workloads"): read,
+            (ns, "kueue.x-k8s.io", "localqueues"): read,
+        }.items()},
+    }
+    # nothing may write secrets, nodes, RBAC or anything cluster-wide
+    assert not any(ns is None and verbs - read for (ns, _, _), verbs in rules.items())
+    assert not any(res in ("secrets", "roles", "rolebindings", "clusterroles") for (_, _, res) in rules)
+
+
+def test_rbac_binds_every_role_to_the_hub_service_account():
+    objs = docs("rbac.yaml")
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs
+             if o["kind"] in ("Role", "ClusterRole")}
+    bound = set()
+    for o in objs:
+        if o["kind"].endswith("Binding"):
+            assert o["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+            bound.add((o["roleRef"]["kind"], o["metadata"].get("namespace"), o["roleRef"]["name"]))
+    assert bound == roles
+
+
+def test_rbac_rendered_for_other_namespaces(cfg):
+    objs = deploy.render_rbac(cfg, hub_namespace="hub-prod", service_account="jh")
+    assert {o["metadata"].get("namespace") for o in objs} == {None, "hub-prod", "team-ds", "team-mlr"}
+    assert all(o["subjects"][0] == {"kind": "ServiceAccount", "name": "jh", "namespace": "hub-prod"}
+               for o in objs if "subjects" in o)
+
+
+def test_values_wire_gpuspawner_profiles_services_and_roles():
+    v = docs("values.yaml")[0]
+    hub = v["hub"]
+    config = hub["extraConfig"]["00-jupyterhub-gpu"]
+    assert 'c.JupyterHub.spawner_class = "gpu_spawner.spawner.GPUSpawner"' in config
+    from gpu_spawner.spawner import GPUSpawner
+
+    assert GPUSpawner.__module__ == "gpu_spawner.spawner"
+    compile(config, "extraConfig", "exec")
+    # the profiles file: a ConfigMap mounted read-only where $GPUHUB_PROFILES points
+    vol = next(x for x in hub["extraVolumes"] if x["name"] == "gpuhub-profiles")
+    mount = next(x for x in hub["extraVolumeMounts"] if x["name"] == "gpuhub-profiles")
+    assert vol["configMap"]["name"] == "gpuhub-profiles" and mount["readOnly"]
+    assert hub["extraEnv"]["GPUHUB_PROFILES"] == mount["mountPath"] + "/profiles.yaml"
+    # services: the names the code registers, reachable through the hub Service
+    ports = {p["name"]: p["port"] for p in hub["service"]["extraPorts"]}
+    assert ports == {GPU_JOBS: 10101, CULLER: 10102}
+    assert f'"http://hub:{ports[GPU_JOBS]}"' in config and f'"http://hub:{ports[CULLER]}"' in config
+    roles = hub["loadRoles"]
+    assert roles[f"{GPU_JOBS}-service"] == {"scopes": ["read:users"], "services": [GPU_JOBS]}
+    assert roles[f"{CULLER}-role"]["scopes"] == CULLER_SCOPES and roles[f"{CULLER}-role"]["services"] == [CULLER]
+    assert f"access:services!service={GPU_JOBS}" in roles["user"]["scopes"]
+    assert v["cull"]["enabled"] is False  # our culler, not z2jh's
+    assert v["singleuser"]["cmd"] == "gpuhub-singleuser"
+
+
+def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
+    """The extraConfig snippet, executed as z2jh would: it must set the spawner and both services."""
+    from traitlets.config import Config
+
+    monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
+    c = Config()
+    exec(docs("values.yaml")[0]["hub"]["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
+    assert c.JupyterHub.spawner_class == "gpu_spawner.spawner.GPUSpawner"
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    assert services[GPU_JOBS]["url"] == "http://hub:10101" and "--url" in services[GPU_JOBS]["command"]
+    assert services[CULLER]["url"] == "http://hub:10102"
+    assert services[CULLER]["environment"]["GPUHUB_CULLER_IP"] == "0.0.0.0"
+
+
+def test_networkpolicy_admits_only_the_proxy_to_the_services(cfg):
+    pols = docs("networkpolicy.yaml")
+    hub = next(p for p in pols if p["metadata"]["name"] == "gpuhub-hub-services")
+    assert hub["spec"]["podSelector"]["matchLabels"]["component"] == "hub"
+    (rule,) = hub["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}]
+    assert sorted(p["port"] for p in rule["ports"]) == [10101, 10102]
+    jobs = [p for p in pols if p["metadata"]["name"] == "gpuhub-jobs-no-ingress"]
+    assert {p["metadata"]["namespace"] for p in jobs} == {t.namespace for t in cfg.teams.values()}
+    assert all(p["spec"]["ingress"] == [] for p in jobs)
+
+
+def test_aks_script_creates_the_example_pools(cfg):
+    text = (DEPLOY / "aks-nodepools.sh").read_text()
+    cmds = [shlex.split(c.replace("\\\n", " ")) for c in text.split("\n\n") if "az aks nodepool add" in c]
+    by_name = {}
+    for block in cmds:
+        argv = block[block.index("az"):]
+        by_name[argv[argv.index("--name") + 1]] = argv
+    assert set(by_name) == {n for n, p in cfg.pools.items() if p.is_gpu}  # the system pool comes with the cluster
+    for name, argv in by_name.items():
+        pool = cfg.pools[name]
+        assert argv[argv.index("--node-vm-size") + 1] == pool.instance_type
+        assert argv[argv.index("--node-taints") + 1] == "sku=gpu:NoSchedule"
+        assert argv[argv.index("--max-count") + 1] == str(pool.max_nodes)
+        assert argv[argv.index("--gpu-driver") + 1] == "none"
+        labels = argv[argv.index("--labels") + 1:]
+        assert f"nvidia.com/device-plugin.config={name}" in labels
+        assert ("--priority" in argv) == pool.spot
+    assert "nvidia.com/mig.config=all-1g.10gb" in by_name["gpumig"]
+    assert by_name["spota100"][by_name["spota100"].index("--priority") + 1] == "Spot"
+    assert "kubernetes.azure.com/scalesetpriority" not in text  # AKS adds the spot taint itself
+
+
+def test_device_plugin_config_matches_the_pools(cfg):
+    (cm,) = docs("nvidia-device-plugin-config.yaml")
+    entries = {k: yaml.safe_load(v) for k, v in cm["data"].items()}
+    assert set(entries) == {n for n, p in cfg.pools.items() if p.is_gpu}
+    ts = entries["gput4"]["sharing"]["timeSlicing"]
+    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert ts["renameByDefault"] is False and ts["failRequestsGreaterThanOne"] is True
+    assert entries["gpumig"]["flags"]["migStrategy"] == "mixed"
+    assert entries["gpuh100"] == {"version": "v1", "flags": {"migStrategy": "none"}}
+
+
+def test_mig_parted_config_matches_the_layout(cfg):
+    (cm,) = docs("mig-parted-config.yaml")
+    configs = yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"]
+    pool = cfg.pools["gpumig"]
+    assert configs[pool.mig_config_name()] == [{"devices": "all", "mig-enabled": True,
+                                                "mig-devices": {"1g.10gb": 7}}]
+    assert sum(pool.slots_per_node().values()) == sum(configs[pool.mig_config_name()][0]["mig-devices"].values())
+
+
+def test_custom_mig_layout_and_rename(cfg):
+    data = yaml.safe_load(Path(EXAMPLE_PROFILES).read_text())
+    data["pools"]["gpumig"]["sharing"]["layout"] = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    data["pools"]["gput4"]["sharing"]["rename_by_default"] = True
+    data["profiles"] = [p for p in data["profiles"] if p["slug"] != "a100-mig-1g10gb"]
+    from gpu_spawner.validation import parse_profiles_text
+
+    other = parse_profiles_text(yaml.safe_dump(data, sort_keys=False))
+    configs = deploy.mig_parted_configs(other)["mig-configs"]
+    name = other.pools["gpumig"].mig_config_name()
+    assert name.startswith("custom-") and configs[name][0]["mig-devices"] == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert deploy.device_plugin_entry(other.pools["gput4"])["sharing"]["timeSlicing"]["renameByDefault"] is True
+    assert f"nvidia.com/mig.config={name}" in deploy.render_aks_script(other)
+
+
+# ---------------------------------------------------------------------------------------------- docs
+def test_every_model_field_is_documented():
+    from gpu_spawner import refdoc
+
+    assert refdoc.undocumented() == []
+
+
+def test_profiles_reference_is_current():
+    from gpu_spawner import refdoc
+
+    docs = ROOT / "docs"
+    assert (docs / "profiles-reference.md").read_text() == refdoc.standalone(), \
+        "docs/profiles-reference.md is stale: run python -m gpu_spawner.refdoc"
+    guide = (docs / "admin-guide.md").read_text()
+    assert refdoc.splice(guide) == guide, "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.refdoc"
+
+
+def test_reference_names_every_field_with_type_and_default():
+    from gpu_spawner import refdoc
+
+    text = refdoc.reference()
+    for _, model, _ in refdoc.SECTIONS:
+        for name, field in model.model_fields.items():
+            if not field.exclude:
+                assert f"| `{name}` |" in text
+    assert "| `idle_timeout` | duration" in text and "| `memory` | memory quantity (`8Gi`, `512Mi`) | `4Gi` |" in text
+    assert "| `replicas` | integer | **required** | ≥ 2, ≤ 64 |" in text
+    assert "| `cohort` | DNS label |" in text
+
+
+def test_docs_exist_and_link_what_exists():
+    import re
+
+    for name in ("admin-guide.md", "user-guide.md", "troubleshooting.md", "profiles-reference.md"):
+        text = (ROOT / "docs" / name).read_text()
+        for target in re.findall(r"\]\((\.\./[^)#]+)\)", text):
+            assert (ROOT / "docs" / target).resolve().exists(), f"docs/{name} links to missing {target}"
+    trouble = (ROOT / "docs" / "troubleshooting.md").read_text()
+    for symptom in ("Pending", "Running without a GPU", "Non-GPU pods on GPU nodes", "idle GPUs", "spot eviction"):
+        assert symptom in trouble
+
+
+def test_singleuser_may_reach_the_services_through_the_proxy():
+    v = docs("values.yaml")[0]
+    (rule,) = v["singleuser"]["networkPolicy"]["egress"]
+    assert rule["to"] == [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_kernels_find_gpu_jobs_through_the_proxy():
+    service_url = pytest.importorskip("extension.client", reason="the %gpu_submit client is not there yet").service_url
+    env = docs("values.yaml")[0]["singleuser"]["extraEnv"]
+    url = service_url({**env, "JUPYTERHUB_API_URL": "http://hub:8081/hub/api"})
+    assert url == f"http://proxy-public/services/{GPU_JOBS}/"
