@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .gpus import GPU_MODELS, MIG_PROFILE_RE, mig_layout_problems
+from .gpus import GPU_MODELS, mig_layout_problems
 from .profiles import (
     DNS_LABEL,
     MIGSharing,
