@@ -78,6 +78,7 @@ def test_forged_form_post_is_refused_and_creates_nothing(hub, cluster):
 
 
 def test_forged_api_request_is_refused(hub, cluster):
+    hub.login("alice")  # alice exists, with her groups, whatever ran before
     r = hub.api("POST", "/users/alice/server", json={"profile": "h100-full"})
     assert r.status_code == 403, r.text
     r = hub.api("POST", "/users/alice/server", json={"profile": "cpu", "image": "evil/miner"})
