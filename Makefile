@@ -15,9 +15,11 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser).
+# Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser), and
+# Debian's Prometheus for the culler tests (tests/culler scrape a DCGM-format exporter with it).
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 
 install: $(VENV)/.installed node_modules/.installed system-deps
 

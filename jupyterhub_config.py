@@ -14,3 +14,14 @@ c.GPUSpawner.profiles_file = profiles_file
 # Servers are pods: give them time to be scheduled onto a (possibly scaling) GPU pool.
 c.GPUSpawner.start_timeout = 600
 c.GPUSpawner.http_timeout = 120
+
+# The `gpu-jobs` hub service behind `%gpu_submit` (users reach it with their own hub token).
+from gpu_spawner.jobs_service.hub import DEFAULT_PORT, configure as configure_gpu_jobs  # noqa: E402
+
+configure_gpu_jobs(c, profiles_file, port=int(__import__("os").environ.get("GPUHUB_JOBS_PORT", DEFAULT_PORT)))
+
+# Idle culling that understands GPUs (gpu_spawner/culler): a hub service with exactly the scopes it needs
+# (list:users, read:users:activity, read:servers, delete:servers). Options from GPUHUB_CULLER_* env vars.
+from gpu_spawner.culler import configure as configure_culler  # noqa: E402
+
+configure_culler(c, profiles_file)

@@ -26,6 +26,8 @@ log = logging.getLogger("gpuhub.dev-agent")
 SIMULATED_LABEL = "gpuhub.io/simulated"
 #: Pods the agent runs (KWOK leaves their status alone; see components.DEV_AGENT_LABEL).
 DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
+#: Pods of `%gpu_submit` Jobs (gpu_spawner.jobs.JOB_LABEL): their mounts are mapped to local folders.
+JOB_LABEL = "gpuhub.io/job"
 #: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
 IP_PREFIX = "127.11"
 #: Set on a node to simulate a GPU the device plugin advertises but the container cannot see.
@@ -38,6 +40,7 @@ class Running:
     proc: asyncio.subprocess.Process
     log_path: Path
     termination_log: Path
+    deleting: bool = False
 
 
 def _now() -> str:
@@ -85,6 +88,17 @@ def container_env(pod: dict, container: dict) -> dict[str, str]:
         elif ref := ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
             env[e["name"]] = fields.get(ref, "")
     return env
+
+
+def rewrite_paths(env: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
+    """Env values that are paths inside a mount, pointed at the mount's local folder (longest mount wins)."""
+    out = {}
+    for k, v in env.items():
+        for mount in sorted(mounts, key=len, reverse=True):
+            if v == mount or v.startswith(mount.rstrip("/") + "/"):
+                out[k] = str(mounts[mount]) + v[len(mount.rstrip("/")):]
+                break
+    return out
 
 
 class DevNodeAgent:
@@ -173,6 +187,9 @@ class DevNodeAgent:
             env["JUPYTERHUB_SERVICE_URL"] = f"http://{ip}:{port.group(1) if port else 8888}/"
         home = self.home_for(pod)
         env.update(HOME=str(home), GPUHUB_DEV_AGENT="1")
+        if (pod["metadata"].get("labels") or {}).get(JOB_LABEL):
+            mounts = await self.map_mounts(key, pod, container, home)
+            env.update(rewrite_paths({k: v for k, v in container_env(pod, container).items()}, mounts))
         logs = self.state_dir / "pods"
         logs.mkdir(parents=True, exist_ok=True)
         safe = key.replace("/", "_")
@@ -189,6 +206,51 @@ class DevNodeAgent:
         log.info("%s started %s (pid %s): %s", BANNER, key, proc.pid, " ".join(cmd))
         asyncio.create_task(self._report_exit(key, pod))
         asyncio.create_task(self.wait_ready(key, pod, ip))
+
+    async def map_mounts(self, key: str, pod: dict, container: dict, home: Path) -> dict[str, Path]:
+        """A GPU Job's mounts as local folders: the user's claim is their dev home (so subPath
+        `gpu-jobs` → ~/gpu-jobs, `checkpoints/<job>` → ~/checkpoints/<job>), a ConfigMap's items are
+        written to files (the notebook snapshot), an emptyDir is a scratch folder."""
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+        base = self.state_dir / "pods" / key.replace("/", "_")
+        out: dict[str, Path] = {}
+        for m in container.get("volumeMounts") or []:
+            vol = volumes.get(m["name"]) or {}
+            if "persistentVolumeClaim" in vol:
+                path = home / m.get("subPath", "")
+            elif "configMap" in vol:
+                path = base / "volumes" / m["name"]
+                await self.write_config_map(pod["metadata"]["namespace"], vol["configMap"], path)
+            elif "emptyDir" in vol:
+                path = base / "volumes" / m["name"]
+            else:
+                continue
+            path.mkdir(parents=True, exist_ok=True)
+            out[m["mountPath"]] = path
+        return out
+
+    async def write_config_map(self, namespace: str, source: dict, folder: Path, tries: int = 20) -> None:
+        import base64
+
+        for _ in range(tries):
+            try:
+                cm = await self.api.read_namespaced_config_map(source["name"], namespace)
+                break
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+                await asyncio.sleep(0.5)
+        else:
+            log.warning("%s ConfigMap %s/%s not found", BANNER, namespace, source["name"])
+            return
+        data = {k: v.encode() for k, v in (cm.data or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        folder.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            if item["key"] in data:
+                (folder / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (folder / item["path"]).write_bytes(data[item["key"]])
 
     async def _report_exit(self, key: str, pod: dict) -> None:
         run = self.running[key]
@@ -212,6 +274,36 @@ class DevNodeAgent:
         }}
         await self.patch_status(key, status["status"])
         log.info("%s %s exited %s → %s", BANNER, key, code, phase)
+        if run.deleting:  # like a kubelet: final status first, then the pod object goes
+            ns, pod_name = key.split("/", 1)
+            try:
+                await self.api.delete_namespaced_pod(pod_name, ns, grace_period_seconds=0)
+            except client.ApiException as e:
+                if e.status != 404:
+                    log.warning("%s could not delete %s: %s", BANNER, key, e.reason)
+            self.running.pop(key, None)
+
+    def terminate(self, key: str, grace: int) -> None:
+        """A Job pod being deleted (eviction, preemption, cancel): SIGTERM, SIGKILL after the grace
+        period; `_report_exit` then reports how it ended and removes the pod, as a kubelet would."""
+        run = self.running[key]
+        if run.deleting or run.proc.returncode is not None:
+            return
+        run.deleting = True
+        try:
+            os.killpg(run.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+
+        def kill():
+            if run.proc.returncode is None:
+                try:
+                    os.killpg(run.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+        asyncio.get_running_loop().call_later(max(1, int(grace)), kill)
+        log.info("%s terminating %s (grace %s s)", BANNER, key, grace)
 
     def stop(self, key: str) -> None:
         run = self.running.pop(key, None)
@@ -225,6 +317,10 @@ class DevNodeAgent:
     async def handle(self, kind: str, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
         key = f"{meta['namespace']}/{meta['name']}"
+        if kind != "DELETED" and meta.get("deletionTimestamp") and (meta.get("labels") or {}).get(JOB_LABEL) \
+                and isinstance(self.running.get(key), Running):
+            self.terminate(key, meta.get("deletionGracePeriodSeconds") or 30)
+            return
         if kind == "DELETED" or meta.get("deletionTimestamp"):
             self.stop(key)
             return

@@ -51,6 +51,7 @@ class HubSettings:
     admin_users: tuple[str, ...] = ("admin",)
     api_tokens: dict[str, str] = field(default_factory=dict)  # service name → token (tests)
     extra: str = ""  # more config lines (tests)
+    jobs_port: int | None = None  # the gpu-jobs service (default: a free port)
 
     @property
     def url(self) -> str:
@@ -85,8 +86,8 @@ c.JupyterHub.authenticator_class = "gpu_spawner.devauth.DevAuthenticator"
 c.DevAuthenticator.groups_file = {str(groups)!r}
 c.Authenticator.admin_users = {set(s.admin_users)!r}
 c.JupyterHub.authenticate_prometheus = False
-c.JupyterHub.services = {services!r}
-c.JupyterHub.load_roles = {roles!r}
+c.JupyterHub.services = list(c.JupyterHub.services) + {services!r}  # the repo's services stay
+c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + {roles!r}
 c.GPUSpawner.namespace = {NAMESPACE!r}
 c.GPUSpawner.cmd = ["gpuhub-singleuser"]
 c.GPUSpawner.image = "jupyterhub-gpu/singleuser:dev-simulated"
@@ -97,6 +98,15 @@ c.GPUSpawner.events_enabled = True
 # pods the dev node agent (SIMULATOR) runs as local processes; KWOK leaves their status to it
 c.GPUSpawner.extra_labels = {{"gpuhub.io/dev-agent": "run"}}
 c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
+# the gpu-jobs service in dev mode: Job pods run by the dev agent (SIMULATOR), logs from its files
+from gpu_spawner.jobs_service.hub import configure as _configure_gpu_jobs
+_configure_gpu_jobs(c, {str(s.profiles)!r}, port={s.jobs_port or free_port()},
+                    environment={{"KUBECONFIG": {str(s.kubeconfig)!r}, "GPUHUB_PROFILES": {str(s.profiles)!r}}},
+                    args=["--dev", "--dev-state", {str(s.state_dir)!r}],
+                    url_for_servers={s.url + "/services/gpu-jobs/"!r})
+# the GPU-aware culler, on a free port (several dev hubs may run at once in tests)
+from gpu_spawner.culler import configure as _configure_culler
+_configure_culler(c, {str(s.profiles)!r}, port={free_port()})
 {s.extra}
 ''')
     return path

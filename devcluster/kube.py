@@ -77,7 +77,7 @@ class Kube:
                 resp = conn.getresponse()
                 raw = resp.read()
                 break
-            except (http.client.HTTPException, ConnectionError):
+            except (http.client.HTTPException, ConnectionError, ssl.SSLError):  # a stale keep-alive connection
                 conn.close()
                 self._local.conn = None
                 if attempt == 2:

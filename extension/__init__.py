@@ -1,11 +1,15 @@
 """jupyterhub-gpu, notebook side: the IPython extension behind `%gpu_submit` (load with `%load_ext extension`).
 
-The magics arrive with the %gpu_submit issue; loading the extension today registers nothing.
+Registers `%gpu_submit`, `%gpu_jobs`, `%gpu_logs` and `%gpu_cancel` (see extension/magic.py); they talk
+only to the `gpu-jobs` hub service, with the user's own hub token.
 """
 
 
-def load_ipython_extension(ipython):  # noqa: ARG001 - IPython's extension entry point
+def load_ipython_extension(ipython):
     """Called by `%load_ext extension`."""
+    from .magic import GPUMagics
+
+    ipython.register_magics(GPUMagics)
 
 
 def unload_ipython_extension(ipython):  # noqa: ARG001

@@ -1,0 +1,127 @@
+"""The notebook side's only way out: the `gpu-jobs` hub service, called with the user's own hub token
+($JUPYTERHUB_API_TOKEN). No Kubernetes credentials live in the kernel."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import requests
+
+SERVICE = "gpu-jobs"
+
+
+class JobsError(RuntimeError):
+    """The service refused or could not be reached; the message is for the user."""
+
+
+def service_url(env: dict | None = None) -> str:
+    """$GPUHUB_JOBS_URL (set by the hub config), else the hub's public URL + /services/gpu-jobs/."""
+    env = os.environ if env is None else env
+    if env.get("GPUHUB_JOBS_URL"):
+        return env["GPUHUB_JOBS_URL"].rstrip("/") + "/"
+    if env.get("JUPYTERHUB_PUBLIC_URL"):
+        return env["JUPYTERHUB_PUBLIC_URL"].rstrip("/") + f"/services/{SERVICE}/"
+    api = env.get("JUPYTERHUB_API_URL", "")
+    if api.endswith("/hub/api"):
+        return api[: -len("/hub/api")] + f"/services/{SERVICE}/"
+    raise JobsError("cannot find the gpu-jobs service: this kernel is not running under JupyterHub "
+                    "(no $GPUHUB_JOBS_URL or $JUPYTERHUB_API_URL)")
+
+
+@dataclass
+class Notebook:
+    path: str           # path as the Jupyter server knows it (relative to its root)
+    content: dict
+    saved_at: float | None
+    source: str         # where it was read from, for messages
+
+
+def current_notebook_path(env: dict | None = None) -> str | None:
+    """The kernel's notebook: jupyter_server (2+) puts the session's path in $JPY_SESSION_NAME."""
+    env = os.environ if env is None else env
+    path = env.get("JPY_SESSION_NAME") or ""
+    return path if path.endswith(".ipynb") else None
+
+
+def read_notebook(path: str, env: dict | None = None) -> Notebook:
+    """The saved notebook: from the Jupyter server's contents API (this user's server, same token), else
+    from disk next to the kernel (its working folder is the notebook's folder)."""
+    env = os.environ if env is None else env
+    server, token = env.get("JUPYTERHUB_SERVICE_URL"), env.get("JUPYTERHUB_API_TOKEN")
+    if server and token and not os.path.isabs(path):
+        try:
+            r = requests.get(f"{server.rstrip('/')}/api/contents/{quote(path)}", params={"content": "1"},
+                             headers={"Authorization": f"token {token}"}, timeout=15)
+            if r.ok:
+                model = r.json()
+                from datetime import datetime
+                saved = datetime.fromisoformat(model["last_modified"].replace("Z", "+00:00")).timestamp()
+                return Notebook(path, model["content"], saved, "the Jupyter server")
+        except (requests.RequestException, ValueError, KeyError):
+            pass
+    for candidate in (Path(path), Path.cwd() / Path(path).name, Path.home() / path):
+        if candidate.is_file():
+            return Notebook(path, json.loads(candidate.read_text()), candidate.stat().st_mtime, str(candidate))
+    raise JobsError(f"cannot read the notebook {path!r}; save it first, or pass --notebook PATH")
+
+
+def saved_note(nb: Notebook, now: float | None = None) -> str:
+    """What the user must know: the last SAVED version is what runs."""
+    if nb.saved_at is None:
+        return f"Submitting {nb.path} as saved on disk. Unsaved edits are not included."
+    ago = max(0, int((now or time.time()) - nb.saved_at))
+    when = f"{ago} s ago" if ago < 120 else f"{ago // 60} min ago"
+    return (f"Submitting {nb.path} as last saved ({when}). Unsaved edits in the editor are NOT included: "
+            "save (Ctrl+S) and submit again if you changed it since.")
+
+
+class JobsClient:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30):
+        self.url = (url or service_url()).rstrip("/") + "/"
+        self.token = token or os.environ.get("JUPYTERHUB_API_TOKEN")
+        if not self.token:
+            raise JobsError("no $JUPYTERHUB_API_TOKEN: %gpu_submit works inside a JupyterHub server")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, **kw) -> requests.Response:
+        try:
+            r = requests.request(method, self.url + path, headers={"Authorization": f"token {self.token}"},
+                                 timeout=self.timeout, **kw)
+        except requests.RequestException as e:
+            raise JobsError(f"the gpu-jobs service is not reachable at {self.url}: {e}") from None
+        if r.status_code >= 400:
+            try:
+                message = r.json().get("message") or r.reason
+            except ValueError:
+                message = r.text[:300] or r.reason
+            raise JobsError(f"{message} (HTTP {r.status_code})")
+        return r
+
+    def profiles(self) -> dict:
+        return self._call("GET", "profiles").json()
+
+    def submit(self, profile: str, notebook_path: str, notebook: dict, parameters: dict | None = None,
+               priority: str | None = None, timeout: str | int | None = None) -> dict:
+        body = {"profile": profile, "notebook_path": notebook_path, "notebook": notebook,
+                "parameters": parameters or {}}
+        if priority:
+            body["priority"] = priority
+        if timeout:
+            body["timeout"] = timeout
+        return self._call("POST", "jobs", json=body).json()
+
+    def jobs(self, everyone: bool = False) -> list[dict]:
+        return self._call("GET", "jobs", params={"all": "1"} if everyone else None).json()["jobs"]
+
+    def job(self, name: str) -> dict:
+        return self._call("GET", f"jobs/{name}").json()
+
+    def logs(self, name: str, tail: int = 65536) -> str:
+        return self._call("GET", f"jobs/{name}/logs", params={"tail": str(tail)}).text
+
+    def cancel(self, name: str) -> dict:
+        return self._call("DELETE", f"jobs/{name}").json()

@@ -1,0 +1,169 @@
+"""`%gpu_submit`, `%gpu_jobs`, `%gpu_logs`, `%gpu_cancel`: send the current notebook as a queued GPU Job.
+
+  %gpu_submit                                   a form: profile, parameters, priority, timeout, Submit
+  %gpu_submit --profile a100-mig-1g10gb --param epochs=10 --param lr=0.001 --priority high --timeout 2h
+  %gpu_jobs [--all]                             your jobs, with live status widgets for unfinished ones
+  %gpu_logs JOB [--tail BYTES]                  the job's log
+  %gpu_cancel JOB                               cancel it (its pods stop; checkpoints stay)
+What runs is the notebook as last SAVED (the kernel cannot see unsaved edits; the magic says so).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import shlex
+from typing import Any
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from .client import JobsClient, JobsError, current_notebook_path, read_notebook, saved_note
+
+
+class UsageError(ValueError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
+
+
+def parse_value(text: str) -> Any:
+    """`10` → 10, `0.1` → 0.1, `[1,2]` → list, `True` → True, `'a'` → 'a', anything else → the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_submit_args(line: str) -> dict[str, Any]:
+    """The arguments of `%gpu_submit` (pure). No --profile means: show the form."""
+    p = _Parser(prog="%gpu_submit", add_help=False)
+    p.add_argument("--profile")
+    p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--priority")
+    p.add_argument("--timeout")
+    p.add_argument("--notebook", help="notebook path (default: this kernel's notebook)")
+    p.add_argument("--wait", action="store_true", help="block until the job finishes")
+    try:
+        a = p.parse_args(shlex.split(line))
+    except ValueError as e:  # shlex: unbalanced quotes
+        raise UsageError(f"%gpu_submit: {e}") from None
+    params = {}
+    for item in a.param:
+        if "=" not in item:
+            raise UsageError(f"%gpu_submit: --param {item!r}: write --param name=value")
+        k, v = item.split("=", 1)
+        params[k.strip()] = parse_value(v.strip())
+    return {"profile": a.profile, "parameters": params, "priority": a.priority, "timeout": a.timeout,
+            "notebook": a.notebook, "wait": a.wait}
+
+
+@magics_class
+class GPUMagics(Magics):
+    client_factory = JobsClient
+
+    def _client(self) -> JobsClient:
+        return self.client_factory()
+
+    def _say(self, text: str, error: bool = False) -> None:
+        from IPython.display import HTML, display
+        import html
+        color = "#cf222e" if error else "#57606a"
+        display(HTML(f"<div style='color:{color}'>{html.escape(text)}</div>"))
+
+    def submit(self, client: JobsClient, profile: str, parameters: dict, priority: str | None, timeout: str | None,
+               notebook: str | None = None):
+        from .widgets import StatusWidget
+
+        path = notebook or current_notebook_path()
+        if not path:
+            raise JobsError("cannot tell which notebook this kernel belongs to ($JPY_SESSION_NAME is not set); "
+                            "pass --notebook PATH")
+        nb = read_notebook(path)
+        note = saved_note(nb)
+        status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout)
+        return StatusWidget(client, status["name"], status), note + f" Job {status['name']} submitted."
+
+    @line_magic
+    def gpu_submit(self, line: str = ""):
+        from IPython.display import display
+
+        try:
+            args = parse_submit_args(line)
+            client = self._client()
+            if not args["profile"]:
+                from .widgets import SubmitForm
+
+                form = SubmitForm(client, lambda **kw: self.submit(client, notebook=args["notebook"], **kw),
+                                  defaults=args)
+                display(form)
+                return form
+            widget, note = self.submit(client, args["profile"], args["parameters"], args["priority"],
+                                       args["timeout"], args["notebook"])
+        except (UsageError, JobsError) as e:
+            self._say(str(e), error=True)
+            return None
+        self._say(note)
+        display(widget)
+        if args["wait"]:
+            from .widgets import wait_final
+            wait_final(widget, 7 * 24 * 3600)
+        return widget
+
+    @line_magic
+    def gpu_jobs(self, line: str = ""):
+        import html
+
+        import ipywidgets as w
+        from IPython.display import display
+
+        from .widgets import FINAL, StatusWidget
+
+        try:
+            jobs = self._client().jobs(everyone="--all" in line.split())
+        except JobsError as e:
+            self._say(str(e), error=True)
+            return None
+        if not jobs:
+            self._say("no GPU jobs; submit this notebook with %gpu_submit")
+            return []
+        client = self._client()
+        rows = []
+        for j in jobs:
+            if j.get("state") in FINAL:
+                rows.append(w.HTML(f"<b>{html.escape(j['name'])}</b>: {html.escape(j['state'])} — "
+                                   f"{html.escape(j.get('message') or '')} ({html.escape(str(j.get('notebook')))})"))
+            else:
+                rows.append(StatusWidget(client, j["name"], j).box)
+        display(w.VBox(rows))
+        return jobs
+
+    @line_magic
+    def gpu_logs(self, line: str = ""):
+        parts = shlex.split(line)
+        if not parts:
+            self._say("usage: %gpu_logs JOB [--tail BYTES]", error=True)
+            return None
+        tail = int(parts[parts.index("--tail") + 1]) if "--tail" in parts else 65536
+        try:
+            text = self._client().logs(parts[0], tail)
+        except JobsError as e:
+            self._say(str(e), error=True)
+            return None
+        print(text)
+        return None
+
+    @line_magic
+    def gpu_cancel(self, line: str = ""):
+        name = line.strip()
+        if not name:
+            self._say("usage: %gpu_cancel JOB", error=True)
+            return None
+        try:
+            self._client().cancel(name)
+        except JobsError as e:
+            self._say(str(e), error=True)
+            return None
+        self._say(f"cancelled {name}; its checkpoints stay in ~/checkpoints/{name}")
+        return None

@@ -1,0 +1,227 @@
+"""ipywidgets for `%gpu_submit`: the submit form and a status widget that updates itself.
+
+`view(status)` is the status widget's state machine as a pure function (unit-tested with real job
+status dicts from the service): what to show and whether to keep polling.
+"""
+from __future__ import annotations
+
+import html
+import os
+import threading
+import time
+from typing import Any, Callable
+
+STYLE = {"Queued": ("#8a6d00", "⏳"), "Admitted": ("#1f6feb", "✅"), "Running": ("#1a7f37", "▶"),
+         "Preempted-and-resumed": ("#9a6700", "↻"), "Succeeded": ("#1a7f37", "✔"), "Failed": ("#cf222e", "✖"),
+         "Cancelled": ("#57606a", "■"), "Unknown": ("#57606a", "?")}
+FINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+def output_link(status: dict, env: dict | None = None) -> str | None:
+    """JupyterLab URL of the output notebook ~/gpu-jobs/<job>/<name>.ipynb (the server's root is home)."""
+    env = os.environ if env is None else env
+    nb = (status.get("notebook") or "notebook.ipynb").rsplit("/", 1)[-1]
+    prefix = env.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+    return f"{prefix.rstrip('/')}/lab/tree/gpu-jobs/{status['name']}/{nb}"
+
+
+def view(status: dict | None, error: str | None = None, gone: bool = False) -> dict[str, Any]:
+    """What the status widget shows for a job status (None before the first answer):
+    {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}."""
+    if gone:
+        status = {**(status or {}), "state": "Cancelled", "message": "the job was cancelled or removed"}
+    if status is None:
+        return {"state": "Unknown", "title": "submitting…", "detail": error or "", "color": STYLE["Unknown"][0],
+                "icon": STYLE["Unknown"][1], "poll": error is None, "interval": 2.0, "show_log": False, "link": None}
+    state = status.get("state", "Unknown")
+    color, icon = STYLE.get(state, STYLE["Unknown"])
+    detail = status.get("message") or ""
+    if state == "Queued":
+        pos, of = status.get("position"), status.get("queue_length")
+        title = f"Queued ({pos} of {of} in {status.get('queue')})" if pos else "Queued"
+        if status.get("preempted"):
+            title += f" — preempted {status['preempted']}×, will resume from its checkpoint"
+        interval = 5.0
+    elif state == "Admitted":
+        title, interval = "Admitted — starting", 2.0
+    elif state in ("Running", "Preempted-and-resumed"):
+        cell = status.get("cell")
+        where = f"cell {cell['cell']}/{cell['of']}" if cell else "starting the kernel"
+        title = f"{state} ({where})" + (f" on {status['node']}" if status.get("node") else "")
+        interval = 3.0
+    elif state == "Succeeded":
+        title = "Succeeded" + (f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else "")
+        interval = 0
+    elif state == "Failed":
+        title, interval = "Failed", 0
+    else:
+        title, interval = state, 0
+    if error:
+        detail = f"{detail} (last update failed: {error})" if detail else f"last update failed: {error}"
+    final = state in FINAL
+    return {"state": state, "title": title, "detail": detail, "color": color, "icon": icon,
+            "poll": not final, "interval": interval or 5.0,
+            "show_log": state in ("Running", "Preempted-and-resumed", "Succeeded", "Failed"),
+            "link": output_link(status) if state in ("Running", "Preempted-and-resumed", "Succeeded", "Failed")
+            else None}
+
+
+def render_html(name: str, v: dict, status: dict | None) -> str:
+    link = f' · <a href="{html.escape(v["link"])}" target="_blank">output notebook</a>' if v.get("link") else ""
+    extra = ""
+    if status:
+        extra = (f'<div style="color:#57606a;font-size:90%">{html.escape(str(status.get("profile")))} · '
+                 f'priority {html.escape(str(status.get("priority")))} · {html.escape(str(status.get("notebook")))}</div>')
+    return (f'<div><b>{html.escape(name)}</b>: <span style="color:{v["color"]};font-weight:bold">{v["icon"]} '
+            f'{html.escape(v["title"])}</span>{link}<div>{html.escape(v["detail"])}</div>{extra}</div>')
+
+
+class StatusWidget:
+    """A job's live status, polled in a background thread until the job is final."""
+
+    def __init__(self, client, name: str, status: dict | None = None, log_lines: int = 15, autostart: bool = True):
+        import ipywidgets as w
+
+        self.client, self.name, self.status, self.log_lines = client, name, status, log_lines
+        self.head = w.HTML()
+        self.log = w.HTML()
+        self.cancel_button = w.Button(description="Cancel", button_style="danger", layout=w.Layout(width="90px"))
+        self.cancel_button.on_click(lambda _: self.cancel())
+        self.box = w.VBox([w.HBox([self.head, self.cancel_button]), self.log])
+        self._stop = threading.Event()
+        self.refresh_view(status)
+        if autostart and view(status)["poll"]:
+            threading.Thread(target=self._loop, daemon=True, name=f"gpu-job-{name}").start()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.box)
+
+    def refresh_view(self, status: dict | None, error: str | None = None, gone: bool = False) -> dict:
+        v = view(status, error, gone)
+        self.head.value = render_html(self.name, v, status)
+        self.cancel_button.layout.display = None if v["poll"] else "none"
+        return v
+
+    def poll_once(self) -> dict:
+        from .client import JobsError
+
+        error = gone = None
+        try:
+            self.status = self.client.job(self.name)
+        except JobsError as e:
+            gone = "HTTP 404" in str(e)
+            error = None if gone else str(e)
+        v = self.refresh_view(self.status, error, bool(gone))
+        if v["show_log"]:
+            try:
+                tail = self.client.logs(self.name, 16384).splitlines()[-self.log_lines:]
+                self.log.value = ('<pre style="max-height:16em;overflow:auto;font-size:85%;background:#f6f8fa">'
+                                  + html.escape("\n".join(tail)) + "</pre>")
+            except JobsError:
+                pass
+        return v
+
+    def _loop(self):
+        while not self._stop.is_set():
+            v = self.poll_once()
+            if not v["poll"]:
+                return
+            self._stop.wait(v["interval"])
+
+    def stop(self):
+        self._stop.set()
+
+    def cancel(self):
+        from .client import JobsError
+
+        try:
+            self.client.cancel(self.name)
+        except JobsError as e:
+            self.head.value += f"<div style='color:#cf222e'>cancel failed: {html.escape(str(e))}</div>"
+            return
+        self._stop.set()
+        self.refresh_view(self.status, gone=True)
+
+
+def parse_params(text: str) -> dict:
+    """`k=v` per line (or comma-separated); values are Python/JSON literals when they parse, else strings."""
+    from .magic import parse_value
+
+    out = {}
+    for item in [p for line in text.splitlines() for p in line.split(",")]:
+        if item.strip():
+            if "=" not in item:
+                raise ValueError(f"{item.strip()!r}: write name=value")
+            k, v = item.split("=", 1)
+            out[k.strip()] = parse_value(v.strip())
+    return out
+
+
+class SubmitForm:
+    """Profile (the user's GPU profiles with free quota and queue length), parameters, priority,
+    timeout, Submit → a StatusWidget in place."""
+
+    def __init__(self, client, submit: Callable[..., Any], defaults: dict | None = None):
+        import ipywidgets as w
+
+        defaults = defaults or {}
+        info = client.profiles()
+        self.profiles = info["profiles"]
+        options = []
+        for p in self.profiles:
+            free = "" if p.get("free") is None else f", {p['free']} free"
+            queued = "" if p.get("queued") is None else f", {p['queued']} queued"
+            options.append((f"{p['display_name']} ({p['gpus']} GPU{free}{queued})", p["slug"]))
+        self.profile = w.Dropdown(options=options or [("no GPU profile is available to you", "")],
+                                  value=defaults.get("profile") if defaults.get("profile") in
+                                  [o[1] for o in options] else (options[0][1] if options else ""),
+                                  description="Profile", style={"description_width": "80px"},
+                                  layout=w.Layout(width="560px"))
+        self.params = w.Textarea(value="\n".join(f"{k}={v!r}" for k, v in (defaults.get("parameters") or {}).items()),
+                                 placeholder="epochs=10\nlr=0.001", description="Parameters",
+                                 style={"description_width": "80px"}, layout=w.Layout(width="560px", height="80px"))
+        self.priority = w.Dropdown(options=[("profile default", "")] + [(p, p) for p in info.get("priorities", [])],
+                                   value=defaults.get("priority") or "", description="Priority",
+                                   style={"description_width": "80px"})
+        self.timeout = w.Text(value=str(defaults.get("timeout") or "2h"), description="Timeout",
+                              style={"description_width": "80px"}, layout=w.Layout(width="200px"))
+        self.button = w.Button(description="Submit", button_style="primary", icon="rocket")
+        self.message = w.HTML()
+        self.out = w.VBox([])
+        self.button.on_click(lambda _: self.on_submit(submit))
+        self.box = w.VBox([w.HTML(f"<b>Run this notebook as a GPU job</b> (team {info.get('team')})"),
+                           self.profile, self.params, w.HBox([self.priority, self.timeout]), self.button,
+                           self.message, self.out])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.box)
+
+    def on_submit(self, submit):
+        try:
+            params = parse_params(self.params.value)
+        except ValueError as e:
+            self.message.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
+            return
+        self.button.disabled = True
+        try:
+            widget, note = submit(profile=self.profile.value, parameters=params, priority=self.priority.value or None,
+                                  timeout=self.timeout.value or None)
+        except Exception as e:  # shown, not raised, in a button callback
+            self.message.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
+            self.button.disabled = False
+            return
+        self.message.value = html.escape(note)
+        self.out.children = [widget.box]
+        self.button.disabled = False
+
+
+def wait_final(widget: StatusWidget, timeout: float) -> dict:
+    """Block until the job is final (tests, scripts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = widget.poll_once()
+        if not v["poll"] or time.monotonic() > deadline:
+            return v
+        time.sleep(0.5)

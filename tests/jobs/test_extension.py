@@ -1,0 +1,102 @@
+"""The notebook side: argument parsing, the status widget's state machine driven by real job states
+(status dicts made by the service's own `derive_status` from Job/Workload/pod objects), notebook
+discovery and the saved-version note, and the magics' registration."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from extension.client import JobsError, current_notebook_path, read_notebook, saved_note, service_url
+from extension.magic import UsageError, parse_submit_args
+from extension.widgets import parse_params, view
+from gpu_spawner.jobs_service.status import derive_status
+
+from .conftest import job, pod, workload
+
+LOG = "[gpuhub-runner] 10:05:03 cell 1/3 running\n[gpuhub-runner] 10:05:09 cell 2/3 running\n"
+ENV = {"JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}
+
+
+def states():
+    """One job's life: queued 2nd → 1st → admitted → running → preempted → resumed → succeeded."""
+    j = job()
+    name = j["metadata"]["name"]
+    wl = workload(name)
+    yield derive_status(j, wl, [], {"position": 2, "of": 3})
+    yield derive_status(j, wl, [], {"position": 1, "of": 2})
+    j2, wl2 = job(suspend=False), workload(name, admitted=True)
+    yield derive_status(j2, wl2, [pod("p1", phase="Pending")])
+    yield derive_status(j2, wl2, [pod("p1")], None, LOG)
+    yield derive_status(job(suspend=True), workload(name, evicted=True), [pod("p1", phase="Failed", exit_code=143)],
+                        {"position": 1, "of": 1})
+    resumed = [pod("p1", phase="Failed", exit_code=143, disrupted=True),
+               pod("p2", created="2026-01-01T10:40:00Z")]
+    yield derive_status(j2, workload(name, admitted=True, evicted=True), resumed, None, LOG)
+    yield derive_status(job(suspend=False, conditions=[("Complete", "", "")]), None, resumed)
+
+
+def test_widget_follows_a_job_through_its_life(monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    views = [view(s) for s in states()]
+    titles = [v["title"] for v in views]
+    assert titles[0] == "Queued (2 of 3 in data-science)" and titles[1] == "Queued (1 of 2 in data-science)"
+    assert titles[2] == "Admitted — starting"
+    assert titles[3] == "Running (cell 2/3) on kwok-gpumig-0"
+    assert titles[4].startswith("Queued (1 of 1 in data-science) — preempted 1×")
+    assert titles[5] == "Preempted-and-resumed (cell 2/3) on kwok-gpumig-0"
+    assert titles[6] == "Succeeded (resumed after 1 preemption(s))"
+    assert [v["poll"] for v in views] == [True] * 6 + [False]
+    assert views[3]["show_log"] and not views[0]["show_log"]
+    assert views[6]["link"] == "/user/alice/lab/tree/gpu-jobs/gpu-alice-nb-abc123/nb.ipynb"
+
+
+def test_widget_failed_cancelled_and_errors():
+    failed = derive_status(job(suspend=False, conditions=[("Failed", "PodFailurePolicy", "exit code 3")]))
+    v = view(failed)
+    assert v["state"] == "Failed" and not v["poll"] and "cell of the notebook raised" in v["detail"] and v["link"]
+    gone = view(failed, gone=True)
+    assert gone["state"] == "Cancelled" and not gone["poll"]
+    running = derive_status(job(suspend=False), workload("gpu-alice-nb-abc123", admitted=True), [pod("p1")])
+    err = view(running, error="connection refused")
+    assert err["poll"] and "last update failed: connection refused" in err["detail"]
+    assert view(None)["poll"] and not view(None, error="refused")["poll"]
+
+
+def test_submit_args():
+    a = parse_submit_args("--profile a100-mig-1g10gb --param epochs=10 -p lr=0.001 -p name='run 1' "
+                          "--param tags=[1,2] --param mode=fast --priority high --timeout 2h")
+    assert a["profile"] == "a100-mig-1g10gb" and a["priority"] == "high" and a["timeout"] == "2h"
+    assert a["parameters"] == {"epochs": 10, "lr": 0.001, "name": "run 1", "tags": [1, 2], "mode": "fast"}
+    assert parse_submit_args("")["profile"] is None  # → the form
+    with pytest.raises(UsageError, match="name=value"):
+        parse_submit_args("--profile x --param epochs")
+    with pytest.raises(UsageError, match="unrecognized"):
+        parse_submit_args("--gpus 2")
+    assert parse_params("a=1, b='x'\nc=[1]") == {"a": 1, "b": "x", "c": [1]}
+
+
+def test_service_url_and_notebook_discovery(tmp_path, monkeypatch):
+    assert service_url({"GPUHUB_JOBS_URL": "http://proxy/services/gpu-jobs"}) == "http://proxy/services/gpu-jobs/"
+    assert service_url({"JUPYTERHUB_API_URL": "http://h:8000/hub/api"}) == "http://h:8000/services/gpu-jobs/"
+    with pytest.raises(JobsError, match="not running under JupyterHub"):
+        service_url({})
+    assert current_notebook_path({"JPY_SESSION_NAME": "work/a.ipynb"}) == "work/a.ipynb"
+    assert current_notebook_path({"JPY_SESSION_NAME": "console-1"}) is None
+    (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [], "nbformat": 4}))
+    monkeypatch.chdir(tmp_path)
+    nb = read_notebook("work/a.ipynb", env={})
+    assert nb.content["nbformat"] == 4
+    note = saved_note(nb, now=nb.saved_at + 300)
+    assert "as last saved (5 min ago)" in note and "Unsaved edits in the editor are NOT included" in note
+    with pytest.raises(JobsError, match="save it first"):
+        read_notebook("missing.ipynb", env={})
+
+
+def test_load_ext_registers_the_magics():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "extension")
+    for name in ("gpu_submit", "gpu_jobs", "gpu_logs", "gpu_cancel"):
+        assert name in shell.magics_manager.magics["line"]

@@ -1,0 +1,420 @@
+"""The `gpu-jobs` service against the dev cluster (real kube-apiserver, scheduler, Kueue, KWOK) and a
+real JupyterHub: users call it through the hub's proxy with their own hub token."""
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from devcluster import cluster as dc
+from devcluster.dev import AgentProcess
+from devcluster.devhub import DevHub, HubSettings, free_port
+
+from .conftest import NB
+
+pytestmark = pytest.mark.cluster
+
+#: A team with one T4 slot, easy to fill: `tina` queues behind herself.
+TINY = {"namespace": "team-tiny", "quota": {"gput4": 1}}
+GROUPS = {"alice": ["data-science"], "dave": ["data-science"], "rita": ["ml-research"], "tina": ["tiny"],
+          "admin": ["data-science", "ml-research"]}
+TEAM_NS = ("team-ds", "team-mlr", "team-tiny")
+
+
+@dataclass
+class JobsHub:
+    url: str
+    admin_token: str
+    process: DevHub
+    agent: AgentProcess
+    state: Path
+    tokens: dict
+
+    def token(self, user: str) -> str:
+        """A token of `user` with just what the kernel's server token has for this service."""
+        if user not in self.tokens:
+            self.login(user)  # the DevAuthenticator sets the user's groups at login
+            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers=self.auth(self.admin_token),
+                              json={"scopes": ["access:services!service=gpu-jobs"], "note": "jobs tests"}, timeout=30)
+            assert r.status_code == 201, r.text
+            self.tokens[user] = r.json()["token"]
+        return self.tokens[user]
+
+    def login(self, name: str) -> requests.Session:
+        s = requests.Session()
+        page = s.get(f"{self.url}/hub/login", timeout=30)
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
+        r = s.post(f"{self.url}/hub/login?next=", data={"username": name, "password": "",
+                                                        "_xsrf": xsrf.group(1) if xsrf else ""}, timeout=30)
+        assert r.ok, r.text[:500]
+        return s
+
+    @staticmethod
+    def auth(token: str) -> dict:
+        return {"Authorization": f"token {token}"}
+
+    def call(self, user: str, method: str, path: str, **kw) -> requests.Response:
+        kw.setdefault("timeout", 30)
+        return requests.request(method, f"{self.url}/services/gpu-jobs{path}", headers=self.auth(self.token(user)),
+                                **kw)
+
+    def submit(self, user: str, **kw) -> requests.Response:
+        body = {"profile": "a100-mig-1g10gb", "notebook_path": "work/train.ipynb", "notebook": NB, **kw}
+        return self.call(user, "POST", "/jobs", json=body)
+
+    def status(self, user: str, name: str) -> dict:
+        r = self.call(user, "GET", f"/jobs/{name}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def jobs_profiles(cluster, tmp_path_factory) -> Path:
+    data = yaml.safe_load(cluster.profiles.read_text())
+    data["teams"]["tiny"] = TINY
+    path = tmp_path_factory.mktemp("jobsprofiles") / "profiles.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    from gpu_spawner.profiles import load_profiles
+    kube = cluster.kube()
+    try:
+        dc.apply_kueue_objects(kube, load_profiles(path))
+    finally:
+        kube.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def jobs_hub(cluster, jobs_profiles, tmp_path_factory) -> JobsHub:
+    state = tmp_path_factory.mktemp("jobshub")
+    agent = AgentProcess(state, cluster.kubeconfig).start()
+    token = secrets.token_hex(16)
+    extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "jobs-tests-tokens", '
+             '"scopes": ["tokens", "admin:users", "admin:servers"], "services": ["jobs-tests"]}]')
+    dev = DevHub(HubSettings(state_dir=state, profiles=jobs_profiles, kubeconfig=cluster.kubeconfig, port=free_port(),
+                             groups=GROUPS, api_tokens={"jobs-tests": token}, extra=extra))
+    try:
+        dev.start()
+        hub = JobsHub(dev.settings.url, token, dev, agent, state, {})
+        deadline = time.monotonic() + 60
+        while requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "the gpu-jobs service did not come up:\n" + dev.log_tail(60)
+            time.sleep(0.5)
+        yield hub
+    finally:
+        dev.stop()
+        agent.stop()
+
+
+@pytest.fixture
+def clean_teams(cluster):
+    yield
+    for ns in TEAM_NS:
+        for cm in cluster.core.list_namespaced_config_map(ns, label_selector="gpuhub.io/job").items:
+            cluster.core.delete_namespaced_config_map(cm.metadata.name, ns)
+        cluster.clean(ns, timeout=90)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    hub = item.funcargs.get("jobs_hub") if hasattr(item, "funcargs") else None
+    if rep.failed and isinstance(hub, JobsHub):
+        rep.sections.append(("jupyterhub log (tail)", hub.process.log_tail(80)))
+        rep.sections.append(("dev agent log", hub.agent.log_path.read_text(errors="replace")[-3000:]))
+
+
+def objects(cluster, ns: str) -> tuple[set, set]:
+    jobs = {j.metadata.name for j in cluster.batch.list_namespaced_job(ns, label_selector="gpuhub.io/job").items}
+    cms = {c.metadata.name for c in cluster.core.list_namespaced_config_map(ns, label_selector="gpuhub.io/job").items}
+    return jobs, cms
+
+
+def pool_of_pod(cluster, ns: str, job: str) -> str:
+    pods = cluster.wait_until(lambda: cluster.core.list_namespaced_pod(
+        ns, label_selector=f"batch.kubernetes.io/job-name={job}").items, 60, f"a pod of {job}")
+    node = cluster.wait_bound(ns, pods[0].metadata.name, 60)
+    return cluster.node_labels(node)["kubernetes.azure.com/agentpool"]
+
+
+def test_submit_creates_job_configmap_workload_and_runs_on_the_profiles_pool(cluster, jobs_hub, clean_teams):
+    r = jobs_hub.submit("alice", parameters={"epochs": 3}, priority="high", timeout="1h")
+    assert r.status_code == 201, r.text
+    st = r.json()
+    name, ns = st["name"], st["namespace"]
+    assert ns == "team-ds" and st["state"] == "Queued" and st["user"] == "alice"
+    job = cluster.batch.read_namespaced_job(name, ns)
+    assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == "data-science"
+    assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "high"
+    assert job.spec.active_deadline_seconds == 3600
+    cm = cluster.core.read_namespaced_config_map(name, ns)
+    assert [(o.kind, o.name, o.uid) for o in cm.metadata.owner_references] == [("Job", name, job.metadata.uid)]
+    snapshot = json.loads(gzip.decompress(base64.b64decode(cm.binary_data["notebook.gz"])))
+    assert snapshot["cells"][1]["source"] == "print(epochs * 2)"
+    cluster.wait_until(lambda: cluster.workload_of(ns, name), 30, "its Workload")
+    cluster.wait_until(lambda: jobs_hub.status("alice", name)["state"] != "Queued", 60, "admission")
+    assert pool_of_pod(cluster, ns, name) == "gpumig"
+    s = jobs_hub.status("alice", name)
+    assert s["cluster_queue"] == "team-data-science" and s["state"] in ("Admitted", "Running", "Succeeded", "Failed")
+    listed = jobs_hub.call("alice", "GET", "/jobs").json()["jobs"]
+    assert [j["name"] for j in listed] == [name]
+
+
+def test_beyond_quota_stays_queued_and_reports_its_position(cluster, jobs_hub, clean_teams):
+    names = []
+    for _ in range(3):
+        r = jobs_hub.submit("tina", profile="t4-shared")
+        assert r.status_code == 201, r.text
+        names.append(r.json()["name"])
+        time.sleep(1.1)  # creationTimestamp has 1 s resolution: a distinct queue order
+    first, *waiting = names
+    cluster.wait_until(lambda: jobs_hub.status("tina", first)["state"] != "Queued", 60, "the first to be admitted")
+    assert pool_of_pod(cluster, "team-tiny", first) == "gput4"
+
+    def positions():
+        got = [jobs_hub.status("tina", n) for n in waiting]
+        return [(s["state"], s["position"], s["queue_length"]) for s in got]
+
+    try:
+        cluster.wait_until(lambda: positions() == [("Queued", 1, 2), ("Queued", 2, 2)], 30, "queue positions")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {positions()}") from None
+    time.sleep(2)
+    assert positions() == [("Queued", 1, 2), ("Queued", 2, 2)]
+    for n in waiting:
+        assert cluster.batch.read_namespaced_job(n, "team-tiny").spec.suspend is True
+    profiles = jobs_hub.call("tina", "GET", "/profiles").json()
+    t4 = next(p for p in profiles["profiles"] if p["slug"] == "t4-shared")
+    assert profiles["team"] == "tiny" and t4["free"] == 0 and t4["queued"] == 2
+
+
+def test_cancel_removes_job_and_configmap(cluster, jobs_hub, clean_teams):
+    name = jobs_hub.submit("alice").json()["name"]
+    assert name in objects(cluster, "team-ds")[0] and name in objects(cluster, "team-ds")[1]
+    r = jobs_hub.call("alice", "DELETE", f"/jobs/{name}")
+    assert r.status_code == 200, r.text
+    cluster.wait_until(lambda: name not in objects(cluster, "team-ds")[0] and name not in objects(cluster, "team-ds")[1],
+                       30, "the Job and ConfigMap to go")
+    assert jobs_hub.call("alice", "GET", f"/jobs/{name}").status_code == 404
+
+
+def test_other_users_cannot_see_or_touch_a_job(cluster, jobs_hub, clean_teams):
+    name = jobs_hub.submit("alice").json()["name"]
+    for user in ("dave", "rita"):  # same team, other team
+        assert jobs_hub.call(user, "GET", "/jobs").json()["jobs"] == []
+        assert jobs_hub.call(user, "GET", f"/jobs/{name}").status_code == 404
+        assert jobs_hub.call(user, "GET", f"/jobs/{name}/logs").status_code == 404
+        assert jobs_hub.call(user, "DELETE", f"/jobs/{name}").status_code == 404
+    assert name in objects(cluster, "team-ds")[0]
+    assert jobs_hub.call("admin", "GET", f"/jobs/{name}").status_code == 200
+    assert name in [j["name"] for j in jobs_hub.call("admin", "GET", "/jobs?all=1").json()["jobs"]]
+    assert jobs_hub.call("admin", "GET", "/jobs").json()["jobs"] == []  # own by default
+    # no token, or a token without access to the service
+    assert requests.get(f"{jobs_hub.url}/services/gpu-jobs/jobs", timeout=30).status_code in (302, 401, 403)
+    r = requests.post(f"{jobs_hub.url}/hub/api/users/alice/tokens", headers=jobs_hub.auth(jobs_hub.admin_token),
+                      json={"scopes": ["read:users:name!user"]}, timeout=30)
+    weak = r.json()["token"]
+    assert requests.get(f"{jobs_hub.url}/services/gpu-jobs/jobs", headers=jobs_hub.auth(weak),
+                        timeout=30).status_code == 403
+
+
+@pytest.mark.parametrize("user,kw,status,needle", [
+    ("alice", {"profile": "h100-full"}, 400, "not available to alice"),          # forged profile
+    ("alice", {"profile": "cpu"}, 400, "has no GPU"),
+    ("alice", {"gpus": 2}, 400, "gives 1 GPU(s) per job"),                        # GPU count over the profile
+    ("alice", {"timeout": "30d"}, 400, "out of bounds"),
+    ("alice", {"parameters": {"learning-rate": 0.1}}, 400, "not Python identifiers"),
+    ("alice", {"notebook": {**NB, "cells": [{"cell_type": "code", "id": "x", "metadata": {}, "outputs": [],
+                                             "execution_count": None, "source": base64.b64encode(os.urandom(1_000_000)).decode()}]}},
+     400, "the limit is 900 KiB"),
+])
+def test_refused_submissions_create_nothing(cluster, jobs_hub, clean_teams, user, kw, status, needle):
+    before = objects(cluster, "team-ds"), objects(cluster, "team-mlr")
+    r = jobs_hub.submit(user, **kw)
+    assert r.status_code == status, r.text
+    assert needle in r.json()["message"]
+    assert (objects(cluster, "team-ds"), objects(cluster, "team-mlr")) == before
+
+
+def test_max_per_user_refuses_the_next_job(cluster, jobs_hub, clean_teams):
+    for _ in range(2):  # a100-mig-1g10gb: max_per_user 2
+        assert jobs_hub.submit("alice").status_code == 201
+    before = objects(cluster, "team-ds")
+    r = jobs_hub.submit("alice")
+    assert r.status_code == 400 and "the limit is 2 per user" in r.json()["message"], r.text
+    assert objects(cluster, "team-ds") == before
+
+
+RUN_NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                        "language": "python"}},
+          "cells": [{"cell_type": "code", "id": "p", "metadata": {"tags": ["parameters"]}, "source": "steps = 1",
+                     "outputs": [], "execution_count": None},
+                    {"cell_type": "code", "id": "r", "metadata": {},
+                     "source": "import os\ntotal = sum(range(steps))\nprint('total', total, os.environ['CHECKPOINT_DIR'])",
+                     "outputs": [], "execution_count": None}]}
+
+
+def test_submitted_notebook_runs_in_dev_and_the_output_lands_in_home(cluster, jobs_hub, clean_teams):
+    """End to end in dev: the dev node agent (SIMULATOR) runs the Job's pod with gpuhub-runner."""
+    r = jobs_hub.submit("alice", profile="t4-shared", notebook=RUN_NB, notebook_path="work/run me.ipynb",
+                        parameters={"steps": 5})
+    assert r.status_code == 201, r.text
+    name = r.json()["name"]
+    seen = set()
+
+    def done():
+        s = jobs_hub.status("alice", name)
+        seen.add(s["state"])
+        return s if s["state"] in ("Succeeded", "Failed") else None
+
+    final = cluster.wait_until(done, 180, "the job to finish", interval=0.5)
+    logs = jobs_hub.call("alice", "GET", f"/jobs/{name}/logs").text
+    assert final["state"] == "Succeeded", (final, logs)
+    assert "[gpuhub-runner]" in logs and "cell" in logs
+    out = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "run me.ipynb"
+    nb = json.loads(out.read_text())
+    text = json.dumps(nb["cells"])
+    assert "total 10" in text and str(jobs_hub.state / "homes" / "alice" / "checkpoints" / name) in text
+
+
+def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_hub, clean_teams, tmp_path,
+                                                                  monkeypatch, capsys):
+    """`%gpu_submit` in a kernel-like IPython shell, with only the user's hub token in the environment."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from extension.widgets import wait_final
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "magic run.ipynb").write_text(json.dumps(RUN_NB))
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", jobs_hub.token("alice"))
+    monkeypatch.setenv("GPUHUB_JOBS_URL", f"{jobs_hub.url}/services/gpu-jobs/")
+    monkeypatch.setenv("JPY_SESSION_NAME", "work/magic run.ipynb")
+    monkeypatch.delenv("JUPYTERHUB_SERVICE_URL", raising=False)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "extension")
+    widget = shell.run_line_magic("gpu_submit", "--profile t4-shared --param steps=4 --timeout 10m")
+    assert widget is not None, capsys.readouterr()
+    widget.stop()
+    final = wait_final(widget, 180)
+    assert final["state"] == "Succeeded", (final, widget.status)
+    assert "total 6" in (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / widget.name / "magic run.ipynb").read_text()
+    assert "output notebook" in widget.head.value and "cell" in widget.log.value
+    jobs = shell.run_line_magic("gpu_jobs", "")
+    assert [j["name"] for j in jobs] == [widget.name]
+    shell.run_line_magic("gpu_logs", widget.name)
+    assert "[gpuhub-runner]" in capsys.readouterr().out
+    # refused: a profile alice may not use; the message comes from the service
+    assert shell.run_line_magic("gpu_submit", "--profile h100-full") is None
+    # cancel a queued one
+    second = shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb --priority low")
+    second.stop()
+    shell.run_line_magic("gpu_cancel", second.name)
+    cluster.wait_until(lambda: second.name not in objects(cluster, "team-ds")[0], 30, "the cancelled Job to go")
+    assert second.poll_once()["state"] == "Cancelled"
+
+
+def test_form_offers_the_users_gpu_profiles_with_capacity_and_submits(cluster, jobs_hub, clean_teams, tmp_path,
+                                                                      monkeypatch):
+    from extension.client import JobsClient
+    from extension.magic import GPUMagics
+    from extension.widgets import SubmitForm
+
+    (tmp_path / "nb.ipynb").write_text(json.dumps(RUN_NB))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JPY_SESSION_NAME", "nb.ipynb")
+    monkeypatch.delenv("JUPYTERHUB_SERVICE_URL", raising=False)
+    client = JobsClient(f"{jobs_hub.url}/services/gpu-jobs/", jobs_hub.token("alice"))
+    magics = GPUMagics(shell=None)
+    # Kueue updates the ClusterQueue's usage shortly after the previous test's Workloads went
+    cluster.wait_until(lambda: next(p for p in client.profiles()["profiles"] if p["slug"] == "t4-shared")["free"] == 8,
+                       30, "the T4 quota to be free again")
+    form = SubmitForm(client, lambda **kw: magics.submit(client, **kw))
+    labels = dict((v, k) for k, v in form.profile.options)
+    assert set(labels) == {"t4-shared", "a100-mig-1g10gb"}  # alice's GPU profiles only
+    assert "GPU, 8 free, 0 queued" in labels["t4-shared"] and "14 free" in labels["a100-mig-1g10gb"]
+    form.profile.value, form.params.value, form.timeout.value = "t4-shared", "steps=3", "15m"
+    form.on_submit(lambda **kw: magics.submit(client, **kw))
+    assert "as last saved" in form.message.value, form.message.value
+    (box,) = form.out.children
+    name = jobs_hub.call("alice", "GET", "/jobs").json()["jobs"][0]["name"]
+    job = cluster.batch.read_namespaced_job(name, "team-ds")
+    assert job.spec.active_deadline_seconds == 900
+    form.params.value = "bad line"
+    form.on_submit(lambda **kw: magics.submit(client, **kw))
+    assert "write name=value" in form.message.value
+
+
+def test_the_servers_own_token_reaches_the_service(cluster, jobs_hub):
+    """What the kernel has: $JUPYTERHUB_API_TOKEN (server token scopes include access to gpu-jobs) and
+    $GPUHUB_JOBS_URL, both in the server pod's env."""
+    jobs_hub.token("rita")  # logged in, groups set
+    admin = jobs_hub.auth(jobs_hub.admin_token)
+    r = requests.post(f"{jobs_hub.url}/hub/api/users/rita/server", headers=admin, json={"profile": "cpu"}, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    try:
+        pod = cluster.wait_until(lambda: cluster.core.list_namespaced_pod(
+            "jhub", label_selector="hub.jupyter.org/username=rita").items, 60, "rita's server pod")[0]
+        env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value}
+        assert env["GPUHUB_JOBS_URL"] == f"{jobs_hub.url}/services/gpu-jobs/"
+        r = requests.get(env["GPUHUB_JOBS_URL"] + "profiles", headers=jobs_hub.auth(env["JUPYTERHUB_API_TOKEN"]),
+                         timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["team"] == "ml-research"
+        assert {p["slug"] for p in r.json()["profiles"]} == {"t4-shared", "a100-mig-1g10gb", "h100-full", "a100-spot"}
+    finally:
+        requests.delete(f"{jobs_hub.url}/hub/api/users/rita/server", headers=admin, timeout=60)
+
+
+SLOW_NB = {**RUN_NB, "cells": [
+    RUN_NB["cells"][0],
+    {"cell_type": "code", "id": "s", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": "import os, pathlib, time\nck = pathlib.Path(os.environ['CHECKPOINT_DIR']) / 'step'\n"
+               "start = int(ck.read_text()) if ck.exists() else 0\nprint('resumed at', start)\n"
+               "for i in range(start, steps):\n    time.sleep(1)\n    ck.write_text(str(i + 1))\n"
+               "print('done', steps)"}]}
+
+
+def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean_teams):
+    """The pod is deleted mid-run (an eviction); the Job makes a new pod, which resumes from the checkpoint."""
+    r = jobs_hub.submit("alice", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 25})
+    assert r.status_code == 201, r.text
+    name = r.json()["name"]
+    step = jobs_hub.state / "homes" / "alice" / "checkpoints" / name / "step"
+    cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
+                       interval=0.5)
+    s = jobs_hub.status("alice", name)
+    assert s["state"] == "Running" and s["cell"]["cell"] == s["cell"]["of"], s
+    (first,) = cluster.core.list_namespaced_pod("team-ds", label_selector=f"batch.kubernetes.io/job-name={name}").items
+    cluster.core.delete_namespaced_pod(first.metadata.name, "team-ds", grace_period_seconds=5)
+    history = []
+
+    def resumed():
+        s = jobs_hub.status("alice", name)
+        history.append((s["state"], s["pod"], s["preempted"]))
+        return s["state"] == "Preempted-and-resumed" and s
+
+    try:
+        seen = cluster.wait_until(resumed, 60, "Preempted-and-resumed", interval=0.5)
+    except AssertionError as e:
+        pods = cluster.core.list_namespaced_pod("team-ds", label_selector=f"batch.kubernetes.io/job-name={name}").items
+        job = cluster.batch.read_namespaced_job(name, "team-ds")
+        raise AssertionError(f"{e}: {sorted(set(history), key=history.index)}; pods "
+                             f"{[(p.metadata.name, p.status.phase, p.metadata.deletion_timestamp) for p in pods]}; "
+                             f"job status {job.status}") from None
+    assert seen["preempted"] >= 1 and seen["pod"] != first.metadata.name
+    final = cluster.wait_until(lambda: (s := jobs_hub.status("alice", name))["state"] in ("Succeeded", "Failed") and s,
+                               120, "the end", interval=0.5)
+    assert final["state"] == "Succeeded" and final["preempted"] >= 1
+    out = (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "train.ipynb").read_text()
+    assert "resumed at" in out and "resumed at 0" not in out and "done 25" in out

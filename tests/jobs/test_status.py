@@ -1,0 +1,87 @@
+"""Status derivation (pure): Job + Kueue Workload + pods + log → the state users see."""
+from __future__ import annotations
+
+from gpu_spawner.jobs_service.status import current_cell, derive_status, queue_positions
+
+from .conftest import job, pod, workload
+
+LOG = ("[dev-agent SIMULATOR] starting\n[gpuhub-runner] 10:05:01 running 2 code cells\n"
+       "[gpuhub-runner] 10:05:03 cell 1/3 running\nhello\n[gpuhub-runner] 10:05:09 cell 2/3 running\n")
+
+
+def test_current_cell_is_the_last_progress_line():
+    assert current_cell(LOG) == {"cell": 2, "of": 3, "since": "10:05:09"}
+    assert current_cell("nothing yet") is None
+
+
+def test_queued_without_workload_yet():
+    s = derive_status(job())
+    assert s["state"] == "Queued" and s["position"] is None and "Kueue" in s["message"]
+    assert s["user"] == "alice" and s["profile"] == "a100-mig-1g10gb" and s["notebook"] == "work/nb.ipynb"
+
+
+def test_queue_positions_follow_priority_then_age_per_local_queue():
+    wls = [workload("a", created="2026-01-01T10:00:00Z"),
+           workload("b", created="2026-01-01T09:00:00Z"),
+           workload("c", created="2026-01-01T11:00:00Z", priority=10000),
+           workload("d", admitted=True),
+           workload("e", queue="ml-research", ns="team-mlr")]
+    pos = queue_positions(wls)
+    assert pos["c"] == {"position": 1, "of": 3}
+    assert pos["b"] == {"position": 2, "of": 3}
+    assert pos["a"] == {"position": 3, "of": 3}
+    assert "d" not in pos and pos["e"] == {"position": 1, "of": 1}
+
+
+def test_queued_with_position_and_kueue_reason():
+    j = job()
+    wl = workload(j["metadata"]["name"])
+    s = derive_status(j, wl, [], {"position": 2, "of": 5})
+    assert s["state"] == "Queued" and s["position"] == 2 and s["queue_length"] == 5
+    assert "insufficient quota" in s["message"]
+
+
+def test_admitted_before_the_pod_runs():
+    j = job(suspend=False, start="2026-01-01T10:04:00Z")
+    wl = workload(j["metadata"]["name"], admitted=True)
+    s = derive_status(j, wl, [pod("p1", phase="Pending")])
+    assert s["state"] == "Admitted" and s["cluster_queue"] == "team-data-science"
+    assert derive_status(j, wl, [])["state"] == "Admitted"
+
+
+def test_running_with_current_cell_and_node():
+    j = job(suspend=False)
+    s = derive_status(j, workload(j["metadata"]["name"], admitted=True), [pod("p1")], None, LOG)
+    assert s["state"] == "Running" and s["cell"]["cell"] == 2 and s["message"] == "cell 2 of 3"
+    assert s["pod"] == "p1" and s["node"] == "kwok-gpumig-0" and s["preempted"] == 0
+
+
+def test_preempted_and_resumed_when_a_new_pod_runs_after_an_interrupted_one():
+    j = job(suspend=False)
+    wl = workload(j["metadata"]["name"], admitted=True, evicted=True)
+    old = pod("p1", phase="Failed", exit_code=143, disrupted=True, created="2026-01-01T10:05:00Z")
+    new = pod("p2", created="2026-01-01T10:40:00Z")
+    s = derive_status(j, wl, [new, old], None, LOG)
+    assert s["state"] == "Preempted-and-resumed" and s["preempted"] == 1 and s["pod"] == "p2"
+
+
+def test_preempted_and_waiting_again_is_queued_with_a_note():
+    j = job(suspend=True)
+    wl = workload(j["metadata"]["name"], evicted=True)
+    s = derive_status(j, wl, [pod("p1", phase="Failed", exit_code=143)], {"position": 1, "of": 1})
+    assert s["state"] == "Queued" and s["preempted"] == 1 and s["message"].startswith("preempted")
+
+
+def test_succeeded_and_failed_with_reasons():
+    assert derive_status(job(suspend=False, conditions=[("Complete", "", "")]))["state"] == "Succeeded"
+    f = derive_status(job(suspend=False, conditions=[("Failed", "PodFailurePolicy", "Container runner ... exit code 3")]))
+    assert f["state"] == "Failed" and "cell" in f["message"]
+    d = derive_status(job(suspend=False, conditions=[("Failed", "DeadlineExceeded", "")]))
+    assert "timeout" in d["message"]
+
+
+def test_a_replaced_pod_the_job_controller_counted_is_a_resume():
+    j = job(suspend=False)
+    j["status"]["failed"] = 1
+    s = derive_status(j, workload(j["metadata"]["name"], admitted=True), [pod("p2")], None, LOG)
+    assert s["state"] == "Preempted-and-resumed" and s["preempted"] == 1
