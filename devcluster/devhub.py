@@ -123,6 +123,26 @@ def ensure_namespace(kubeconfig: Path) -> None:
             raise
 
 
+def xsrf_token(session, page: str) -> str:
+    """The form's _xsrf value (JupyterHub also sets it as a cookie)."""
+    import re
+
+    m = re.search(r'name="_xsrf" value="([^"]+)"', page)
+    return m.group(1) if m else session.cookies.get("_xsrf", "")
+
+
+def login(url: str, name: str):
+    """A requests.Session logged in to a dev hub as `name` (the DevAuthenticator gives the groups)."""
+    import requests
+
+    s = requests.Session()
+    page = s.get(f"{url}/hub/login", timeout=30)
+    r = s.post(f"{url}/hub/login?next=", data={"username": name, "password": "", "_xsrf": xsrf_token(s, page.text)},
+               timeout=30)
+    r.raise_for_status()
+    return s
+
+
 class DevHub:
     """The hub process: start, wait until it answers, stop (with the proxy it started)."""
 

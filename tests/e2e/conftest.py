@@ -3,7 +3,6 @@ cluster, with the dev node agent running the singleuser servers of simulated nod
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import requests
 import yaml
 
 from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, HubSettings, free_port
+from devcluster.devhub import DevHub, HubSettings, free_port, login, xsrf_token
 from gpu_spawner.spawner import EXAMPLE_PROFILES
 
 GROUPS = {"alice": ["data-science"], "rita": ["ml-research"], "admin": ["data-science", "ml-research"]}
@@ -40,17 +39,10 @@ class Hub:
         return requests.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
 
     def login(self, name: str) -> requests.Session:
-        s = requests.Session()
-        page = s.get(f"{self.url}/hub/login", timeout=30)
-        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
-        r = s.post(f"{self.url}/hub/login?next=", data={"username": name, "password": "",
-                                                        "_xsrf": xsrf.group(1) if xsrf else ""}, timeout=30)
-        assert r.ok, r.text[:500]
-        return s
+        return login(self.url, name)
 
     def xsrf(self, session: requests.Session, page: str) -> str:
-        m = re.search(r'name="_xsrf" value="([^"]+)"', page)
-        return m.group(1) if m else session.cookies.get("_xsrf", "")
+        return xsrf_token(session, page)
 
     def server(self, user: str) -> dict | None:
         return self.api("GET", f"/users/{user}").json()["servers"].get("")

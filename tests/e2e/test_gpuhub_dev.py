@@ -2,22 +2,15 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
 
 import pytest
-import requests
 
-from devcluster.devhub import free_port
+from devcluster.devhub import free_port, login, xsrf_token
 
 pytestmark = pytest.mark.cluster
-
-
-def xsrf(session: requests.Session, page: str) -> str:
-    m = re.search(r'name="_xsrf" value="([^"]+)"', page)
-    return m.group(1) if m else session.cookies.get("_xsrf", "")
 
 
 def test_gpuhub_dev_up_spawn_and_ctrl_c(tmp_path):
@@ -32,12 +25,9 @@ def test_gpuhub_dev_up_spawn_and_ctrl_c(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             lines.append(proc.stdout.readline())
         assert f"http://127.0.0.1:{port}" in "".join(lines)
-        s = requests.Session()
-        page = s.get(f"http://127.0.0.1:{port}/hub/login", timeout=30)
-        s.post(f"http://127.0.0.1:{port}/hub/login", data={"username": "alice", "_xsrf": xsrf(s, page.text)},
-               timeout=30)
+        s = login(f"http://127.0.0.1:{port}", "alice")
         form = s.get(f"http://127.0.0.1:{port}/hub/spawn", timeout=30).text
-        r = s.post(f"http://127.0.0.1:{port}/hub/spawn", data={"profile": "t4-shared", "_xsrf": xsrf(s, form)}, timeout=60)
+        r = s.post(f"http://127.0.0.1:{port}/hub/spawn", data={"profile": "t4-shared", "_xsrf": xsrf_token(s, form)}, timeout=60)
         assert r.ok
         deadline = time.monotonic() + 150
         while True:

@@ -6,7 +6,6 @@ import base64
 import gzip
 import json
 import os
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import yaml
 
 from devcluster import cluster as dc
 from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, HubSettings, free_port
+from devcluster.devhub import DevHub, HubSettings, free_port, login
 
 from .conftest import NB
 
@@ -51,13 +50,7 @@ class JobsHub:
         return self.tokens[user]
 
     def login(self, name: str) -> requests.Session:
-        s = requests.Session()
-        page = s.get(f"{self.url}/hub/login", timeout=30)
-        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
-        r = s.post(f"{self.url}/hub/login?next=", data={"username": name, "password": "",
-                                                        "_xsrf": xsrf.group(1) if xsrf else ""}, timeout=30)
-        assert r.ok, r.text[:500]
-        return s
+        return login(self.url, name)
 
     @staticmethod
     def auth(token: str) -> dict:
