@@ -185,9 +185,14 @@ class DevHub:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # the hub stops its proxy and (cleanup_servers) the users' pods
+            self.proc.terminate()  # the hub stops its proxy, its services and (cleanup_servers) the users' pods
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
+                self.proc.kill()
                 self.proc.wait()
+        if self.proc:
+            try:  # anything of its session still alive (a proxy or service orphaned by a crash) goes too
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
