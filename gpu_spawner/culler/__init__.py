@@ -59,8 +59,15 @@ def _as_list(value) -> list:
 
 
 def configure(c, profiles_file: str, **kwargs) -> None:
-    """Add (or replace) the culler service and its role in a JupyterHub config object."""
+    """Add (or replace) the culler service and its role in a JupyterHub config object, and show each user
+    their cull warnings as the banner of the hub's pages."""
+    from .banner import Announcement, warnings_file
+
+    path = warnings_file()
+    kwargs["options"] = {"warnings-file": str(path), **(kwargs.get("options") or {})}
     service, role = culler_service(profiles_file, **kwargs)
+    template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
+    c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(path)}
     c.JupyterHub.services = [s for s in _as_list(c.JupyterHub.services) if s.get("name") != service["name"]] + [
         service]
     c.JupyterHub.load_roles = [r for r in _as_list(c.JupyterHub.load_roles) if r.get("name") != role["name"]] + [

@@ -33,6 +33,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from . import banner
 from . import decide as D
 
 CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
@@ -116,6 +117,8 @@ class GPUCuller(IdleCuller):
         config=True)
     reclaim_horizon = Int(8 * 3600, help="For reclaimed estimates: how long an uncull'd server would "
                                          "otherwise have run, at most (s)").tag(config=True)
+    warnings_file = Unicode("", help="Also write the warnings here for the hub's banner (culler/banner.py)").tag(
+        config=True)
     once = Bool(False, help="Run one cycle and exit").tag(config=True)
     port = Int(0, help="Port of the warnings/metrics server; 0: from JUPYTERHUB_SERVICE_URL, else none").tag(
         config=True)
@@ -130,6 +133,7 @@ class GPUCuller(IdleCuller):
         "scrape-interval": "GPUCuller.scrape_interval",
         "min-coverage": "GPUCuller.min_coverage",
         "warn-before": "GPUCuller.warn_before",
+        "warnings-file": "GPUCuller.warnings_file",
         "dry-run": "GPUCuller.dry_run",
         "exempt-admins": "GPUCuller.exempt_admins",
         "pod-name-template": "GPUCuller.pod_name_template",
@@ -268,6 +272,8 @@ class GPUCuller(IdleCuller):
             self.metrics.cycles.labels("error").inc()
             self.log.exception("Cull cycle failed")
         self.warnings = warnings
+        if self.warnings_file:
+            banner.write_warnings(self.warnings_file, warnings)
         dt = time.perf_counter() - t0
         self.metrics.cycle_seconds.observe(dt)
         self.last_cycle = CycleResult(decisions, None if not gpu_on else evidence is not None, dt)

@@ -274,7 +274,7 @@ def write_hub_config(state: Path, port: int, profiles: Path, admin_token: str, c
                      service_port: int) -> Path:
     service, role = culler_service(str(profiles), port=service_port, env={}, options={
         "dry-run": "true", "cull-every": "1", "warn-before": "8", "namespace": NAMESPACE,
-        "timeout": "3600", "scrape-interval": str(SCRAPE)})
+        "timeout": "3600", "scrape-interval": str(SCRAPE), "warnings-file": str(state / "warnings.json")})
     service["api_token"] = culler_token
     service["environment"] = {"GPUHUB_CULLER_IP": "127.0.0.1"}
     assert sorted(role["scopes"]) == sorted(SCOPES)
@@ -293,6 +293,8 @@ c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
 c.JupyterHub.db_url = "sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret = bytes.fromhex({secrets.token_hex(32)!r})
 c.JupyterHub.pid_file = {str(state / 'jupyterhub.pid')!r}
+c.JupyterHub.template_vars = {{"announcement": __import__("gpu_spawner.culler.banner", fromlist=["x"]).Announcement(
+    {str(state / "warnings.json")!r})}}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {{"boss"}}

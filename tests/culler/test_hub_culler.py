@@ -6,10 +6,13 @@ runs one cull cycle (`python -m gpu_spawner.culler --once`) with the culler serv
 """
 from __future__ import annotations
 
+import html
+
 import time
 
-import pytest
 import requests
+
+from devcluster.devhub import login
 
 from .conftest import GPU_IDLE, SCRAPE
 
@@ -152,17 +155,22 @@ def test_hub_runs_the_service_and_users_read_their_warnings(fresh):
     assert requests.get(f"{base}/warnings/warned", timeout=10).status_code == 401
     assert requests.get(f"{base}/warnings/warned", headers={"Authorization": f"token {other}"},
                         timeout=10).status_code == 403
-    seen = None
+    seen = banner = None
+    session = login(hub.url, "warned")
     deadline = time.monotonic() + GPU_IDLE + 30
     while time.monotonic() < deadline:
         body = requests.get(f"{base}/warnings/warned", headers={"Authorization": f"token {token}"},
                             timeout=10).json()
         if body["warnings"] and seen is None:
             seen = body["warnings"][0]
-        if body["culled"]:
+        if body["warnings"] and banner is None:  # the user sees it on the hub's own pages too
+            page = html.unescape(session.get(f"{hub.url}/hub/home", timeout=10).text)
+            banner = next((ln for ln in page.splitlines() if "will be stopped" in ln), None)
+        if body["culled"] and banner is not None:
             break
         time.sleep(0.5)
     assert seen is not None, "no warning before the cull"
+    assert banner is not None and "announcement" in banner, "the hub's home page showed no cull warning"
     assert seen["profile"] == "t4" and seen["reason"] == "idle-soon" and 0 < seen["cull_in_s"] <= 8
     assert "will be stopped" in seen["message"]
     assert body["culled"][-1]["reason"] == "idle" and body["culled"][-1]["dry_run"] is True
