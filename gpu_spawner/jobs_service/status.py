@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..jobs import JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION
+from ..jobs import (EXIT_NOTEBOOK_FAILED, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
+                    RUNNER_CONTAINER, USER_ANNOTATION)
 from ..podspec import PROFILE_LABEL
 
 QUEUED, ADMITTED, RUNNING, RESUMED, SUCCEEDED, FAILED = (
@@ -97,6 +98,14 @@ def _pod_interrupted(pod: dict) -> bool:
     return st.get("phase") == "Failed"
 
 
+def _runner_exit(pod: dict | None) -> dict | None:
+    """The runner container's `terminated` state of a finished pod (exitCode, finishedAt), if any."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == RUNNER_CONTAINER and (term := (cs.get("state") or {}).get("terminated")):
+            return term
+    return None
+
+
 def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | None = None,
                   position: dict | None = None, log: str = "") -> dict[str, Any]:
     """One job's status for the API and the widget (pure). `pods`: the Job's pods in any order;
@@ -146,6 +155,18 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
             out["message"] = f"preempted; waiting to resume ({out['message']})" if out["message"] else \
                 "preempted; waiting to resume"
         return out
+    # The Job controller marks the Job Complete/Failed a moment after its pod ends (finalizer
+    # bookkeeping, its sync period); the pod's own end is the earlier, equally final signal.
+    phase = ((newest or {}).get("status") or {}).get("phase")
+    term = _runner_exit(newest)
+    if phase == "Succeeded":
+        out.update(state=SUCCEEDED, message="the notebook ran to the end",
+                   finished=out["finished"] or (term or {}).get("finishedAt"))
+        return out
+    if phase == "Failed" and term and term.get("exitCode") == EXIT_NOTEBOOK_FAILED:
+        out.update(state=FAILED, message="a cell of the notebook raised an error",
+                   finished=out["finished"] or term.get("finishedAt"))
+        return out
     running = newest and (newest.get("status") or {}).get("phase") == "Running" \
         and not newest["metadata"].get("deletionTimestamp")
     if running:
@@ -155,8 +176,14 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
         out["message"] = f"cell {c['cell']} of {c['of']}" if c else "starting the kernel"
         return out
     out["state"] = ADMITTED
-    out["message"] = (f"admitted to {out['cluster_queue']}; " if out["cluster_queue"] else "admitted; ") + \
-        ("waiting for its pod to start" if not newest else f"pod {(newest.get('status') or {}).get('phase', 'Pending')}")
+    if not newest:
+        doing = "waiting for its pod to start"
+    elif phase == "Failed":
+        code = (term or {}).get("exitCode")
+        doing = f"its pod stopped{f' (exit {code})' if code is not None else ''}; the Job starts a new one"
+    else:
+        doing = f"pod {phase or 'Pending'}"
+    out["message"] = (f"admitted to {out['cluster_queue']}; " if out["cluster_queue"] else "admitted; ") + doing
     return out
 
 

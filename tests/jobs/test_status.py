@@ -85,3 +85,17 @@ def test_a_replaced_pod_the_job_controller_counted_is_a_resume():
     j["status"]["failed"] = 1
     s = derive_status(j, workload(j["metadata"]["name"], admitted=True), [pod("p2")], None, LOG)
     assert s["state"] == "Preempted-and-resumed" and s["preempted"] == 1
+
+
+def test_the_pods_own_end_is_final_before_the_job_controller_catches_up():
+    """Between the runner's exit and the Job's Complete/Failed condition the widget must not say
+    "Admitted — pod Succeeded"."""
+    j = job(suspend=False)
+    wl = workload(j["metadata"]["name"], admitted=True)
+    done = pod("p1", phase="Succeeded", exit_code=0)
+    assert derive_status(j, wl, [done], None, LOG)["state"] == "Succeeded"
+    broken = derive_status(j, wl, [pod("p1", phase="Failed", exit_code=3)], None, LOG)
+    assert broken["state"] == "Failed" and "cell" in broken["message"]
+    # an infrastructure failure (exit 4) or a SIGTERM (143) is retried by the Job: not final
+    for code in (4, 143):
+        assert derive_status(j, wl, [pod("p1", phase="Failed", exit_code=code)], None, LOG)["state"] == "Admitted"
