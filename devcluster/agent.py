@@ -33,6 +33,8 @@ IP_PREFIX = "127.11"
 #: Set on a node to simulate a GPU the device plugin advertises but the container cannot see.
 SIMULATE_GPU_ANNOTATION = "gpuhub.io/simulate-gpu"
 BANNER = "[dev-agent SIMULATOR]"
+#: What the singleuser and runner images put in /etc/ipython: kernels auto-load %gpu_submit.
+IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[1] / "images" / "singleuser" / "ipython_config.py"
 
 
 @dataclass
@@ -75,6 +77,17 @@ def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
                    + "\n".join(lines) + "\nEOF\n")
     smi.chmod(0o755)
     return {"GPUHUB_DEVICE_ROOT": str(dev), "NVIDIA_VISIBLE_DEVICES": "all", "GPUHUB_SIM_PATH": str(bin_dir)}
+
+
+def image_ipython_dir(state_dir: Path) -> dict[str, str]:
+    """$IPYTHONDIR with the image's ipython_config.py, so local kernels load the extension as the
+    image's kernels do (the image has it in /etc/ipython, which a local process cannot use)."""
+    if not IMAGE_IPYTHON_CONFIG.is_file():
+        return {}
+    profile = state_dir / "ipython" / "profile_default"
+    profile.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(IMAGE_IPYTHON_CONFIG, profile / "ipython_config.py")
+    return {"IPYTHONDIR": str(profile.parent)}
 
 
 def container_env(pod: dict, container: dict) -> dict[str, str]:
@@ -179,7 +192,8 @@ class DevNodeAgent:
         ip = self.allocate_ip()
         pod["status"]["podIP"] = ip
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
-        env = {**os.environ, **container_env(pod, container), **simulated_gpu(self.state_dir, node)}
+        env = {**os.environ, **image_ipython_dir(self.state_dir), **container_env(pod, container),
+               **simulated_gpu(self.state_dir, node)}
         if sim_path := env.pop("GPUHUB_SIM_PATH", None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
         if "JUPYTERHUB_SERVICE_URL" in env:

@@ -41,10 +41,17 @@ class Notebook:
 
 
 def current_notebook_path(env: dict | None = None) -> str | None:
-    """The kernel's notebook: jupyter_server (2+) puts the session's path in $JPY_SESSION_NAME."""
+    """The kernel's notebook: jupyter_server (2+) puts the session's path in $JPY_SESSION_NAME, as an
+    absolute path; under $HOME (the server's root in the singleuser image) it becomes relative to it,
+    the path users see in JupyterLab and the contents API takes."""
     env = os.environ if env is None else env
     path = env.get("JPY_SESSION_NAME") or ""
-    return path if path.endswith(".ipynb") else None
+    if not path.endswith(".ipynb"):
+        return None
+    home = env.get("HOME")
+    if home and os.path.isabs(path) and Path(path).is_relative_to(home):
+        return str(Path(path).relative_to(home))
+    return path
 
 
 def read_notebook(path: str, env: dict | None = None) -> Notebook:

@@ -6,11 +6,15 @@
   %gpu_logs JOB [--tail BYTES]                  the job's log
   %gpu_cancel JOB                               cancel it (its pods stop; checkpoints stay)
 What runs is the notebook as last SAVED (the kernel cannot see unsaved edits; the magic says so).
+The magics display their widgets and return None (a returned widget would be shown twice, once as
+the cell's Out); the last ones stay on the Magics object (`last_widget`, `last_form`, `last_jobs`).
+Inside a running GPU job (`$GPUHUB_JOB` set) `%gpu_submit` does nothing, so a job never resubmits itself.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import os
 import shlex
 from typing import Any
 
@@ -62,6 +66,7 @@ def parse_submit_args(line: str) -> dict[str, Any]:
 @magics_class
 class GPUMagics(Magics):
     client_factory = JobsClient
+    last_widget = last_form = last_jobs = None
 
     def _client(self) -> JobsClient:
         return self.client_factory()
@@ -89,27 +94,31 @@ class GPUMagics(Magics):
     def gpu_submit(self, line: str = ""):
         from IPython.display import display
 
+        if job := os.environ.get("GPUHUB_JOB"):
+            self._say(f"%gpu_submit skipped: this notebook is running as GPU job {job}")
+            return None
         try:
             args = parse_submit_args(line)
             client = self._client()
             if not args["profile"]:
                 from .widgets import SubmitForm
 
-                form = SubmitForm(client, lambda **kw: self.submit(client, notebook=args["notebook"], **kw),
-                                  defaults=args)
-                display(form)
-                return form
+                self.last_form = SubmitForm(client, lambda **kw: self.submit(client, notebook=args["notebook"], **kw),
+                                            defaults=args)
+                display(self.last_form)
+                return None
             widget, note = self.submit(client, args["profile"], args["parameters"], args["priority"],
                                        args["timeout"], args["notebook"])
         except (UsageError, JobsError) as e:
             self._say(str(e), error=True)
             return None
         self._say(note)
+        self.last_widget = widget
         display(widget)
         if args["wait"]:
             from .widgets import wait_final
             wait_final(widget, 7 * 24 * 3600)
-        return widget
+        return None
 
     @line_magic
     def gpu_jobs(self, line: str = ""):
@@ -125,9 +134,10 @@ class GPUMagics(Magics):
         except JobsError as e:
             self._say(str(e), error=True)
             return None
+        self.last_jobs = jobs
         if not jobs:
             self._say("no GPU jobs; submit this notebook with %gpu_submit")
-            return []
+            return None
         client = self._client()
         rows = []
         for j in jobs:
@@ -137,7 +147,7 @@ class GPUMagics(Magics):
             else:
                 rows.append(StatusWidget(client, j["name"], j).box)
         display(w.VBox(rows))
-        return jobs
+        return None
 
     @line_magic
     def gpu_logs(self, line: str = ""):

@@ -83,6 +83,10 @@ def test_service_url_and_notebook_discovery(tmp_path, monkeypatch):
         service_url({})
     assert current_notebook_path({"JPY_SESSION_NAME": "work/a.ipynb"}) == "work/a.ipynb"
     assert current_notebook_path({"JPY_SESSION_NAME": "console-1"}) is None
+    # jupyter_server gives the absolute path; under $HOME it is shown (and read) relative to it
+    home = {"HOME": "/home/jovyan"}
+    assert current_notebook_path({**home, "JPY_SESSION_NAME": "/home/jovyan/work/a.ipynb"}) == "work/a.ipynb"
+    assert current_notebook_path({**home, "JPY_SESSION_NAME": "/srv/shared/b.ipynb"}) == "/srv/shared/b.ipynb"
     (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [], "nbformat": 4}))
     monkeypatch.chdir(tmp_path)
     nb = read_notebook("work/a.ipynb", env={})
@@ -100,3 +104,20 @@ def test_load_ext_registers_the_magics():
     shell.run_line_magic("load_ext", "extension")
     for name in ("gpu_submit", "gpu_jobs", "gpu_logs", "gpu_cancel"):
         assert name in shell.magics_manager.magics["line"]
+
+
+def test_a_running_job_never_resubmits_itself(monkeypatch):
+    """The job's notebook still contains its `%gpu_submit` cell; in the job it must be a no-op."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from extension.magic import GPUMagics
+
+    said = []
+    monkeypatch.setenv("GPUHUB_JOB", "gpu-alice-train-abc123")
+    monkeypatch.setattr(GPUMagics, "client_factory", lambda self: pytest.fail("no client in a job"))
+    monkeypatch.setattr(GPUMagics, "_say", lambda self, text, error=False: said.append(text))
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "extension")
+    assert shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb") is None
+    assert shell.run_line_magic("gpu_submit", "") is None
+    assert said == ["%gpu_submit skipped: this notebook is running as GPU job gpu-alice-train-abc123"] * 2

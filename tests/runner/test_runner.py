@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from devcluster.agent import IMAGE_IPYTHON_CONFIG
 from runner.main import EXIT_NOTEBOOK_FAILED, EXIT_OK, EXIT_TERMINATED
 
 TRAIN = '''
@@ -40,8 +42,8 @@ def snapshot(tmp_path: Path, *cells: str, params: str = "steps = 3\ndelay = 0.0"
     return path
 
 
-def runner(tmp_path, snap, params, ckpt) -> subprocess.Popen:
-    env = dict(os.environ, CHECKPOINT_DIR=str(ckpt), OUTPUT_DIR=str(tmp_path / "out"))
+def runner(tmp_path, snap, params, ckpt, **extra_env) -> subprocess.Popen:
+    env = dict(os.environ, CHECKPOINT_DIR=str(ckpt), OUTPUT_DIR=str(tmp_path / "out"), **extra_env)
     return subprocess.Popen(["gpuhub-runner", "--snapshot", str(snap), "--name", "train", "--parameters",
                              json.dumps(params)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -65,6 +67,22 @@ def test_parameters_progress_and_output(tmp_path):
     text = outputs_text(out)
     assert "final 10" in text  # 1+2+3+4: the parameter 'steps = 4' was injected
     assert json.loads(out.read_text())["cells"][1]["metadata"]["tags"] == ["injected-parameters"]
+
+
+def test_a_notebook_that_submits_itself_runs_as_a_job_without_resubmitting(tmp_path):
+    """The snapshot still holds its `%gpu_submit` cell. The runner image's kernels load the extension
+    (images/singleuser/ipython_config.py in /etc/ipython), and in a Job ($GPUHUB_JOB) the magic is a no-op."""
+    ipython_dir = tmp_path / "ipython"
+    (ipython_dir / "profile_default").mkdir(parents=True)
+    shutil.copyfile(IMAGE_IPYTHON_CONFIG, ipython_dir / "profile_default" / "ipython_config.py")
+    snap = snapshot(tmp_path, "%gpu_submit --profile a100-mig-1g10gb --param steps=9", "print('after', steps)")
+    proc = runner(tmp_path, snap, {"steps": 2}, tmp_path, IPYTHONDIR=str(ipython_dir), GPUHUB_JOB="gpu-alice-nb-1")
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_OK, log
+    nb = json.loads((tmp_path / "out" / "train.ipynb").read_text())
+    shown = json.dumps(nb["cells"][2]["outputs"])
+    assert "%gpu_submit skipped: this notebook is running as GPU job gpu-alice-nb-1" in shown
+    assert "after 2" in outputs_text(tmp_path / "out" / "train.ipynb")
 
 
 def test_failing_cell_still_writes_output_with_error(tmp_path):
