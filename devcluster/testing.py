@@ -17,10 +17,11 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from kubernetes import client, config
@@ -157,6 +158,10 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed and _active and {"cluster", "scratch_root"} & set(getattr(item, "fixturenames", ())):
         rep.sections.append(("dev cluster logs", log_report(_active)))
+    if rep.failed:  # a hub fixture from hub_with_agent (its .process and .agent): their logs too
+        for value in (getattr(item, "funcargs", None) or {}).values():
+            if hasattr(value, "process") and hasattr(value, "agent") and hasattr(value.process, "log_tail"):
+                rep.sections.extend(hub_log_sections(value.process, value.agent))
 
 
 def _interrupt_on_sigterm() -> None:
@@ -212,3 +217,28 @@ def namespace(cluster: DevCluster, request) -> str:
     yield name
     cluster.clean(name)
     cluster.core.delete_namespace(name)
+
+
+@contextmanager
+def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dict, api_tokens: dict,
+                   extra: str = "") -> Iterator[tuple[Any, Any]]:
+    """A real dev hub (DevAuthenticator, CHP, GPUSpawner, gpu-jobs service) on `cluster`, with the dev node
+    agent (SIMULATOR) running its pods as processes: yields (DevHub, AgentProcess); both stopped after."""
+    from .dev import AgentProcess
+    from .devhub import DevHub, HubSettings, free_port
+
+    agent = AgentProcess(state, cluster.kubeconfig).start()
+    dev = DevHub(HubSettings(state_dir=state, profiles=profiles, kubeconfig=cluster.kubeconfig, port=free_port(),
+                             groups=groups, api_tokens=api_tokens, extra=extra))
+    try:
+        dev.start()
+        yield dev, agent
+    finally:
+        dev.stop()
+        agent.stop()
+
+
+def hub_log_sections(dev, agent, lines: int = 80) -> list[tuple[str, str]]:
+    """The hub's and the agent's log tails, for a failed test's report."""
+    return [("jupyterhub log (tail)", dev.log_tail(lines)),
+            ("dev agent log", agent.log_path.read_text(errors="replace")[-4000:])]

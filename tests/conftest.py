@@ -1,8 +1,9 @@
 """Suite-wide: the dev cluster fixtures (`cluster`, `namespace`, `scratch_root`, see devcluster/testing.py),
-and the policy that under CI=true the cluster tier must really run, so a skipped cluster test fails."""
+headless Chromium (`browser`) for what a person sees, and the policy that under CI=true the cluster tier must really run, so a skipped cluster test fails."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -30,3 +31,48 @@ def pytest_runtest_makereport(item, call):
         rep.outcome = "failed"
         rep.longrepr = (f"a cluster test was skipped under CI=true, which counts as a failure: the cluster "
                         f"tier must really run.\nskip reason: {reason}")
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium driven by Playwright (make install installs chromium)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (make install installs it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def hub_page(browser):
+    """`hub_page(hub_url, user)`: a new page logged in to a dev hub through its login form (the
+    DevAuthenticator takes a name only); closed after the test."""
+    pages = []
+
+    def open_page(url: str, user: str, width: int = 1200, height: int = 1100):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        pages.append(page)
+        page.goto(f"{url}/hub/login")
+        page.fill("input[name=username]", user)
+        page.click("#login_submit")
+        return page
+
+    yield open_page
+    for page in pages:
+        page.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where browser tests keep their screenshots (artifacts/, ignored by git)."""
+    path = Path(__file__).resolve().parents[1] / "artifacts"
+    path.mkdir(exist_ok=True)
+    return path

@@ -13,7 +13,8 @@ import requests
 import yaml
 
 from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, HubSettings, free_port, login, xsrf_token
+from devcluster.devhub import DevHub, login, xsrf_token
+from devcluster.testing import hub_with_agent
 from gpu_spawner.spawner import EXAMPLE_PROFILES
 
 GROUPS = {"alice": ["data-science"], "rita": ["ml-research"], "admin": ["data-science", "ml-research"]}
@@ -83,24 +84,8 @@ def hub_profiles(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def hub(cluster, hub_profiles, tmp_path_factory) -> Hub:
-    state = tmp_path_factory.mktemp("devhub")
-    agent = AgentProcess(state, cluster.kubeconfig).start()
     token = secrets.token_hex(16)
-    dev = DevHub(HubSettings(state_dir=state, profiles=hub_profiles, kubeconfig=cluster.kubeconfig,
-                             port=free_port(), groups=GROUPS, api_tokens={"e2e-tests": token}))
-    try:
-        dev.start()
+    with hub_with_agent(cluster, tmp_path_factory.mktemp("devhub"), hub_profiles, GROUPS,
+                        {"e2e-tests": token}) as (dev, agent):
         yield Hub(dev.settings.url, token, dev, agent)
-    finally:
-        dev.stop()
-        agent.stop()
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    hub = item.funcargs.get("hub") if hasattr(item, "funcargs") else None
-    if rep.failed and isinstance(hub, Hub):
-        rep.sections.append(("jupyterhub log (tail)", hub.process.log_tail(60)))
-        rep.sections.append(("dev agent log", hub.agent.log_path.read_text(errors="replace")[-4000:]))

@@ -2,45 +2,21 @@
 GPU profile with the keyboard, JupyterLab opens. Screenshots are kept in artifacts/."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.cluster
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                 "--disable-background-networking", "--disable-component-update"]
 
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (make install installs it)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-def test_login_pick_a_gpu_and_reach_jupyterlab(hub, browser):
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1200, "height": 1100})
+def test_login_pick_a_gpu_and_reach_jupyterlab(hub, hub_page, artifacts):
+    page = hub_page(hub.url, "alice")
     try:
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("input[name=username]", "alice")
-        page.click("#login_submit")
         page.wait_for_selector("#gpuhub-picker")
         legend = page.inner_text("#gpuhub-picker legend")
         assert legend == "Choose where your server runs"
         labels = page.locator(".gpuhub-card h3").all_inner_texts()
         assert labels == ["CPU only", "Shared T4 (time-sliced)", "A100 MIG 1g.10gb"]
         assert "A100 80GB MIG 1g.10gb slices free" in page.inner_text("[data-profile=a100-mig-1g10gb]")
-        page.screenshot(path=str(ARTIFACTS / "picker.png"), full_page=True)
+        page.screenshot(path=str(artifacts / "picker.png"), full_page=True)
         # keyboard only: focus the checked radio, arrow down twice to the MIG profile, submit with Enter
         page.focus("input[name=profile]:checked")
         page.keyboard.press("ArrowDown")
@@ -49,8 +25,7 @@ def test_login_pick_a_gpu_and_reach_jupyterlab(hub, browser):
         page.keyboard.press("Enter")
         page.wait_for_url("**/user/alice/lab**", timeout=150_000)
         page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
+        page.screenshot(path=str(artifacts / "jupyterlab.png"))
         assert "JupyterLab" in page.title()
     finally:
-        page.close()
         hub.stop("alice")

@@ -17,7 +17,8 @@ import yaml
 
 from devcluster import cluster as dc
 from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, HubSettings, free_port, login
+from devcluster.devhub import DevHub, login
+from devcluster.testing import hub_with_agent
 
 from .conftest import NB
 
@@ -89,23 +90,16 @@ def jobs_profiles(cluster, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def jobs_hub(cluster, jobs_profiles, tmp_path_factory) -> JobsHub:
     state = tmp_path_factory.mktemp("jobshub")
-    agent = AgentProcess(state, cluster.kubeconfig).start()
     token = secrets.token_hex(16)
     extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "jobs-tests-tokens", '
              '"scopes": ["tokens", "admin:users", "admin:servers"], "services": ["jobs-tests"]}]')
-    dev = DevHub(HubSettings(state_dir=state, profiles=jobs_profiles, kubeconfig=cluster.kubeconfig, port=free_port(),
-                             groups=GROUPS, api_tokens={"jobs-tests": token}, extra=extra))
-    try:
-        dev.start()
+    with hub_with_agent(cluster, state, jobs_profiles, GROUPS, {"jobs-tests": token}, extra) as (dev, agent):
         hub = JobsHub(dev.settings.url, token, dev, agent, state, {})
         deadline = time.monotonic() + 60
         while requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
             assert time.monotonic() < deadline, "the gpu-jobs service did not come up:\n" + dev.log_tail(60)
             time.sleep(0.5)
         yield hub
-    finally:
-        dev.stop()
-        agent.stop()
 
 
 @pytest.fixture
@@ -116,15 +110,6 @@ def clean_teams(cluster):
             cluster.core.delete_namespaced_config_map(cm.metadata.name, ns)
         cluster.clean(ns, timeout=90)
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    hub = item.funcargs.get("jobs_hub") if hasattr(item, "funcargs") else None
-    if rep.failed and isinstance(hub, JobsHub):
-        rep.sections.append(("jupyterhub log (tail)", hub.process.log_tail(80)))
-        rep.sections.append(("dev agent log", hub.agent.log_path.read_text(errors="replace")[-3000:]))
 
 
 def objects(cluster, ns: str) -> tuple[set, set]:
@@ -296,21 +281,27 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
     monkeypatch.delenv("JUPYTERHUB_SERVICE_URL", raising=False)
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "extension")
-    widget = shell.run_line_magic("gpu_submit", "--profile t4-shared --param steps=4 --timeout 10m")
+    magics = shell.magics_manager.registry["GPUMagics"]
+    # displayed, not returned: a returned widget would show twice (once more as the cell's Out)
+    assert shell.run_line_magic("gpu_submit", "--profile t4-shared --param steps=4 --timeout 10m") is None
+    widget = magics.last_widget
     assert widget is not None, capsys.readouterr()
     widget.stop()
     final = wait_final(widget, 180)
     assert final["state"] == "Succeeded", (final, widget.status)
     assert "total 6" in (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / widget.name / "magic run.ipynb").read_text()
     assert "output notebook" in widget.head.value and "cell" in widget.log.value
-    jobs = shell.run_line_magic("gpu_jobs", "")
-    assert [j["name"] for j in jobs] == [widget.name]
+    assert shell.run_line_magic("gpu_jobs", "") is None
+    assert [j["name"] for j in magics.last_jobs] == [widget.name]
     shell.run_line_magic("gpu_logs", widget.name)
     assert "[gpuhub-runner]" in capsys.readouterr().out
     # refused: a profile alice may not use; the message comes from the service
+    magics.last_widget = None
     assert shell.run_line_magic("gpu_submit", "--profile h100-full") is None
+    assert magics.last_widget is None
     # cancel a queued one
-    second = shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb --priority low")
+    shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb --priority low")
+    second = magics.last_widget
     second.stop()
     shell.run_line_magic("gpu_cancel", second.name)
     cluster.wait_until(lambda: second.name not in objects(cluster, "team-ds")[0], 30, "the cancelled Job to go")
@@ -411,3 +402,67 @@ def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean
     assert final["state"] == "Succeeded" and final["preempted"] >= 1
     out = (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "train.ipynb").read_text()
     assert "resumed at" in out and "resumed at 0" not in out and "done 25" in out
+
+
+WIDGET_NB = {**RUN_NB, "cells": RUN_NB["cells"][:1] + [
+    {"cell_type": "code", "id": "t", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": "total = sum(range(steps))\nprint('total', total)"},
+    {"cell_type": "code", "id": "w", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": "%gpu_submit --param steps=4 --timeout 10m"},
+    {"cell_type": "code", "id": "j", "metadata": {}, "outputs": [], "execution_count": None, "source": "%gpu_jobs"}]}
+
+
+def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hub_page, artifacts):
+    """What a data scientist sees: in JupyterLab (served by the dev agent), `%gpu_submit` shows the form
+    (profile, parameters, timeout), Submit turns it into a status widget that follows the job to
+    Succeeded with the log tail and a link to the output notebook, which lands in the home folder."""
+    home = jobs_hub.state / "homes" / "alice"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "widget.ipynb").write_text(json.dumps(WIDGET_NB))
+    jobs_hub.token("alice")  # logs alice in once, so the DevAuthenticator gives her groups
+    r = requests.post(f"{jobs_hub.url}/hub/api/users/alice/server", headers=jobs_hub.auth(jobs_hub.admin_token),
+                      json={"profile": "cpu"}, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    page = hub_page(jobs_hub.url, "alice", width=1300, height=1000)
+    try:
+        page.goto(f"{jobs_hub.url}/user/alice/lab/tree/widget.ipynb", timeout=180_000)
+        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+        page.click("text=Run >> nth=0")
+        page.click("text=Run All Cells")
+        form = page.locator(".jp-OutputArea-output .widget-vbox").first
+        form.locator("text=Run this notebook as a GPU job").wait_for(timeout=60_000)
+        select = form.locator(".widget-dropdown select").first
+        labels = [t.replace("\xa0", " ") for t in select.locator("option").all_inner_texts()]  # ipywidgets: nbsp
+        assert labels and not any("Full H100" in label for label in labels), labels  # only alice's GPU profiles
+        t4 = next((i for i, label in enumerate(labels) if label.startswith("Shared T4")), None)
+        assert t4 is not None, labels
+        assert "free" in labels[t4] and "queued" in labels[t4], labels[t4]
+        select.select_option(index=t4)
+        assert form.locator("textarea").input_value() == "steps=4"
+        page.screenshot(path=str(artifacts / "gpu-submit-form.png"))
+        form.locator("button:has-text('Submit')").click()
+        done = form.locator("text=✔ Succeeded")
+        done.wait_for(timeout=180_000)
+        said = form.inner_text().replace("\xa0", " ")
+        assert "Submitting widget.ipynb as last saved" in said and "Job gpu-alice-widget-" in said
+        assert "[gpuhub-runner]" in form.locator("pre").inner_text()
+        link = form.locator("a:has-text('output notebook')").get_attribute("href")
+        assert link.startswith("/user/alice/lab/tree/gpu-jobs/gpu-alice-widget-") and link.endswith("/widget.ipynb")
+        page.screenshot(path=str(artifacts / "gpu-submit-status.png"))
+        # one widget only: the magic displays it and returns nothing (no second copy as the cell's Out)
+        assert page.locator("text=✔ Succeeded").count() == 1
+        job = link.split("/")[-2]
+        # a browser refresh loses the live widget; %gpu_jobs shows the job again
+        page.reload()
+        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+        page.locator(".jp-Cell .jp-InputArea-editor:has-text('%gpu_jobs')").click()
+        page.keyboard.press("Shift+Enter")
+        again = page.locator(f".jp-OutputArea-output:has-text('{job}: Succeeded')")
+        again.wait_for(timeout=60_000)
+        assert "widget.ipynb" in again.inner_text()
+        out = json.loads((home / "gpu-jobs" / job / "widget.ipynb").read_text())
+        assert "injected-parameters" in json.dumps(out["cells"])
+        assert "total 6" in json.dumps(out["cells"])  # steps=4 from the form: 0+1+2+3
+    finally:
+        requests.delete(f"{jobs_hub.url}/hub/api/users/alice/server", headers=jobs_hub.auth(jobs_hub.admin_token),
+                        timeout=60)
