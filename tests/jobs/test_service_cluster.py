@@ -20,6 +20,8 @@ from devcluster.dev import AgentProcess
 from devcluster.devhub import DevHub, login
 from devcluster.testing import hub_with_agent
 
+from extension.widgets import view
+
 from .conftest import NB
 
 pytestmark = pytest.mark.cluster
@@ -171,6 +173,7 @@ def test_beyond_quota_stays_queued_and_reports_its_position(cluster, jobs_hub, c
     assert positions() == [("Queued", 1, 2), ("Queued", 2, 2)]
     for n in waiting:
         assert cluster.batch.read_namespaced_job(n, "team-tiny").spec.suspend is True
+    assert view(jobs_hub.status("tina", waiting[1]))["title"] == "Queued (2 of 2 in tiny)"
     profiles = jobs_hub.call("tina", "GET", "/profiles").json()
     t4 = next(p for p in profiles["profiles"] if p["slug"] == "t4-shared")
     assert profiles["team"] == "tiny" and t4["free"] == 0 and t4["queued"] == 2
@@ -400,6 +403,11 @@ def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean
     final = cluster.wait_until(lambda: (s := jobs_hub.status("alice", name))["state"] in ("Succeeded", "Failed") and s,
                                120, "the end", interval=0.5)
     assert final["state"] == "Succeeded" and final["preempted"] >= 1
+    # the status widget's state machine on these real statuses
+    shown = view(seen)
+    assert shown["title"].startswith("Preempted-and-resumed (") and shown["poll"] and shown["link"]
+    shown = view(final)
+    assert shown["title"] == f"Succeeded (resumed after {final['preempted']} preemption(s))" and not shown["poll"]
     out = (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "train.ipynb").read_text()
     assert "resumed at" in out and "resumed at 0" not in out and "done 25" in out
 
