@@ -267,7 +267,9 @@ class DevNodeAgent:
                 (folder / item["path"]).write_bytes(data[item["key"]])
 
     async def _report_exit(self, key: str, pod: dict) -> None:
-        run = self.running[key]
+        run = self.running.get(key)
+        if not isinstance(run, Running):
+            return  # stopped (the pod was deleted) before this task first ran
         code = await run.proc.wait()
         if self.running.get(key) is not run:
             return  # stopped because the pod was deleted

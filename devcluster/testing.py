@@ -219,6 +219,10 @@ def namespace(cluster: DevCluster, request) -> str:
     cluster.core.delete_namespace(name)
 
 
+#: State folders of the hubs whose dev agent runs now (at most one: see hub_with_agent).
+_agents: list[Path] = []
+
+
 @contextmanager
 def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dict, api_tokens: dict,
                    extra: str = "") -> Iterator[tuple[Any, Any]]:
@@ -227,7 +231,11 @@ def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dic
     from .dev import AgentProcess
     from .devhub import DevHub, HubSettings, free_port
 
+    if _agents:
+        raise RuntimeError(f"a dev hub with its agent still runs on this cluster (state {_agents[0]}): two agents "
+                           "would both run the same pods; scope hub fixtures so that one ends before the next starts")
     agent = AgentProcess(state, cluster.kubeconfig).start()
+    _agents.append(state)
     dev = DevHub(HubSettings(state_dir=state, profiles=profiles, kubeconfig=cluster.kubeconfig, port=free_port(),
                              groups=groups, api_tokens=api_tokens, extra=extra))
     try:
@@ -236,6 +244,7 @@ def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dic
     finally:
         dev.stop()
         agent.stop()
+        _agents.remove(state)
 
 
 def hub_log_sections(dev, agent, lines: int = 80) -> list[tuple[str, str]]:

@@ -72,7 +72,7 @@ class Hub:
         return events
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_profiles(tmp_path_factory) -> Path:
     data = yaml.safe_load(EXAMPLE_PROFILES.read_text())
     data["pools"]["gpughost"] = GHOST_POOL
@@ -82,7 +82,7 @@ def hub_profiles(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub(cluster, hub_profiles, tmp_path_factory) -> Hub:
     token = secrets.token_hex(16)
     with hub_with_agent(cluster, tmp_path_factory.mktemp("devhub"), hub_profiles, GROUPS,
