@@ -1,4 +1,5 @@
-"""Shared informers: one list + watch of nodes and one of pods (all namespaces) per hub process.
+"""Shared informers: one list + watch of nodes and one of pods (all namespaces) per hub process
+(and the `Informer` the gpu-jobs service's cache uses too).
 
 They feed `capacity.ClusterState`, so the picker, the Pending explanations and the metrics read
 memory, never the API. Thin async shell; every request it makes is counted (`requests`).
@@ -8,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from functools import partial
 from typing import Awaitable, Callable
 
 from kubernetes_asyncio import client
@@ -22,12 +24,15 @@ WATCH_SECONDS = 300
 
 
 class Informer:
-    """List once, then watch from that resourceVersion; relist when the watch expires (410)."""
+    """List once, then watch from that resourceVersion; relist when the watch expires (410).
+    `replace(items)` takes each full list, `apply(event_type, obj)` each watch event."""
 
-    def __init__(self, kind: str, list_fn: Callable[..., Awaitable], state: ClusterState):
+    def __init__(self, kind: str, list_fn: Callable[..., Awaitable], replace: Callable[[list[dict]], None],
+                 apply: Callable[[str, dict], None]):
         self.kind = kind
         self.list_fn = list_fn
-        self.state = state
+        self.replace = replace
+        self.apply = apply
         self.requests = 0
         self.synced = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -36,18 +41,17 @@ class Informer:
         self.requests += 1
         resp = await self.list_fn(_preload_content=False)
         body = json.loads(await resp.read())
-        self.state.replace(self.kind, body.get("items") or [])
+        self.replace(body.get("items") or [])
         self.synced.set()
         return body["metadata"]["resourceVersion"]
 
     async def _run(self) -> None:
-        apply = self.state.apply_node if self.kind == "nodes" else self.state.apply_pod
         delay = 0.5
         while True:
             try:
                 rv = await self._list()
                 while True:
-                    rv = await self._watch(rv, apply)
+                    rv = await self._watch(rv, self.apply)
                     delay = 0.5
             except asyncio.CancelledError:
                 raise
@@ -100,8 +104,9 @@ class CapacityInformers:
 
     def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api):
         self.state = ClusterState(cfg)
-        self.nodes = Informer("nodes", core.list_node, self.state)
-        self.pods = Informer("pods", core.list_pod_for_all_namespaces, self.state)
+        self.nodes = Informer("nodes", core.list_node, partial(self.state.replace, "nodes"), self.state.apply_node)
+        self.pods = Informer("pods", core.list_pod_for_all_namespaces, partial(self.state.replace, "pods"),
+                             self.state.apply_pod)
 
     @property
     def requests(self) -> int:

@@ -30,6 +30,7 @@ from ..jobs import JobRequestError, JobSettings
 from ..kueue import cluster_queue_name, local_queue_name
 from ..profiles import ProfilesConfig
 from . import SERVICE_NAME
+from .cache import JobsCache
 from .kube import DevAgentLogs, Kube
 from .status import FINISHED
 from .submission import ServiceSettings, plan_submission
@@ -222,7 +223,12 @@ async def serve(args) -> None:
     state = args.dev_state or os.environ.get("GPUHUB_DEV_STATE")
     logs = DevAgentLogs(state) if dev and state else None
     namespaces = [t.namespace for t in cfg.teams.values()]
-    kube = Kube(api, namespaces, logs)
+    cache = JobsCache(api, namespaces)
+    try:
+        await cache.start()
+    except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
+        log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
+    kube = Kube(api, namespaces, logs, cache)
     service = ServiceSettings(job=JobSettings(runner_image=os.environ.get("GPUHUB_RUNNER_IMAGE",
                                                                          JobSettings.runner_image),
                                               storage_class=os.environ.get("GPUHUB_JOBS_STORAGE_CLASS") or None),

@@ -13,9 +13,8 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from ..jobs import JOB_LABEL, USER_ANNOTATION, USER_LABEL
+from .cache import KUEUE, JobsCache
 from .status import FINISHED, derive_status, queue_positions
-
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
 LOG_TAIL_BYTES = 64 * 1024
 
 
@@ -72,19 +71,31 @@ async def _json(coro) -> dict[str, Any]:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, namespaces: list[str], logs: LogSource | None = None):
+    """Reads come from the watch-fed `cache` where it covers the namespace (else from the API);
+    writes go to the API and return once the cache has seen them."""
+
+    def __init__(self, api: client.ApiClient, namespaces: list[str], logs: LogSource | None = None,
+                 cache: JobsCache | None = None):
         self.api = api
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.namespaces = sorted(set(namespaces))
         self.logs = logs or PodLogs(self.core)
+        self.cache = cache
+
+    def _cached(self, namespaces: list[str]) -> bool:
+        return self.cache is not None and self.cache.synced and all(self.cache.covers(ns) for ns in namespaces)
 
     # ------------------------------------------------------------------ reading
     async def jobs(self, user: str | None = None) -> list[dict]:
         """Jobs made by this service in the team namespaces (one user's, or everyone's)."""
         from kubespawner.slugs import safe_slug
 
+        if self._cached(self.namespaces):
+            jobs = self.cache.objects("jobs", self.namespaces)
+            return [j for j in jobs if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
+                if user else jobs
         selector = f"{USER_LABEL}={safe_slug(user, max_length=63)},{JOB_LABEL}" if user else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.batch.list_namespaced_job(ns, label_selector=selector,
                                                                               _preload_content=False))
@@ -96,6 +107,10 @@ class Kube:
 
     async def job(self, name: str) -> dict | None:
         for ns in self.namespaces:
+            if self._cached([ns]):
+                if found := self.cache.get("jobs", ns, name):
+                    return found
+                continue
             try:
                 return await _json(self.batch.read_namespaced_job(name, ns, _preload_content=False))
             except client.ApiException as e:
@@ -104,11 +119,17 @@ class Kube:
         return None
 
     async def workloads(self, namespaces: list[str]) -> list[dict]:
+        if self._cached(namespaces):
+            return self.cache.objects("workloads", sorted(set(namespaces)))
         lists = await asyncio.gather(*(_json(self.custom.list_namespaced_custom_object(
             *KUEUE, ns, "workloads", _preload_content=False)) for ns in sorted(set(namespaces))))
         return [w for lst in lists for w in lst.get("items", [])]
 
     async def pods(self, namespaces: list[str], job: str | None = None) -> list[dict]:
+        if self._cached(namespaces):
+            pods = self.cache.objects("pods", sorted(set(namespaces)))
+            return [p for p in pods if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == job] \
+                if job else pods
         selector = f"batch.kubernetes.io/job-name={job}" if job else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
                                                                            _preload_content=False))
@@ -211,6 +232,9 @@ class Kube:
                 if e.status == 409 and kind in ("PersistentVolume", "PersistentVolumeClaim"):
                     continue
                 raise
+        if created_job and self._cached([created_job["metadata"]["namespace"]]):
+            ns, name = created_job["metadata"]["namespace"], created_job["metadata"]["name"]
+            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is not None)
         return created_job
 
     async def dev_bind(self, claim: dict) -> None:
@@ -251,3 +275,5 @@ class Kube:
             except client.ApiException as e:
                 if e.status != 404:
                     raise
+        if self._cached([ns]):
+            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is None)
