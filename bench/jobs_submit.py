@@ -9,7 +9,8 @@ Measures, through the hub's proxy with a user's own token (as `%gpu_submit` does
   admit      submit → the service first reports the job past Queued (polled every 20 ms), next to
              Kueue's own admission (a watch on Workloads sees Admitted=True), both from the moment the
              POST is sent, same jobs, same run
-  list       GET /jobs with --queued queued jobs of one user: p50/p95
+  list       GET /jobs with --queued queued jobs of one user: p50/p95; then, side by side in this
+             process, the same read through the API every time vs from the service's JobsCache
 Prints one JSON line and writes bench/results/jobs_submit.json.
 """
 from __future__ import annotations
@@ -101,6 +102,39 @@ class AdmissionWatch:
         threading.Thread(target=run, daemon=True).start()
 
 
+def compare_cache(kubeconfig: Path, namespaces: list[str], user: str, rounds: int = 20) -> dict:
+    """What `GET /jobs` does (jobs of a user → their statuses), in this process, interleaved: through
+    the API on every call (the service before its cache) vs from the watch-fed JobsCache."""
+    import asyncio
+
+    from kubernetes_asyncio import client, config
+
+    from gpu_spawner.jobs_service.cache import JobsCache
+    from gpu_spawner.jobs_service.kube import Kube
+
+    async def run() -> dict:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+        api = client.ApiClient(cfg)
+        cache = JobsCache(api, namespaces)
+        await cache.start()
+        direct, cached = Kube(api, namespaces), Kube(api, namespaces, cache=cache)
+        times: dict[str, list[float]] = {"api": [], "cache": []}
+        try:
+            for _ in range(rounds):
+                for label, kube in (("api", direct), ("cache", cached)):
+                    t = time.monotonic()
+                    await kube.statuses(await kube.jobs(user), with_logs=False)
+                    times[label].append(time.monotonic() - t)
+        finally:
+            await cache.stop()
+            await api.close()
+        return {"list_inproc_api_p50_ms": pct(times["api"], 0.5), "list_inproc_cache_p50_ms": pct(times["cache"], 0.5),
+                "list_inproc_speedup": round(statistics.median(times["api"]) / statistics.median(times["cache"]), 1)}
+
+    return asyncio.run(run())
+
+
 def measure(cluster: dc.Cluster, hub: Hub, submits: int, admits: int, queued: int) -> dict:
     body = {"profile": "t4-shared", "notebook_path": "bench.ipynb", "notebook": NB}
     # 1. submit latency (jobs stay queued: team `bench` has no T4 quota)
@@ -172,6 +206,7 @@ def main() -> int:
                     raise SystemExit("the gpu-jobs service did not come up:\n" + hub.log_tail(60))
                 time.sleep(0.5)
             result = measure(cluster, Hub(hub.settings.url, token), a.submits, a.admits, a.queued)
+            result.update(compare_cache(cluster.kubeconfig, ["team-bench"], "bench"))
             result["cluster_up_s"] = round(up_s, 2)
         finally:
             hub.stop()
