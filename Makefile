@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps binaries test unit dev
+.PHONY: install system-deps binaries test unit dev bench
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -38,3 +38,13 @@ unit: install
 
 dev: binaries
 	$(VENV)/bin/gpuhub dev
+
+# Every benchmark with its defaults, one after another (each starts and stops what it needs); figures
+# go to bench/results/ and, by hand with the command, to docs/benchmarks.md. Tens of minutes on 2 cores.
+bench: binaries
+	$(PY) bench/picker_render.py --churn
+	$(PY) bench/cluster_nodes.py
+	$(PY) bench/spawn_bound.py
+	$(PY) bench/jobs_submit.py
+	$(PY) bench/cull_cycle.py --page-size 200 --out bench/results/cull_cycle.json
+	$(PY) bench/cull_cycle.py --page-size 200 --gpu-policy --out bench/results/cull_cycle_gpu.json

@@ -11,7 +11,6 @@ bench/results/cluster_nodes.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from devcluster import cluster as dc  # noqa: E402
 from devcluster.nodes import SIMULATED_LABEL, node_manifest  # noqa: E402
 from gpu_spawner.profiles import load_profiles  # noqa: E402
 from gpu_spawner.spawner import EXAMPLE_PROFILES  # noqa: E402
+from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 
 BENCH_LABEL = "gpuhub.io/bench"
 FIRST_INDEX = 100_000  # clear of the nodes `up` created
@@ -82,12 +82,7 @@ def main() -> int:
             result["cluster_up_s"] = started
         finally:
             dc.down(root)
-    line = json.dumps(result)
-    print(line)
-    out = ROOT / "bench" / "results" / "cluster_nodes.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    return 0
+    return write_result("cluster_nodes", result)
 
 
 if __name__ == "__main__":

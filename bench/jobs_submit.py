@@ -16,7 +16,6 @@ Prints one JSON line and writes bench/results/jobs_submit.json.
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import statistics
 import sys
@@ -35,6 +34,7 @@ from devcluster import cluster as dc  # noqa: E402
 from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
 from gpu_spawner.profiles import load_profiles  # noqa: E402
 from gpu_spawner.spawner import EXAMPLE_PROFILES  # noqa: E402
+from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "source": "x = 1", "outputs": [],
@@ -211,12 +211,7 @@ def main() -> int:
         finally:
             hub.stop()
             dc.down(root / "cluster")
-    line = json.dumps(result)
-    print(line)
-    out = ROOT / "bench" / "results" / "jobs_submit.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    return 0
+    return write_result("jobs_submit", result)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ class GPUMagics(Magics):
         import ipywidgets as w
         from IPython.display import display
 
-        from .widgets import FINAL, StatusWidget
+        from .widgets import FINAL, StatusWidget, output_link
 
         try:
             jobs = self._client().jobs(everyone="--all" in line.split())
@@ -142,8 +142,11 @@ class GPUMagics(Magics):
         rows = []
         for j in jobs:
             if j.get("state") in FINAL:
+                link = "" if j["state"] == "Cancelled" else \
+                    f' · <a href="{html.escape(output_link(j))}" target="_blank">output notebook</a>'
                 rows.append(w.HTML(f"<b>{html.escape(j['name'])}</b>: {html.escape(j['state'])} — "
-                                   f"{html.escape(j.get('message') or '')} ({html.escape(str(j.get('notebook')))})"))
+                                   f"{html.escape(j.get('message') or '')} ({html.escape(str(j.get('notebook')))})"
+                                   + link))
             else:
                 rows.append(StatusWidget(client, j["name"], j).box)
         display(w.VBox(rows))

@@ -468,6 +468,7 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         again = page.locator(f".jp-OutputArea-output:has-text('{job}: Succeeded')")
         again.wait_for(timeout=60_000)
         assert "widget.ipynb" in again.inner_text()
+        assert again.locator("a:has-text('output notebook')").get_attribute("href") == link
         out = json.loads((home / "gpu-jobs" / job / "widget.ipynb").read_text())
         assert "injected-parameters" in json.dumps(out["cells"])
         assert "total 6" in json.dumps(out["cells"])  # steps=4 from the form: 0+1+2+3
