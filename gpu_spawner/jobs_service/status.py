@@ -114,8 +114,11 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
     labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
     pods = sorted(pods or [], key=lambda p: p["metadata"].get("creationTimestamp") or "")
     interrupted = [p for p in pods[:-1] if _pod_interrupted(p)]
-    wl_evictions = sum(1 for c in ((workload or {}).get("status") or {}).get("conditions") or []
-                       if c.get("type") in ("Evicted", "Preempted") and c.get("status") == "True")
+    wl_status = (workload or {}).get("status") or {}
+    # Kueue's eviction counter outlives re-admission (the Evicted condition turns False then)
+    counted = sum(e.get("count") or 0 for e in (wl_status.get("schedulingStats") or {}).get("evictions") or [])
+    wl_evictions = max(counted, sum(1 for c in wl_status.get("conditions") or []
+                                    if c.get("type") in ("Evicted", "Preempted") and c.get("status") == "True"))
     # pods the Job controller counted as failed and replaced (ignored disruptions are not counted there,
     # but show as interrupted pods or as Workload evictions)
     replaced = (st.get("failed") or 0) if not is_true(job, "Failed") else max(0, (st.get("failed") or 0) - 1)

@@ -475,3 +475,46 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
     finally:
         requests.delete(f"{jobs_hub.url}/hub/api/users/alice/server", headers=jobs_hub.auth(jobs_hub.admin_token),
                         timeout=60)
+
+
+def test_kueue_preempts_a_lower_priority_job_which_resumes_from_its_checkpoint(cluster, jobs_hub, clean_teams):
+    """Team tiny has one T4 slot. A high-priority job makes Kueue preempt the running low-priority one
+    (Workload evicted, Job suspended, its pod SIGTERM'd); the low one waits, is admitted again once the
+    slot is free, and its new pod resumes from the checkpoint."""
+    r = jobs_hub.submit("tina", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 10}, priority="low")
+    assert r.status_code == 201, r.text
+    low = r.json()["name"]
+    step = jobs_hub.state / "homes" / "tina" / "checkpoints" / low / "step"
+    cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
+                       interval=0.5)
+    r = jobs_hub.submit("tina", profile="t4-shared", notebook=RUN_NB, parameters={"steps": 3}, priority="high")
+    assert r.status_code == 201, r.text
+    high = r.json()["name"]
+    history = []
+
+    def waiting_again():
+        s = jobs_hub.status("tina", low)
+        history.append((s["state"], s["preempted"], s["message"]))
+        return s["state"] == "Queued" and s["preempted"] >= 1 and s
+
+    try:
+        queued = cluster.wait_until(waiting_again, 60, "the low job to be preempted back to Queued", interval=0.5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {sorted(set(history), key=history.index)}") from None
+    assert queued["message"].startswith("preempted") and view(queued)["title"].startswith("Queued")
+    finished = cluster.wait_until(lambda: (s := jobs_hub.status("tina", high))["state"] in ("Succeeded", "Failed")
+                                  and s, 120, "the high-priority job to finish", interval=0.5)
+    assert finished["state"] == "Succeeded", finished
+    states = set()
+
+    def low_done():
+        s = jobs_hub.status("tina", low)
+        states.add(s["state"])
+        return s["state"] in ("Succeeded", "Failed") and s
+
+    final = cluster.wait_until(low_done, 180, "the preempted job to resume and finish", interval=0.5)
+    assert final["state"] == "Succeeded" and final["preempted"] >= 1, final
+    assert "Preempted-and-resumed" in states, states  # its new pod ran, and said so
+    assert view(final)["title"] == f"Succeeded (resumed after {final['preempted']} preemption(s))"
+    out = (jobs_hub.state / "homes" / "tina" / "gpu-jobs" / low / "train.ipynb").read_text()
+    assert "resumed at" in out and "resumed at 0" not in out and "done 10" in out, out[-2000:]

@@ -99,3 +99,15 @@ def test_the_pods_own_end_is_final_before_the_job_controller_catches_up():
     # an infrastructure failure (exit 4) or a SIGTERM (143) is retried by the Job: not final
     for code in (4, 143):
         assert derive_status(j, wl, [pod("p1", phase="Failed", exit_code=code)], None, LOG)["state"] == "Admitted"
+
+
+def test_kueue_evictions_still_count_after_readmission():
+    """After a Kueue preemption the Workload is admitted again and its Evicted condition turns False;
+    `schedulingStats.evictions` keeps the count, so the job stays Preempted-and-resumed."""
+    j = job(suspend=False)
+    wl = workload(j["metadata"]["name"], admitted=True)
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 2}]}
+    s = derive_status(j, wl, [pod("p2")], None, LOG)
+    assert s["state"] == "Preempted-and-resumed" and s["preempted"] == 2
+    j["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+    assert derive_status(j, wl, [])["preempted"] == 2
