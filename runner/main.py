@@ -70,6 +70,18 @@ def _mark_stopped(output: Path, why: str) -> None:
     output.write_text(json.dumps(nb, indent=1))
 
 
+def keep_earlier_attempt(output: Path) -> Path | None:
+    """A restarted pod (preemption, eviction) would overwrite the earlier run's partial output, the only
+    record of it once its pod is gone: keep it next to the new one as `<name>.attempt-<N>.ipynb`."""
+    if not output.exists():
+        return None
+    n = 1
+    while (kept := output.with_name(f"{output.stem}.attempt-{n}{output.suffix}")).exists():
+        n += 1
+    output.rename(kept)
+    return kept
+
+
 def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd: Path | None) -> int:
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -81,6 +93,8 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
         return EXIT_INFRASTRUCTURE
     code_cells = sum(1 for c in nb.get("cells", []) if c.get("cell_type") == "code")
     output.parent.mkdir(parents=True, exist_ok=True)
+    if kept := keep_earlier_attempt(output):
+        say(f"the earlier attempt's output is kept as {kept}")
     source = output.with_suffix(".input.ipynb")
     source.write_text(json.dumps(nb))
     injected = bool(parameters) and any("parameters" in (c.get("metadata") or {}).get("tags", [])

@@ -121,6 +121,10 @@ def test_sigterm_saves_partial_output_and_rerun_resumes_from_checkpoint(tmp_path
     text = outputs_text(tmp_path / "out" / "train.ipynb")
     assert f"resuming from step {stopped_at}" in text
     assert "final 55" in text  # 1+...+10 whatever the interruption
+    # nothing lost: the interrupted run's partial output is kept beside the final one
+    kept = tmp_path / "out" / "train.attempt-1.ipynb"
+    assert json.loads(kept.read_text())["metadata"]["gpuhub"]["stopped"].startswith("the pod was asked to stop")
+    assert "earlier attempt's output is kept as" in log
 
 
 @pytest.mark.parametrize("bad", ["[1, 2]", "{not json"])
