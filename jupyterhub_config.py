@@ -15,7 +15,9 @@ c.GPUSpawner.profiles_file = profiles_file
 c.GPUSpawner.start_timeout = 600
 c.GPUSpawner.http_timeout = 120
 
-# The `gpu-jobs` hub service behind `%gpu_submit` (users reach it with their own hub token).
+# The `gpu-jobs` hub service behind `%gpu_submit` (users reach it with their own hub token). Its settings
+# (runner image, checkpoint storage class and size, grace period, timeouts) come from GPUHUB_* env vars or
+# `options={"storage-class": ..., "max-timeout": "3d"}`; `python -m gpu_spawner.jobs_service --help-all`.
 from gpu_spawner.jobs_service.hub import DEFAULT_PORT, configure as configure_gpu_jobs  # noqa: E402
 
 configure_gpu_jobs(c, profiles_file, port=int(__import__("os").environ.get("GPUHUB_JOBS_PORT", DEFAULT_PORT)))

@@ -40,7 +40,7 @@ INSTANCE_SHAPES = {
 }
 
 
-def _duration(value: Any) -> int:
+def duration_seconds(value: Any) -> int:
     """Seconds from `30m`, `2h`, `1h30m`, `90` (pytimeparse2), for durations admins write."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; write e.g. 30m, 2h, 1h30m or seconds")
@@ -85,7 +85,7 @@ def _layout(value: Any) -> str | dict[str, int]:
     )
 
 
-Seconds = Annotated[int, BeforeValidator(_duration)]
+Seconds = Annotated[int, BeforeValidator(duration_seconds)]
 CPU = Annotated[Decimal, BeforeValidator(_quantity("CPU")), PlainSerializer(lambda q: str(q), return_type=str)]
 Bytes = Annotated[Decimal, BeforeValidator(_quantity("memory")), PlainSerializer(lambda q: int(q), return_type=int)]
 Slug = Annotated[str, Field(pattern=DNS_LABEL)]

@@ -123,7 +123,7 @@ def _validator_kind(meta: list[Any]) -> str | None:
                 return inner
         if isinstance(m, BeforeValidator):
             f = m.func
-            if f is P._duration:
+            if f is P.duration_seconds:
                 return "duration (`30m`, `2h`, `1h30m`, seconds)"
             if f is P._layout:
                 return "`all-<slice>` \\| `all-balanced` \\| map slice → count"

@@ -11,7 +11,6 @@ Run: `python -m gpu_spawner.jobs_service` (JupyterHub starts it as a managed ser
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -209,18 +208,19 @@ def listen_address(host: str | None) -> str:
         return ""
 
 
-async def serve(args) -> None:
+async def serve(opts) -> None:
+    """Run the service with `options.GPUJobs` settings until stopped."""
     from ..spawner import cached_profiles, profiles_path
 
-    cfg = cached_profiles(str(args.profiles or profiles_path()))
+    cfg = cached_profiles(str(opts.profiles_file or profiles_path()))
+    job_settings = opts.job_settings()
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig)
     else:
         config.load_incluster_config()
     api = client.ApiClient()
-    dev = args.dev or os.environ.get("GPUHUB_JOBS_DEV") == "1"
-    state = args.dev_state or os.environ.get("GPUHUB_DEV_STATE")
+    dev, state = opts.dev, opts.dev_state
     logs = DevAgentLogs(state) if dev and state else None
     namespaces = [t.namespace for t in cfg.teams.values()]
     cache = JobsCache(api, namespaces)
@@ -229,29 +229,15 @@ async def serve(args) -> None:
     except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
         log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
     kube = Kube(api, namespaces, logs, cache)
-    service = ServiceSettings(job=JobSettings(runner_image=os.environ.get("GPUHUB_RUNNER_IMAGE",
-                                                                         JobSettings.runner_image),
-                                              storage_class=os.environ.get("GPUHUB_JOBS_STORAGE_CLASS") or None),
-                              dev=dev, dev_homes=str(Path(state) / "homes") if state else None)
+    service = ServiceSettings(job=job_settings, dev=dev, dev_homes=str(Path(state) / "homes") if state else None)
     hub_auth = HubAuth(access_scopes={f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"},
                        cache_max_age=30)
     users = UserInfo(hub_auth.api_url, hub_auth.api_token)
-    url = urlparse(args.url or os.environ.get("JUPYTERHUB_SERVICE_URL") or "http://127.0.0.1:10101")
+    url = urlparse(opts.url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
     app = make_app(cfg, kube, hub_auth, service, users, prefix)
     server = HTTPServer(app, xheaders=True)
     server.listen(url.port or 80, listen_address(url.hostname))
-    log.info("gpu-jobs service on %s%s (dev mode: %s; namespaces %s)", url.geturl(), prefix, dev, namespaces)
+    log.info("gpu-jobs service on %s%s (dev mode: %s; namespaces %s; runner image %s; storage class %s)",
+             url.geturl(), prefix, dev, namespaces, job_settings.runner_image, job_settings.storage_class or "default")
     await asyncio.Event().wait()
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu_spawner.jobs_service", description=__doc__.split("\n")[0])
-    p.add_argument("--profiles", help="profiles file (default $GPUHUB_PROFILES)")
-    p.add_argument("--url", help="listen URL (default $JUPYTERHUB_SERVICE_URL)")
-    p.add_argument("--dev", action="store_true", help="DEV ONLY: Job pods run by the dev node agent (SIMULATOR)")
-    p.add_argument("--dev-state", help="DEV ONLY: the dev agent's state folder (pod logs, homes)")
-    a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[gpu-jobs %(levelname)1.1s %(asctime)s] %(message)s")
-    asyncio.run(serve(a))
-    return 0

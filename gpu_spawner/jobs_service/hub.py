@@ -32,14 +32,17 @@ DEFAULT_URL_FOR_SERVERS = "http://proxy-public/services/gpu-jobs/"
 
 
 def configure(c, profiles_file: str, port: int = DEFAULT_PORT, environment: dict | None = None,
-              args: list[str] | None = None, url_for_servers: str | None = None) -> None:
+              args: list[str] | None = None, url_for_servers: str | None = None,
+              options: dict | None = None) -> None:
     """Add (or replace) the managed service, its role, and the users' access to it; tell servers
-    ($GPUHUB_JOBS_URL) where to reach it."""
+    ($GPUHUB_JOBS_URL) where to reach it. `options`: the service's settings by their command-line names
+    (`{"storage-class": "azurefile-csi-retain", "max-timeout": "3d"}`; see jobs_service/options.py)."""
+    args = [*(args or []), *(f"--{k}={v}" for k, v in (options or {}).items())]
     # $GPUHUB_JOBS_SERVICE_URL: where the proxy reaches the service when it runs in another pod (z2jh: http://hub:10101)
     url = os.environ.get("GPUHUB_JOBS_SERVICE_URL") or f"http://127.0.0.1:{port}"
     service = {"name": SERVICE_NAME, "url": url, "display": False,
                "oauth_no_confirm": True,
-               "command": [sys.executable, "-m", "gpu_spawner.jobs_service", "--profiles", profiles_file, *(args or [])],
+               "command": [sys.executable, "-m", "gpu_spawner.jobs_service", "--profiles", profiles_file, *args],
                "environment": {**passthrough(), **(environment or {})}}
     services = [s for s in _current(c, "services") if s.get("name") != SERVICE_NAME]
     c.JupyterHub.services = services + [service]

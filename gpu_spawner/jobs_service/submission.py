@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jobs import JobRequestError, JobSettings, build_job, claim_name
-from ..profiles import ProfilesConfig, _duration
+from ..profiles import ProfilesConfig, duration_seconds
 
 DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
 FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name"}
@@ -29,7 +29,7 @@ def parse_timeout(value: Any) -> int | None:
     if value in (None, ""):
         return None
     try:
-        return _duration(value)
+        return duration_seconds(value)
     except ValueError as e:
         raise JobRequestError(f"timeout: {e}") from None
 

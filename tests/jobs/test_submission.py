@@ -85,3 +85,39 @@ def test_hub_wiring_least_privilege(tmp_path, monkeypatch):
     assert "access:services!service=gpu-jobs" in c.Spawner.server_token_scopes
     assert c.GPUSpawner.environment["A"] == "1" and c.GPUSpawner.environment["GPUHUB_JOBS_URL"].endswith("/gpu-jobs/")
     assert listen_address("127.0.0.1") == "127.0.0.1" and listen_address("hub") == ""
+
+
+def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
+    """An admin's `options=` in jupyterhub_config.py become the service's command line, and from there
+    the Job builder's settings; a bad duration stops the service naming the option."""
+    from traitlets.config import Config
+
+    from gpu_spawner.jobs_service.hub import configure
+    from gpu_spawner.jobs_service.options import GPUJobs
+
+    for var in ("GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "GPUHUB_JOBS_DEV"):
+        monkeypatch.delenv(var, raising=False)
+    c = Config()
+    configure(c, "/p.yaml", options={"storage-class": "azurefile-csi-retain", "max-timeout": "3d",
+                                     "termination-grace": "15m", "runner-image": "reg.example/runner:1"})
+    command = c.JupyterHub.services[0]["command"]
+    assert command[1:3] == ["-m", "gpu_spawner.jobs_service"]
+    app = GPUJobs()
+    app.initialize(command[3:])
+    s = app.job_settings()
+    assert (s.storage_class, s.max_timeout, s.termination_grace_seconds, s.runner_image) == \
+        ("azurefile-csi-retain", 3 * 86400, 900, "reg.example/runner:1")
+    assert app.profiles_file == "/p.yaml" and not app.dev
+    defaults = GPUJobs()
+    defaults.initialize([])
+    d = defaults.job_settings()
+    assert (d.storage_class, d.default_timeout, d.max_timeout, d.termination_grace_seconds) == \
+        (None, 2 * 3600, 7 * 86400, 600)
+    monkeypatch.setenv("GPUHUB_JOBS_STORAGE_CLASS", "from-env")  # deploy/values.yaml sets it this way
+    from_env = GPUJobs()
+    from_env.initialize(["--dev"])
+    assert from_env.job_settings().storage_class == "from-env" and from_env.dev
+    bad = GPUJobs()
+    bad.initialize(["--max-timeout=forever"])
+    with pytest.raises(SystemExit, match="--max-timeout='forever'"):
+        bad.job_settings()
