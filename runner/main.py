@@ -13,8 +13,10 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +72,20 @@ def _mark_stopped(output: Path, why: str) -> None:
     output.write_text(json.dumps(nb, indent=1))
 
 
+def ipc_kernel_manager():
+    """The kernel's sockets as Unix sockets in a private folder instead of TCP ports: nothing in the pod
+    listens on the network (and ipykernel has no reason to warn about unencrypted TCP in the job log)."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+    return IPCKernelManager
+
+
 def keep_earlier_attempt(output: Path) -> Path | None:
     """A restarted pod (preemption, eviction) would overwrite the earlier run's partial output, the only
     record of it once its pod is gone: keep it next to the new one as `<name>.attempt-<N>.ipynb`."""
@@ -110,10 +126,14 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
     say(f"running {code_cells} code cells; parameters {parameters}; output {output}"
         + (f"; checkpoints in {ckpt}" + (" (resuming: it has files)" if ckpt and any(Path(ckpt).glob("*")) else "")
            if ckpt else ""))
+    # a short private runtime folder: the kernel's connection file and sockets (Unix socket paths are
+    # limited to about 100 bytes, too few for a deep $HOME)
+    runtime = tempfile.mkdtemp(prefix="gpuhub-kernel-")
+    os.environ["JUPYTER_RUNTIME_DIR"] = runtime
     try:
         papermill.execute_notebook(str(source), str(output), parameters=parameters, kernel_name=kernel,
                                    log_output=True, progress_bar=False, request_save_on_cell_execute=True,
-                                   cwd=str(cwd) if cwd else None)
+                                   cwd=str(cwd) if cwd else None, kernel_manager_class=ipc_kernel_manager())
     except Terminated:
         say("SIGTERM: the kernel was stopped; partial output saved")
         _mark_stopped(output, "the pod was asked to stop (preemption, eviction or cancel)")
@@ -128,6 +148,7 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
         return EXIT_INFRASTRUCTURE
     finally:
         source.unlink(missing_ok=True)
+        shutil.rmtree(runtime, ignore_errors=True)
     say(f"done; output notebook: {output}")
     return EXIT_OK
 

@@ -63,6 +63,7 @@ def test_parameters_progress_and_output(tmp_path):
     log, _ = proc.communicate(timeout=180)
     assert proc.returncode == EXIT_OK, log
     assert "[gpuhub-runner]" in log and "cell 3/4 running" in log
+    assert "over TCP" not in log  # the kernel talks over Unix sockets, not TCP ports
     out = tmp_path / "out" / "train.ipynb"
     text = outputs_text(out)
     assert "final 10" in text  # 1+2+3+4: the parameter 'steps = 4' was injected
