@@ -460,15 +460,25 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         # one widget only: the magic displays it and returns nothing (no second copy as the cell's Out)
         assert page.locator("text=✔ Succeeded").count() == 1
         job = link.split("/")[-2]
-        # a browser refresh loses the live widget; %gpu_jobs shows the job again
+        # a long job from elsewhere (another notebook, the API) is running meanwhile
+        r = jobs_hub.submit("alice", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 120})
+        assert r.status_code == 201, r.text
+        slow = r.json()["name"]
+        # a browser refresh loses the live widget; %gpu_jobs shows the jobs again, unfinished ones live
         page.reload()
         page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
         page.locator(".jp-Cell .jp-InputArea-editor:has-text('%gpu_jobs')").click()
         page.keyboard.press("Shift+Enter")
-        again = page.locator(f".jp-OutputArea-output:has-text('{job}: Succeeded')")
+        again = page.locator(".jp-OutputArea-output .widget-html").filter(has_text=f"{job}: Succeeded")
         again.wait_for(timeout=60_000)
         assert "widget.ipynb" in again.inner_text()
         assert again.locator("a:has-text('output notebook')").get_attribute("href") == link
+        live = page.locator(".jp-OutputArea-output .widget-hbox").filter(has_text=slow)
+        live.locator("text=▶ Running").wait_for(timeout=90_000)
+        live.locator("button:has-text('Cancel')").click()
+        live.locator("text=■ Cancelled").wait_for(timeout=30_000)
+        page.screenshot(path=str(artifacts / "gpu-jobs-after-refresh.png"))
+        cluster.wait_until(lambda: slow not in objects(cluster, "team-ds")[0], 30, "the cancelled Job to go")
         out = json.loads((home / "gpu-jobs" / job / "widget.ipynb").read_text())
         assert "injected-parameters" in json.dumps(out["cells"])
         assert "total 6" in json.dumps(out["cells"])  # steps=4 from the form: 0+1+2+3
