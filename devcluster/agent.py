@@ -120,6 +120,7 @@ class DevNodeAgent:
         self.api = api
         self.running: dict[str, Running] = {}
         self._next_ip = 1
+        self.ipython_env = image_ipython_dir(state_dir)  # written once; every local kernel reads it
 
     def allocate_ip(self) -> str:
         n = self._next_ip
@@ -192,7 +193,7 @@ class DevNodeAgent:
         ip = self.allocate_ip()
         pod["status"]["podIP"] = ip
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
-        env = {**os.environ, **image_ipython_dir(self.state_dir), **container_env(pod, container),
+        env = {**os.environ, **self.ipython_env, **container_env(pod, container),
                **simulated_gpu(self.state_dir, node)}
         if sim_path := env.pop("GPUHUB_SIM_PATH", None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from ..jobs import JOB_LABEL, USER_ANNOTATION, USER_LABEL
 from .cache import KUEUE, JobsCache
-from .status import FINISHED, derive_status, queue_positions
+from .status import FINISHED, derive_status, job_name_of, queue_positions
 LOG_TAIL_BYTES = 64 * 1024
 
 
@@ -128,8 +128,7 @@ class Kube:
     async def pods(self, namespaces: list[str], job: str | None = None) -> list[dict]:
         if self._cached(namespaces):
             pods = self.cache.objects("pods", sorted(set(namespaces)))
-            return [p for p in pods if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == job] \
-                if job else pods
+            return [p for p in pods if job_name_of(p) == job] if job else pods
         selector = f"batch.kubernetes.io/job-name={job}" if job else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
                                                                            _preload_content=False))
@@ -150,7 +149,7 @@ class Kube:
                     wl_of[(wl["metadata"]["namespace"], ref["name"])] = wl
         pods_of: dict[tuple[str, str], list[dict]] = {}
         for p in pods:
-            job = (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+            job = job_name_of(p)
             if job:
                 pods_of.setdefault((p["metadata"]["namespace"], job), []).append(p)
 
