@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devcluster.devhub import free_port, proxy_command  # noqa: E402
-from gpu_spawner.culler import culler_service  # noqa: E402
+from gpu_spawner.services.culler import culler_service  # noqa: E402
 
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 PROFILES = {
@@ -228,7 +228,7 @@ def main() -> int:
         def one_cycle() -> dict:
             before = hub_requests(url)
             t1 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "gpu_spawner.culler", "--once", f"--url={api}",
+            p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", f"--url={api}",
                                 f"--profiles-file={profiles}", "--warn-before=3", "--timeout=3600", *culler_args],
                                capture_output=True, text=True, timeout=600,
                                env=dict(os.environ, JUPYTERHUB_API_TOKEN=culler_token), cwd=state)

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
-from gpu_spawner.profiles import load_profiles  # noqa: E402
-from gpu_spawner.spawner import EXAMPLE_PROFILES  # noqa: E402
+from gpu_spawner.model.profiles import load_profiles  # noqa: E402
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
@@ -109,8 +109,8 @@ def compare_cache(kubeconfig: Path, namespaces: list[str], user: str, rounds: in
 
     from kubernetes_asyncio import client, config
 
-    from gpu_spawner.jobs_service.cache import JobsCache
-    from gpu_spawner.jobs_service.kube import Kube
+    from gpu_spawner.services.jobs.cache import JobsCache
+    from gpu_spawner.services.jobs.kube import Kube
 
     async def run() -> dict:
         cfg = client.Configuration()

@@ -20,11 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devcluster.nodes import build_nodes  # noqa: E402
-from gpu_spawner.capacity import ClusterState  # noqa: E402
-from gpu_spawner.informers import CapacityInformers  # noqa: E402
-from gpu_spawner.offline import make_spawner  # noqa: E402
-from gpu_spawner.profiles import load_profiles  # noqa: E402
-from gpu_spawner.spawner import EXAMPLE_PROFILES, GPUSpawner  # noqa: E402
+from gpu_spawner.hub.capacity import ClusterState  # noqa: E402
+from gpu_spawner.hub.informers import CapacityInformers  # noqa: E402
+from gpu_spawner.hub.render_pod import make_spawner  # noqa: E402
+from gpu_spawner.model.profiles import load_profiles  # noqa: E402
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
+from gpu_spawner.hub.spawner import GPUSpawner
 
 
 def fill(state: ClusterState, nodes: int, pods: int, seed: int = 7) -> None:

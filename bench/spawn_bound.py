@@ -77,10 +77,10 @@ async def run(args, kubeconfig: Path, profiles: Path) -> dict:
     kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(kubeconfig)  # read once at import; KubeSpawner uses it
     from kubespawner import KubeSpawner
 
-    from gpu_spawner import podspec
-    from gpu_spawner.offline import Group, OfflineUser
-    from gpu_spawner.profiles import load_profiles
-    from gpu_spawner.spawner import GPUSpawner
+    from gpu_spawner.builders import pods as podspec
+    from gpu_spawner.hub.render_pod import Group, OfflineUser
+    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.hub.spawner import GPUSpawner
 
     await config.load_kube_config(str(kubeconfig))
     api = client.ApiClient()

@@ -26,7 +26,7 @@ log = logging.getLogger("gpuhub.dev-agent")
 SIMULATED_LABEL = "gpuhub.io/simulated"
 #: Pods the agent runs (KWOK leaves their status alone; see components.DEV_AGENT_LABEL).
 DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
-#: Pods of `%gpu_submit` Jobs (gpu_spawner.jobs.JOB_LABEL): their mounts are mapped to local folders.
+#: Pods of `%gpu_submit` Jobs (gpu_spawner.builders.jobs.JOB_LABEL): their mounts are mapped to local folders.
 JOB_LABEL = "gpuhub.io/job"
 #: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
 IP_PREFIX = "127.11"

@@ -60,7 +60,7 @@ ACTIONS = {"up": _up, "status": _status, "down": _down}
 
 def run(action: str, args: argparse.Namespace) -> int:
     """Entry point shared by `gpuhub cluster ACTION` and `python -m devcluster ACTION`."""
-    from gpu_spawner.validation import ProfilesError
+    from gpu_spawner.model.validation import ProfilesError
 
     from .binaries import BuildError
     from .cluster import ClusterError

@@ -214,8 +214,8 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
 
     `extra_args` appends flags to a component's command line (tests use it to make one fail).
     """
-    from gpu_spawner.profiles import load_profiles
-    from gpu_spawner.spawner import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
     cfg = load_profiles(profiles or EXAMPLE_PROFILES)
     layout = Layout(Path(root or state_dir()))
@@ -318,7 +318,7 @@ def ready_nodes(kube: Kube, selector: str = f"{nodes.SIMULATED_LABEL}=true") -> 
 def apply_kueue_objects(kube: Kube, cfg, timeout: float = 60) -> None:
     """`gpuhub render kueue` output, applied; returns once its ClusterQueues are Active and its team
     namespaces have their default service account (so Jobs and pods can be created right away)."""
-    from gpu_spawner.kueue import render_kueue
+    from gpu_spawner.builders.kueue import render_kueue
 
     objs = render_kueue(cfg)
     for obj in objs:

@@ -58,7 +58,7 @@ class AgentProcess:
 
 
 def run(profiles: str | None, port: int, nodes_per_pool: int = 2) -> int:
-    from gpu_spawner.spawner import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
     profiles_path = Path(profiles or EXAMPLE_PROFILES).resolve()
     state = Path(os.environ.get("GPUHUB_DEV_DIR") or cache_root() / "dev")

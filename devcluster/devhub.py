@@ -82,7 +82,7 @@ c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
 c.JupyterHub.db_url = "sqlite:///{s.state_dir / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(s.state_dir / 'cookie_secret')!r}
 c.JupyterHub.pid_file = {str(s.state_dir / 'jupyterhub.pid')!r}
-c.JupyterHub.authenticator_class = "gpu_spawner.devauth.DevAuthenticator"
+c.JupyterHub.authenticator_class = "devcluster.devauth.DevAuthenticator"
 c.DevAuthenticator.groups_file = {str(groups)!r}
 c.Authenticator.admin_users = {set(s.admin_users)!r}
 c.JupyterHub.authenticate_prometheus = False
@@ -99,13 +99,13 @@ c.GPUSpawner.events_enabled = True
 c.GPUSpawner.extra_labels = {{"gpuhub.io/dev-agent": "run"}}
 c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
 # the gpu-jobs service in dev mode: Job pods run by the dev agent (SIMULATOR), logs from its files
-from gpu_spawner.jobs_service.hub import configure as _configure_gpu_jobs
+from gpu_spawner.services.jobs.hub import configure as _configure_gpu_jobs
 _configure_gpu_jobs(c, {str(s.profiles)!r}, port={s.jobs_port or free_port()},
                     environment={{"KUBECONFIG": {str(s.kubeconfig)!r}, "GPUHUB_PROFILES": {str(s.profiles)!r}}},
                     args=["--dev", "--dev-state", {str(s.state_dir)!r}],
                     url_for_servers={s.url + "/services/gpu-jobs/"!r})
 # the GPU-aware culler, on a free port (several dev hubs may run at once in tests)
-from gpu_spawner.culler import configure as _configure_culler
+from gpu_spawner.services.culler import configure as _configure_culler
 _configure_culler(c, {str(s.profiles)!r}, port={free_port()})
 {s.extra}
 ''')

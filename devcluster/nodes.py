@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpu_spawner.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing, slice_memory_gb
+from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing, slice_memory_gb
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
 SIMULATED_LABEL = "gpuhub.io/simulated"

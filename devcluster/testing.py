@@ -182,7 +182,7 @@ def _build_or_skip() -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> DevCluster:
-    from gpu_spawner.spawner import EXAMPLE_PROFILES  # not at import: it loads kubernetes_asyncio's config
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # not at import: it loads kubernetes_asyncio's config
 
     _build_or_skip()
     root = tmp_path_factory.mktemp("devcluster")

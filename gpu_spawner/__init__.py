@@ -1,6 +1,6 @@
 """jupyterhub-gpu, hub side: the profile model, GPUSpawner and the `gpuhub` CLI."""
-from .profiles import Pool, Profile, ProfilesConfig, Team, load_profiles
-from .validation import Problem, ProfilesError, parse_profiles, parse_profiles_text
+from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team, load_profiles
+from gpu_spawner.model.validation import Problem, ProfilesError, parse_profiles, parse_profiles_text
 
 __all__ = [
     "Pool", "Profile", "ProfilesConfig", "Team", "load_profiles",
@@ -11,7 +11,7 @@ __all__ = [
 def __getattr__(name):
     # GPUSpawner imports KubeSpawner (and JupyterHub); keep `import gpu_spawner` light for the CLI.
     if name == "GPUSpawner":
-        from .spawner import GPUSpawner
+        from gpu_spawner.hub.spawner import GPUSpawner
 
         return GPUSpawner
     raise AttributeError(name)

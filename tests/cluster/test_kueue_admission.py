@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from devcluster import cluster as dc
-from gpu_spawner.kueue import local_queue_name
-from gpu_spawner.profiles import load_profiles
+from gpu_spawner.builders.kueue import local_queue_name
+from gpu_spawner.model.profiles import load_profiles
 
 pytestmark = pytest.mark.cluster
 

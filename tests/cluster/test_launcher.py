@@ -17,7 +17,7 @@ cluster_mark = pytest.mark.cluster
 
 
 def gpuhub(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 

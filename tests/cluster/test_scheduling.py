@@ -7,8 +7,8 @@ import time
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from gpu_spawner.offline import pod_manifest
-from gpu_spawner.profiles import load_profiles
+from gpu_spawner.hub.render_pod import pod_manifest
+from gpu_spawner.model.profiles import load_profiles
 
 pytestmark = pytest.mark.cluster
 

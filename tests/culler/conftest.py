@@ -29,7 +29,7 @@ import requests
 import yaml
 
 from devcluster.devhub import free_port, proxy_command
-from gpu_spawner.culler import SCOPES, culler_service
+from gpu_spawner.services.culler import SCOPES, culler_service
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "jhub"
@@ -236,8 +236,8 @@ class Hub:
         return r.json()["token"]
 
     def cull(self, *args: str, prometheus: str | None = None, timeout: float = 120) -> "CullRun":
-        """One cycle of `python -m gpu_spawner.culler --once` with the culler service's (least-scope) token."""
-        cmd = [sys.executable, "-m", "gpu_spawner.culler", "--once", f"--url={self.api_url}",
+        """One cycle of `python -m gpu_spawner.services.culler --once` with the culler service's (least-scope) token."""
+        cmd = [sys.executable, "-m", "gpu_spawner.services.culler", "--once", f"--url={self.api_url}",
                f"--profiles-file={self.profiles}", f"--namespace={NAMESPACE}", f"--scrape-interval={SCRAPE}",
                "--warn-before=3", "--timeout=3600", *args]
         if prometheus:
@@ -293,7 +293,7 @@ c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
 c.JupyterHub.db_url = "sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret = bytes.fromhex({secrets.token_hex(32)!r})
 c.JupyterHub.pid_file = {str(state / 'jupyterhub.pid')!r}
-c.JupyterHub.template_vars = {{"announcement": __import__("gpu_spawner.culler.banner", fromlist=["x"]).Announcement(
+c.JupyterHub.template_vars = {{"announcement": __import__("gpu_spawner.services.culler.banner", fromlist=["x"]).Announcement(
     {str(state / "warnings.json")!r})}}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True

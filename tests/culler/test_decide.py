@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.culler import SCOPES, culler_service
-from gpu_spawner.culler import decide as D
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.services.culler import SCOPES, culler_service
+from gpu_spawner.services.culler import decide as D
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)
@@ -54,7 +54,7 @@ def test_rules_come_from_the_profiles_file():
 
 
 def test_rule_cost_reuses_the_picker():
-    from gpu_spawner.picker import hourly_cost
+    from gpu_spawner.hub.picker import hourly_cost
     assert T4.hourly_cost == hourly_cost(CFG, CFG.profile("t4-shared")) > 0
     assert RULES["h100-full"].hourly_cost == pytest.approx(6.98)
 
@@ -323,7 +323,7 @@ def test_service_registration_has_exactly_the_least_scopes():
     assert sorted(role["scopes"]) == sorted(SCOPES) == sorted(
         ["list:users", "read:users:activity", "read:servers", "delete:servers"])
     assert role["services"] == [service["name"]] == ["gpu-culler"]
-    assert service["command"][:3] == [sys.executable, "-m", "gpu_spawner.culler"]
+    assert service["command"][:3] == [sys.executable, "-m", "gpu_spawner.services.culler"]
     assert "--profiles-file=/p.yaml" in service["command"] and "--gpu-idle-policy=gpu" in service["command"]
     assert service["url"] == "http://127.0.0.1:1234"
 
@@ -337,7 +337,7 @@ def test_hub_config_registers_the_culler():
     app = JupyterHub()
     app.load_config_file(str(Path(__file__).resolve().parents[2] / "jupyterhub_config.py"))
     service = next(s for s in app.config.JupyterHub.services if s["name"] == "gpu-culler")
-    assert service["command"][1:3] == ["-m", "gpu_spawner.culler"]
+    assert service["command"][1:3] == ["-m", "gpu_spawner.services.culler"]
     role = next(r for r in app.config.JupyterHub.load_roles if r.get("services") == ["gpu-culler"])
     assert sorted(role["scopes"]) == sorted(SCOPES)
 
@@ -345,7 +345,7 @@ def test_hub_config_registers_the_culler():
 def test_configure_works_on_an_unset_config():
     from traitlets.config import Config
 
-    from gpu_spawner.culler import configure
+    from gpu_spawner.services.culler import configure
 
     c = Config()
     configure(c, "/p.yaml")
@@ -355,7 +355,7 @@ def test_configure_works_on_an_unset_config():
 
 
 def test_cli_help_lists_gpu_options():
-    out = subprocess.run([sys.executable, "-m", "gpu_spawner.culler", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--help"], capture_output=True,
                          text=True, timeout=60).stdout
     for opt in ("--gpu-idle-policy", "--prometheus-url", "--dry-run", "--warn-before", "--once"):
         assert opt in out

@@ -2,7 +2,7 @@
 
 Each test starts its own servers through the hub's REST API (user_options {"profile": slug}), lets them
 really sit idle (the test profiles time out after seconds), sets what the DCGM exporter reports, and
-runs one cull cycle (`python -m gpu_spawner.culler --once`) with the culler service's least-scope token.
+runs one cull cycle (`python -m gpu_spawner.services.culler --once`) with the culler service's least-scope token.
 """
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from devcluster.nodes import build_nodes
-from gpu_spawner import doctor
-from gpu_spawner.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
-from gpu_spawner.kueue import render_kueue
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.tools import doctor
+from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
+from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 HUB_NS = "jhub"
 
@@ -171,7 +171,7 @@ def test_pool_without_nodes_scales_from_zero_or_not(cfg):
     assert not [x for x in checks if x.section == "pool gpuh100" and x.name != "nodes"]
     data = yaml.safe_load(open(EXAMPLE_PROFILES))
     data["pools"]["gpuh100"].pop("max_nodes")
-    from gpu_spawner.validation import parse_profiles_text
+    from gpu_spawner.model.validation import parse_profiles_text
     no_max = parse_profiles_text(yaml.safe_dump(data, sort_keys=False))
     c = row(run_checks(no_max, snap), "pool gpuh100", "nodes")
     assert c.status == FAIL and "max_nodes" in c.detail
@@ -269,7 +269,7 @@ def _doctor(*args, env=None):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.cli", "doctor", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "doctor", *args], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=120)
 
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from devcluster import cluster as dc
-from gpu_spawner.deploy import render_rbac
-from gpu_spawner.kueue import render_kueue
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.builders.deploy import render_rbac
+from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 pytestmark = pytest.mark.cluster
 
@@ -23,7 +23,7 @@ GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100")
 
 def doctor(kubeconfig: Path, profiles: Path | str = EXAMPLE_PROFILES, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.cli", "doctor", str(profiles), *args],
+    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "doctor", str(profiles), *args],
                           capture_output=True, text=True, env=env, timeout=120)
 
 

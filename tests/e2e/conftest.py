@@ -15,7 +15,7 @@ import yaml
 from devcluster.dev import AgentProcess
 from devcluster.devhub import DevHub, login, xsrf_token
 from devcluster.testing import hub_with_agent
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 GROUPS = {"alice": ["data-science"], "rita": ["ml-research"], "admin": ["data-science", "ml-research"]}
 #: The example file plus a pool that has no nodes and cannot grow, for the fail-fast test.

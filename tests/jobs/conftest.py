@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",

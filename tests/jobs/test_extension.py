@@ -10,7 +10,7 @@ import pytest
 from extension.client import JobsError, current_notebook_path, read_notebook, saved_note, service_url
 from extension.magic import UsageError, parse_submit_args
 from extension.widgets import parse_params, view
-from gpu_spawner.jobs_service.status import derive_status
+from gpu_spawner.services.jobs.status import derive_status
 
 from .conftest import job, pod, workload
 

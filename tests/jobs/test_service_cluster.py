@@ -80,7 +80,7 @@ def jobs_profiles(cluster, tmp_path_factory) -> Path:
     data["teams"]["tiny"] = TINY
     path = tmp_path_factory.mktemp("jobsprofiles") / "profiles.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    from gpu_spawner.profiles import load_profiles
+    from gpu_spawner.model.profiles import load_profiles
     kube = cluster.kube()
     try:
         dc.apply_kueue_objects(kube, load_profiles(path))

@@ -1,7 +1,7 @@
 """Status derivation (pure): Job + Kueue Workload + pods + log → the state users see."""
 from __future__ import annotations
 
-from gpu_spawner.jobs_service.status import current_cell, derive_status, queue_positions
+from gpu_spawner.services.jobs.status import current_cell, derive_status, queue_positions
 
 from .conftest import job, pod, workload
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.jobs import MAX_SNAPSHOT_BYTES, JobRequestError
-from gpu_spawner.jobs_service.submission import ServiceSettings, plan_submission
+from gpu_spawner.builders.jobs import MAX_SNAPSHOT_BYTES, JobRequestError
+from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
 from .conftest import NB
 
@@ -68,8 +68,8 @@ def test_oversize_notebook_names_the_limit(cfg):
 def test_hub_wiring_least_privilege(tmp_path, monkeypatch):
     from traitlets.config import Config
 
-    from gpu_spawner.jobs_service.app import listen_address
-    from gpu_spawner.jobs_service.hub import configure
+    from gpu_spawner.services.jobs.app import listen_address
+    from gpu_spawner.services.jobs.hub import configure
 
     monkeypatch.delenv("GPUHUB_JOBS_SERVICE_URL", raising=False)
     c = Config()
@@ -92,8 +92,8 @@ def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
     the Job builder's settings; a bad duration stops the service naming the option."""
     from traitlets.config import Config
 
-    from gpu_spawner.jobs_service.hub import configure
-    from gpu_spawner.jobs_service.options import GPUJobs
+    from gpu_spawner.services.jobs.hub import configure
+    from gpu_spawner.services.jobs.options import GPUJobs
 
     for var in ("GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "GPUHUB_JOBS_DEV"):
         monkeypatch.delenv(var, raising=False)
@@ -101,7 +101,7 @@ def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
     configure(c, "/p.yaml", options={"storage-class": "azurefile-csi-retain", "max-timeout": "3d",
                                      "termination-grace": "15m", "runner-image": "reg.example/runner:1"})
     command = c.JupyterHub.services[0]["command"]
-    assert command[1:3] == ["-m", "gpu_spawner.jobs_service"]
+    assert command[1:3] == ["-m", "gpu_spawner.services.jobs"]
     app = GPUJobs()
     app.initialize(command[3:])
     s = app.job_settings()

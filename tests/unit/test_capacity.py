@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 
 from devcluster.nodes import build_nodes
-from gpu_spawner import explain, picker
-from gpu_spawner.capacity import ClusterState
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.hub import progress as explain
+from gpu_spawner.hub import picker
+from gpu_spawner.hub.capacity import ClusterState
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """deploy/: the z2jh values, RBAC, NetworkPolicies, AKS node pools and NVIDIA configs. The generated files
-must equal what the example profiles file renders now (regenerate: python -m gpu_spawner.deploy)."""
+must equal what the example profiles file renders now (regenerate: python -m gpu_spawner.builders.deploy)."""
 from __future__ import annotations
 
 import shlex
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_spawner import deploy
-from gpu_spawner.culler import SCOPES as CULLER_SCOPES
-from gpu_spawner.culler import SERVICE_NAME as CULLER
-from gpu_spawner.jobs_service import SERVICE_NAME as GPU_JOBS
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.builders import deploy
+from gpu_spawner.services.culler import SCOPES as CULLER_SCOPES
+from gpu_spawner.services.culler import SERVICE_NAME as CULLER
+from gpu_spawner.services.jobs import SERVICE_NAME as GPU_JOBS
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -32,7 +32,7 @@ def docs(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", deploy.GENERATED)
 def test_generated_files_are_current(cfg, name):
     want = deploy.generated_files(cfg, EXAMPLE_REL)[name]
-    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run python -m gpu_spawner.deploy"
+    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run python -m gpu_spawner.builders.deploy"
 
 
 @pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml",
@@ -95,10 +95,10 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     v = docs("values.yaml")[0]
     hub = v["hub"]
     config = hub["extraConfig"]["00-jupyterhub-gpu"]
-    assert 'c.JupyterHub.spawner_class = "gpu_spawner.spawner.GPUSpawner"' in config
-    from gpu_spawner.spawner import GPUSpawner
+    assert 'c.JupyterHub.spawner_class = "gpu_spawner.hub.spawner.GPUSpawner"' in config
+    from gpu_spawner.hub.spawner import GPUSpawner
 
-    assert GPUSpawner.__module__ == "gpu_spawner.spawner"
+    assert GPUSpawner.__module__ == "gpu_spawner.hub.spawner"
     compile(config, "extraConfig", "exec")
     # the profiles file: a ConfigMap mounted read-only where $GPUHUB_PROFILES points
     vol = next(x for x in hub["extraVolumes"] if x["name"] == "gpuhub-profiles")
@@ -124,7 +124,7 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
     c = Config()
     exec(docs("values.yaml")[0]["hub"]["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
-    assert c.JupyterHub.spawner_class == "gpu_spawner.spawner.GPUSpawner"
+    assert c.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert services[GPU_JOBS]["url"] == "http://hub:10101" and "--url" in services[GPU_JOBS]["command"]
     assert services[CULLER]["url"] == "http://hub:10102"
@@ -190,7 +190,7 @@ def test_custom_mig_layout_and_rename(cfg):
     data["pools"]["gpumig"]["sharing"]["layout"] = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
     data["pools"]["gput4"]["sharing"]["rename_by_default"] = True
     data["profiles"] = [p for p in data["profiles"] if p["slug"] != "a100-mig-1g10gb"]
-    from gpu_spawner.validation import parse_profiles_text
+    from gpu_spawner.model.validation import parse_profiles_text
 
     other = parse_profiles_text(yaml.safe_dump(data, sort_keys=False))
     configs = deploy.mig_parted_configs(other)["mig-configs"]
@@ -202,23 +202,23 @@ def test_custom_mig_layout_and_rename(cfg):
 
 # ---------------------------------------------------------------------------------------------- docs
 def test_every_model_field_is_documented():
-    from gpu_spawner import refdoc
+    from gpu_spawner.tools import reference_docs as refdoc
 
     assert refdoc.undocumented() == []
 
 
 def test_profiles_reference_is_current():
-    from gpu_spawner import refdoc
+    from gpu_spawner.tools import reference_docs as refdoc
 
     docs = ROOT / "docs"
     assert (docs / "profiles-reference.md").read_text() == refdoc.standalone(), \
-        "docs/profiles-reference.md is stale: run python -m gpu_spawner.refdoc"
+        "docs/profiles-reference.md is stale: run python -m gpu_spawner.tools.reference_docs"
     guide = (docs / "admin-guide.md").read_text()
-    assert refdoc.splice(guide) == guide, "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.refdoc"
+    assert refdoc.splice(guide) == guide, "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.tools.reference_docs"
 
 
 def test_reference_names_every_field_with_type_and_default():
-    from gpu_spawner import refdoc
+    from gpu_spawner.tools import reference_docs as refdoc
 
     text = refdoc.reference()
     for _, model, _ in refdoc.SECTIONS:

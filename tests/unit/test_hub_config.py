@@ -30,5 +30,5 @@ def test_config_wires_gpuspawner_to_the_named_file(tmp_path, monkeypatch):
     copy.write_text(example.read_text())
     monkeypatch.setenv("GPUHUB_PROFILES", str(copy))
     cfg = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO)).load_config()
-    assert cfg.JupyterHub.spawner_class == "gpu_spawner.spawner.GPUSpawner"
+    assert cfg.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
     assert cfg.GPUSpawner.profiles_file == str(copy)

@@ -1,9 +1,9 @@
 """Kueue objects rendered from the example file: quota per pool resource, cohort, borrowing, flavors."""
 from __future__ import annotations
 
-from gpu_spawner.kueue import render_kueue
-from gpu_spawner.profiles import load_profiles
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 
 def objects(kind):

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 import gpu_spawner
-from gpu_spawner.gpus import GPU_MODELS, mig_layout_problems
-from gpu_spawner.profiles import SPOT_TAINT, load_profiles
-from gpu_spawner.validation import parse_profiles_text
+from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
+from gpu_spawner.model.profiles import SPOT_TAINT, load_profiles
+from gpu_spawner.model.validation import parse_profiles_text
 
 EXAMPLE = Path(gpu_spawner.__file__).parent / "examples" / "profiles.yaml"
 SKU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}

@@ -6,9 +6,9 @@ import textwrap
 import pytest
 from tornado import web
 
-from gpu_spawner import podspec
-from gpu_spawner.offline import make_spawner, pod_manifest
-from gpu_spawner.spawner import EXAMPLE_PROFILES
+from gpu_spawner.builders import pods as podspec
+from gpu_spawner.hub.render_pod import make_spawner, pod_manifest
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 SKU = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
 SPOT = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}

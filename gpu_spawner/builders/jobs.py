@@ -1,0 +1,193 @@
+"""The Job a `%gpu_submit` creates, and the objects it needs (pure; also `gpuhub render job`).
+
+A suspended batch/v1 Job in the user's team namespace, queued in the team's LocalQueue, with the
+profile's GPU, pool and tolerations (the same builders the spawner uses), a per-user ReadWriteMany
+claim for checkpoints and outputs, and the notebook snapshot (outputs stripped, gzip) in a
+ConfigMap that the service makes owned by the Job, so both go away together.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from kubespawner.slugs import safe_slug
+
+from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
+from gpu_spawner.model.profiles import Profile, ProfilesConfig
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+USER_LABEL = f"{podspec.LABEL_PREFIX}/user"
+JOB_LABEL = f"{podspec.LABEL_PREFIX}/job"
+USER_ANNOTATION = f"{podspec.LABEL_PREFIX}/username"
+NOTEBOOK_ANNOTATION = f"{podspec.LABEL_PREFIX}/notebook"
+RUNNER_CONTAINER = "runner"
+#: A ConfigMap holds at most 1 MiB; keep room for metadata.
+MAX_SNAPSHOT_BYTES = 900 * 1024
+PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Exit codes of the runner (runner/main.py) the pod failure policy acts on.
+EXIT_NOTEBOOK_FAILED = 3
+
+
+class JobRequestError(ValueError):
+    """A submission that must be refused before anything is created; the message says why and the limit."""
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    runner_image: str = "jupyterhub-gpu/runner:latest"
+    storage_class: str | None = None
+    storage_size: str = "50Gi"
+    termination_grace_seconds: int = 600
+    backoff_limit: int = 3
+    default_timeout: int = 2 * 3600
+    max_timeout: int = 7 * 24 * 3600
+
+
+def strip_outputs(nb: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot keeps code and markdown, not outputs: smaller, and no stale results in the run."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def compress_notebook(nb: dict[str, Any]) -> bytes:
+    data = gzip.compress(json.dumps(strip_outputs(nb), separators=(",", ":")).encode(), mtime=0)
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise JobRequestError(f"the notebook is {len(data) / 1024:.0f} KiB after removing outputs and compressing; "
+                              f"the limit is {MAX_SNAPSHOT_BYTES // 1024} KiB. Move data out of the notebook "
+                              "(read it from storage instead) and submit again.")
+    return data
+
+
+def check_parameters(params: dict[str, Any]) -> None:
+    bad = [k for k in params if not isinstance(k, str) or not PARAM_NAME.match(k) or k.startswith("__")]
+    if bad:
+        raise JobRequestError(f"parameter name(s) {', '.join(map(repr, bad))} are not Python identifiers; "
+                              "use names like learning_rate or epochs")
+    try:
+        json.dumps(params)
+    except (TypeError, ValueError):
+        raise JobRequestError("parameter values must be JSON values (numbers, strings, lists, ...)") from None
+
+
+def job_name(user: str, notebook: str) -> str:
+    """Unique, valid DNS-1123 label: gpu-<user>-<notebook>-<random> in at most 52 characters, so the
+    pods Kubernetes names after it stay within 63."""
+    stem = re.sub(r"\.ipynb$", "", notebook.rsplit("/", 1)[-1])
+    base = safe_slug(f"{user}-{stem}", max_length=38).replace("---", "-")
+    return f"gpu-{base}-{secrets.token_hex(3)}"[:52].strip("-")
+
+
+def claim_name(user: str) -> str:
+    return safe_slug(f"gpuhub-{user}", max_length=63)
+
+
+def checkpoint_claim(cfg: ProfilesConfig, namespace: str, user: str, settings: JobSettings) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": settings.storage_size}}}
+    if settings.storage_class:
+        spec["storageClassName"] = settings.storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim_name(user), "namespace": namespace,
+                         "labels": {USER_LABEL: safe_slug(user, max_length=63)},
+                         "annotations": {USER_ANNOTATION: user}},
+            "spec": spec}
+
+
+def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
+              notebook: dict[str, Any], parameters: dict[str, Any] | None = None, priority: str | None = None,
+              timeout: int | None = None, settings: JobSettings = JobSettings(),
+              name: str | None = None) -> list[dict[str, Any]]:
+    """[PersistentVolumeClaim, Job, ConfigMap] for one submission, or JobRequestError saying why not."""
+    if profile.gpu is None:
+        raise JobRequestError(f"profile {profile.slug!r} has no GPU; GPU jobs need a GPU profile")
+    if not profile.allowed_for(groups):
+        raise JobRequestError(f"profile {profile.slug!r} is not available to {user}: it is for members of "
+                              f"{', '.join(profile.groups or [])}")
+    team = cfg.team_for(groups)
+    if team is None:
+        raise JobRequestError(f"{user} is in no team (groups: {', '.join(groups) or 'none'}) and the profiles file "
+                              "has no default team; ask an admin to add you to a team's group")
+    team_name, team_cfg = team
+    priority = priority or profile.priority
+    if priority and priority not in cfg.priorities:
+        raise JobRequestError(f"priority {priority!r} does not exist; choose one of {', '.join(cfg.priorities)}")
+    limit = min(profile.max_job_timeout or settings.max_timeout, settings.max_timeout)
+    timeout = timeout or min(settings.default_timeout, limit)
+    if not 60 <= timeout <= limit:
+        raise JobRequestError(f"timeout {timeout} s is out of bounds for {profile.slug!r}: between 60 s and {limit} s")
+    parameters = parameters or {}
+    check_parameters(parameters)
+    snapshot = compress_notebook(notebook)
+    name = name or job_name(user, notebook_path)
+    nb_name = re.sub(r"\.ipynb$", "", notebook_path.rsplit("/", 1)[-1]) or "notebook"
+    ns = team_cfg.namespace
+    labels = {**podspec.labels(profile), USER_LABEL: safe_slug(user, max_length=63), JOB_LABEL: name}
+    annotations = {USER_ANNOTATION: user, NOTEBOOK_ANNOTATION: notebook_path}
+    gpus = podspec.gpu_resources(cfg, profile)
+    res = {"cpu": cpu_quantity(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
+    env = {**podspec.environment(cfg, profile), "CHECKPOINT_DIR": "/checkpoints", "OUTPUT_DIR": f"/output/{name}",
+           "GPUHUB_SNAPSHOT": "/snapshot/notebook.gz", "GPUHUB_NOTEBOOK_NAME": nb_name,
+           "GPUHUB_PARAMETERS": json.dumps(parameters), "GPUHUB_JOB": name}
+    claim = claim_name(user)
+    pod_spec = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "nodeSelector": podspec.node_selector(cfg, profile),
+        "tolerations": podspec.tolerations(cfg, profile),
+        "containers": [{
+            "name": RUNNER_CONTAINER, "image": profile.image or settings.runner_image,
+            "args": ["gpuhub-runner"],  # args, not command: the image's tini entrypoint stays PID 1
+            "env": [{"name": k, "value": v} for k, v in env.items()] + [
+                {"name": k, **v} for k, v in podspec.NODE_NAME_ENV.items()],
+            "resources": {"requests": res, "limits": dict(res)},
+            "volumeMounts": [podspec.shm_mount(),
+                             {"name": "snapshot", "mountPath": "/snapshot", "readOnly": True},
+                             {"name": "storage", "mountPath": "/checkpoints", "subPath": f"checkpoints/{name}"},
+                             {"name": "storage", "mountPath": "/output", "subPath": "gpu-jobs"}],
+        }],
+        "volumes": [podspec.shm_volume(profile),
+                    {"name": "snapshot", "configMap": {"name": name, "items": [{"key": "notebook.gz",
+                                                                                "path": "notebook.gz"}]}},
+                    {"name": "storage", "persistentVolumeClaim": {"claimName": claim}}],
+    }
+    job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name)}
+    if priority:
+        job_labels[PRIORITY_LABEL] = priority
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": job_labels, "annotations": annotations},
+        "spec": {
+            "suspend": True,
+            "activeDeadlineSeconds": timeout,
+            "backoffLimit": settings.backoff_limit,
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": RUNNER_CONTAINER, "operator": "In",
+                                                      "values": [EXIT_NOTEBOOK_FAILED]}},
+            ]},
+            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},
+        },
+    }
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": name, "namespace": ns, "labels": dict(labels),
+                               "annotations": dict(annotations)},
+                  "binaryData": {"notebook.gz": base64.b64encode(snapshot).decode()}}
+    return [checkpoint_claim(cfg, ns, user, settings), job, config_map]
+
+
+def owned_by(obj: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap with an ownerReference to the created Job (needs the Job's uid)."""
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"],
+           "controller": False, "blockOwnerDeletion": False}
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}

@@ -1,0 +1,122 @@
+"""Kueue objects that guard GPU quota, rendered from the profiles file (pure; `gpuhub render kueue`).
+
+One ResourceFlavor per GPU pool (its node labels and tolerations, which Kueue copies into admitted
+pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus the CPU and memory
+that many GPUs' share of a node carries), a LocalQueue in the team's namespace, and a
+WorkloadPriorityClass and PriorityClass per priority. Kueue API v1beta2 only.
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from gpu_spawner.builders.pods import LABEL_PREFIX, priority_class_name
+from gpu_spawner.model.profiles import Pool, ProfilesConfig, Team
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "jupyterhub-gpu"}
+
+
+def cpu_quantity(cores: Decimal) -> str:
+    millis = int(cores * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def memory_quantity(num_bytes: Decimal) -> str:
+    return f"{int(num_bytes) // 2**20}Mi"
+
+
+def local_queue_name(team_name: str) -> str:
+    return team_name
+
+
+def cluster_queue_name(team_name: str) -> str:
+    return f"team-{team_name}"
+
+
+def _meta(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "labels": dict(MANAGED_BY), **extra}
+
+
+def resource_flavor(name: str, pool: Pool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": dict(pool.node_selector)}
+    if pool.effective_taints:
+        spec["tolerations"] = pool.tolerations()
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": spec}
+
+
+def _share(pool: Pool, gpus: int) -> tuple[Decimal, Decimal]:
+    """CPU and memory that `gpus` slots of a node carry (so a full quota fits the nodes it stands for)."""
+    per_node = sum(pool.slots_per_node().values()) or 1
+    shape = pool.shape()
+    return shape.cpu * gpus / per_node, shape.memory * gpus / per_node
+
+
+def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
+    """Pools the team has quota in, plus those its cohort has quota in (nominal 0, so it can borrow)."""
+    names = list(team.quota)
+    if team.cohort:
+        for other in cfg.teams.values():
+            if other.cohort == team.cohort:
+                names += [p for p in other.quota if p not in names]
+    return [n for n in cfg.pools if n in names]
+
+
+def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, Any]:
+    pools = _cohort_pools(cfg, team)
+    gpu_resources = sorted({r for n in pools for r in cfg.pools[n].slots_per_node()})
+    flavors = []
+    for name in pools:
+        pool = cfg.pools[name]
+        gpus = team.quota.get(name, 0)
+        cpu, mem = _share(pool, gpus)
+        own = set(pool.slots_per_node())
+        resources = [
+            {"name": "cpu", "nominalQuota": cpu_quantity(cpu)},
+            {"name": "memory", "nominalQuota": memory_quantity(mem)},
+        ] + [{"name": r, "nominalQuota": gpus if r in own else 0} for r in gpu_resources]
+        if team.cohort and team.borrowing_limit is not None:
+            b_cpu, b_mem = _share(pool, team.borrowing_limit)
+            resources[0]["borrowingLimit"] = cpu_quantity(b_cpu)
+            resources[1]["borrowingLimit"] = memory_quantity(b_mem)
+            for r in resources[2:]:
+                r["borrowingLimit"] = team.borrowing_limit if r["name"] in own else 0
+        flavors.append({"name": name, "resources": resources})
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory", *gpu_resources], "flavors": flavors}],
+    }
+    if team.cohort:
+        spec["cohortName"] = team.cohort
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": _meta(cluster_queue_name(team_name)),
+            "spec": spec}
+
+
+def local_queue(team_name: str, team: Team) -> dict[str, Any]:
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue",
+            "metadata": _meta(local_queue_name(team_name), namespace=team.namespace),
+            "spec": {"clusterQueue": cluster_queue_name(team_name)}}
+
+
+def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
+    """Every object, in the order `kubectl apply` needs them."""
+    objs: list[dict[str, Any]] = []
+    for name, team in cfg.teams.items():
+        objs.append({"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": _meta(team.namespace) | {"labels": {**MANAGED_BY, f"{LABEL_PREFIX}/team": name}}})
+    for name, value in cfg.priorities.items():
+        objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,
+                     # a server goes ahead in the scheduling queue, but never evicts someone's running server
+                     "preemptionPolicy": "Never",
+                     "description": f"jupyterhub-gpu priority {name!r} for notebook servers (queues ahead; "
+                                    "never preempts a running server)"})
+        objs.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": _meta(name),
+                     "value": value, "description": f"jupyterhub-gpu priority {name!r} for queued GPU jobs"})
+    used = {p for team in cfg.teams.values() for p in _cohort_pools(cfg, team)}
+    objs += [resource_flavor(n, p) for n, p in cfg.pools.items() if n in used]
+    objs += [cluster_queue(cfg, n, t) for n, t in cfg.teams.items()]
+    objs += [local_queue(n, t) for n, t in cfg.teams.items()]
+    return objs

@@ -1,0 +1,123 @@
+"""Pure builders for what a profile puts into a pod: GPU resources, pool placement, tolerations,
+/dev/shm, labels and env. Shared by the spawner (as KubeSpawner overrides) and the Job builder.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_spawner.model.profiles import Profile, ProfilesConfig
+
+LABEL_PREFIX = "gpuhub.io"
+PROFILE_LABEL = f"{LABEL_PREFIX}/profile"
+POOL_LABEL = f"{LABEL_PREFIX}/pool"
+GPU_KIND_LABEL = f"{LABEL_PREFIX}/gpu-kind"
+GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"
+GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
+SHM_VOLUME = "dshm"
+#: The node's name, so the GPU health check can say where the GPU is missing (downward API).
+NODE_NAME_ENV = {"GPUHUB_NODE_NAME": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}}
+
+
+def priority_class_name(priority: str) -> str:
+    """The PriorityClass (scheduling.k8s.io) that `gpuhub render kueue` creates for a priority name."""
+    return f"gpuhub-{priority}"
+
+
+def gpu_resources(cfg: ProfilesConfig, profile: Profile) -> dict[str, int]:
+    """Extended resources for requests and limits (they must be equal for extended resources)."""
+    name = cfg.resource_name(profile)
+    return {name: profile.gpu.count} if name else {}
+
+
+def node_selector(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
+    pool = cfg.pool_of(profile)
+    return dict(pool.node_selector) if pool else {}
+
+
+def tolerations(cfg: ProfilesConfig, profile: Profile) -> list[dict[str, str]]:
+    """Exactly the taints of the profile's own pool: never a wildcard, never another pool's."""
+    pool = cfg.pool_of(profile)
+    return pool.tolerations() if pool else []
+
+
+def shm_volume(profile: Profile) -> dict[str, Any]:
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(int(profile.shm))}}
+
+
+def shm_mount() -> dict[str, Any]:
+    return {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+
+
+def gpu_kind(profile: Profile) -> str:
+    return profile.gpu.kind if profile.gpu else "none"
+
+
+def labels(profile: Profile) -> dict[str, str]:
+    return {PROFILE_LABEL: profile.slug, POOL_LABEL: profile.pool or "none", GPU_KIND_LABEL: gpu_kind(profile)}
+
+
+def annotations(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
+    out = {}
+    if profile.gpu:
+        out[GPU_RESOURCE_ANNOTATION] = cfg.resource_name(profile)
+        out[GPU_COUNT_ANNOTATION] = str(profile.gpu.count)
+    return out
+
+
+def environment(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
+    """Tells the notebook (and the GPU health check) what it was given."""
+    env = {
+        "GPUHUB_PROFILE": profile.slug,
+        "GPUHUB_POOL": profile.pool or "",
+        "GPUHUB_GPU_KIND": gpu_kind(profile),
+        "GPUHUB_GPU_COUNT": str(profile.gpu.count if profile.gpu else 0),
+        "GPUHUB_GPU_RESOURCE": cfg.resource_name(profile) or "",
+    }
+    if profile.gpu and profile.gpu.profile:
+        env["GPUHUB_MIG_PROFILE"] = profile.gpu.profile
+    return env
+
+
+def spawner_overrides(cfg: ProfilesConfig, profile: Profile) -> dict[str, Any]:
+    """KubeSpawner trait values for one profile (its `kubespawner_override`)."""
+    gpus = gpu_resources(cfg, profile)
+    cpu = float(profile.cpu)
+    overrides: dict[str, Any] = {
+        "cpu_guarantee": cpu,
+        "cpu_limit": float(profile.cpu_limit or profile.cpu),
+        "mem_guarantee": profile.memory_limit,
+        "mem_limit": profile.memory_limit,
+        "extra_resource_guarantees": {k: str(v) for k, v in gpus.items()},
+        "extra_resource_limits": {k: str(v) for k, v in gpus.items()},
+        "node_selector": node_selector(cfg, profile),
+        "tolerations": tolerations(cfg, profile),
+        "volumes": [shm_volume(profile)],
+        "volume_mounts": [shm_mount()],
+        "extra_labels": labels(profile),
+        "extra_annotations": annotations(cfg, profile),
+        "environment": {**environment(cfg, profile), **NODE_NAME_ENV},
+    }
+    if profile.priority:
+        overrides["priority_class_name"] = priority_class_name(profile.priority)
+    if profile.image:
+        overrides["image"] = profile.image
+    return overrides
+
+
+def tolerates(toleration: dict[str, Any], taint) -> bool:
+    """Kubernetes' own rule: does this toleration match this taint?"""
+    effect = toleration.get("effect")
+    if effect and effect != taint.effect:
+        return False
+    key, op = toleration.get("key"), toleration.get("operator", "Equal")
+    if not key:
+        return op == "Exists"
+    if key != taint.key:
+        return False
+    return op == "Exists" or toleration.get("value", "") == taint.value
+
+
+def strip_gpu_tolerations(cfg: ProfilesConfig, tols: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Remove any toleration (an admin's default, a wildcard) that would let a CPU pod onto a GPU pool."""
+    gpu_taints = cfg.gpu_taints()
+    return [t for t in tols if not any(tolerates(t, taint) for taint in gpu_taints)]

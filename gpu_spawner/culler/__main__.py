@@ -1,3 +1,0 @@
-from .service import main
-
-main()

@@ -1,0 +1,108 @@
+"""Spawn progress in plain language (pure): what Kubernetes says, told as what is happening and what
+the user can do; and the cases where waiting is pointless because the pod can never be placed.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpu_spawner.hub.capacity import ClusterState, slot_noun
+from gpu_spawner.model.profiles import Profile
+
+INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+UNTOLERATED = re.compile(r"untolerated taint\(?s?\)? ?\{([^}]*)\}")
+GPU_HEALTH_PREFIX = "GPU check failed"
+
+
+def explain_event(event: dict[str, Any], profile: Profile | None, state: ClusterState | None) -> str | None:
+    """A sentence for one pod event, or None to keep Kubernetes' own words."""
+    reason, message = event.get("reason") or "", event.get("message") or ""
+    if reason == "FailedScheduling":
+        return explain_unschedulable(message, profile, state)
+    if reason == "Scheduled":
+        node = re.search(r" to (\S+)$", message)
+        return f"A node was found: your server is placed on {node.group(1) if node else 'a node'}."
+    if reason == "TriggeredScaleUp":
+        return "The pool is adding a node for you; a new GPU node usually takes 3 to 6 minutes."
+    if reason == "NotTriggerScaleUp":
+        return ("The autoscaler cannot add a node that fits this profile (the pool may be at its maximum size); "
+                "you are waiting for a running server or job to finish.")
+    if reason == "Pulling":
+        return ("Downloading the notebook image onto the node; GPU images are large, so the first start on a node "
+                "can take a few minutes.")
+    if reason == "Pulled":
+        return "The notebook image is on the node."
+    if reason in ("Failed", "ErrImagePull", "BackOff") and ("pull" in message.lower() or "image" in message.lower()):
+        return (f"The notebook image could not be downloaded ({message.strip()}). This will not fix itself: "
+                "ask an admin to check the profile's image name and registry access.")
+    if reason == "Started":
+        return "Your server's container has started; waiting for Jupyter to answer."
+    return None
+
+
+def explain_unschedulable(message: str, profile: Profile | None, state: ClusterState | None) -> str:
+    cfg = state.cfg if state else None
+    pool = cfg.pool_of(profile) if cfg and profile else None
+    resource = cfg.resource_name(profile) if cfg and profile else None
+    nodes = state.pool_nodes(profile.pool) if state and pool else []
+    if pool is not None and nodes and any(n.mig_state not in (None, "success") for n in nodes):
+        states = sorted({n.mig_state for n in nodes if n.mig_state not in (None, "success")})
+        return (f"The {pool.label} nodes are still being partitioned into MIG slices "
+                f"(mig.config.state: {', '.join(states)}); this usually takes a few minutes.")
+    short = [r for r in INSUFFICIENT.findall(message)]
+    if resource and resource in short:
+        cap = state.profile_capacity(profile) if state else None
+        noun = slot_noun(profile, pool)
+        total = f"All {cap.total_slots} " if cap and cap.total_slots else "All "
+        grow = " or for the pool to grow" if cap is None or cap.can_grow else ""
+        waiting = f" ({cap.waiting} servers and jobs are waiting)" if cap and cap.waiting > 1 else ""
+        return f"{total}{noun} are in use{waiting}; you are waiting for one to free up{grow}."
+    if short and profile is not None:
+        what = " and ".join(sorted(set(short) & {"cpu", "memory"})) or ", ".join(short)
+        return (f"The {pool.label if pool else 'CPU'} nodes have no {what} left for a server this size; you are "
+                "waiting for room to free up or for the pool to grow.")
+    if pool is not None and not nodes:
+        return (f"The {pool.label} pool has no nodes running right now; waiting for the autoscaler to add one "
+                "(a few minutes).")
+    if UNTOLERATED.search(message):
+        return ("The matching nodes carry a taint this profile does not tolerate; this usually means the cluster "
+                "and the profiles file disagree. Ask an admin to run `gpuhub doctor`.")
+    return f"Waiting for a node: {message}"
+
+
+def never_fits(profile: Profile, state: ClusterState) -> str | None:
+    """Why no node of the cluster could ever take this profile (and none can be added), else None."""
+    cfg = state.cfg
+    pool = cfg.pool_of(profile)
+    if pool is None:
+        return None
+    cap = state.profile_capacity(profile)
+    if cap.can_grow:
+        return None
+    if cap.nodes == 0:
+        return (f"The {pool.label} pool ({profile.pool}) has no nodes and cannot grow, so '{profile.display_name}' "
+                "can never start. Choose another profile, or ask an admin to add nodes to the pool.")
+    resource = cap.resource
+    if resource and profile.gpu:
+        biggest = max(int(n.allocatable.get(resource, 0)) for n in state.pool_nodes(profile.pool))
+        if biggest < profile.gpu.count:
+            return (f"No node of the {pool.label} pool offers {profile.gpu.count} x {resource} (the most any node "
+                    f"offers is {biggest}), so '{profile.display_name}' can never start. The nodes may not match "
+                    "the profiles file: ask an admin to run `gpuhub doctor`.")
+    return None
+
+
+def container_failure(pod: dict[str, Any] | None) -> str | None:
+    """The message of a notebook container that exited before it was ready (e.g. the GPU health check)."""
+    if not pod:
+        return None
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and not cs.get("ready"):
+            msg = (term.get("message") or "").strip()
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            if msg:
+                return msg if GPU_HEALTH_PREFIX in msg else f"The server stopped on {node} before it was ready: {msg}"
+            return (f"The server stopped on {node} before it was ready (exit code {term.get('exitCode')}, "
+                    f"{term.get('reason') or 'no reason given'}).")
+    return None

@@ -1,5 +1,0 @@
-import sys
-
-from .options import main
-
-sys.exit(main())

@@ -1,0 +1,359 @@
+"""The ONE profile model: pools, profiles and teams from the admin's profiles file.
+
+Pure data and pure functions. The spawner, the Kueue renderer, the Job builder, the culler and
+both UIs import these classes; nothing else parses the file. `load_profiles()` reports every
+problem at once (see `validation.py`), each with its path, the bad value and what would be valid.
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from kubernetes.utils.quantity import parse_quantity
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pytimeparse2 import parse as parse_duration
+
+from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
+
+#: The taint AKS puts on every spot node pool.
+SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
+
+#: Used when a profiles file names no `priorities`.
+DEFAULT_PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+#: Azure VM sizes we know: (vCPU, memory GiB) as allocatable-ish shape for simulated nodes.
+INSTANCE_SHAPES = {
+    "Standard_D4s_v5": (4, 16),
+    "Standard_D8s_v5": (8, 32),
+    "Standard_D16s_v5": (16, 64),
+    "Standard_NC4as_T4_v3": (4, 28),
+    "Standard_NC8as_T4_v3": (8, 56),
+    "Standard_NC24ads_A100_v4": (24, 220),
+    "Standard_NC48ads_A100_v4": (48, 440),
+    "Standard_NC40ads_H100_v5": (40, 320),
+    "Standard_ND96asr_v4": (96, 900),
+    "Standard_ND96isr_H100_v5": (96, 1900),
+}
+
+
+def duration_seconds(value: Any) -> int:
+    """Seconds from `30m`, `2h`, `1h30m`, `90` (pytimeparse2), for durations admins write."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration; write e.g. 30m, 2h, 1h30m or seconds")
+    if isinstance(value, (int, float)):
+        seconds = value
+    else:
+        seconds = parse_duration(str(value))
+        if seconds is None:
+            raise ValueError(f"{value!r} is not a duration; write e.g. 30m, 2h, 1h30m or seconds")
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be longer than zero; write e.g. 30m or 2h")
+    return int(seconds)
+
+
+def _quantity(kind: str):
+    def parse(value: Any) -> Decimal:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a {kind} quantity")
+        try:
+            q = parse_quantity(value)
+        except ValueError:
+            example = "2, 500m" if kind == "CPU" else "8Gi, 512Mi"
+            raise ValueError(f"{value!r} is not a Kubernetes {kind} quantity; write e.g. {example}") from None
+        if q < 0:
+            raise ValueError(f"{value!r} must not be negative")
+        return q
+
+    return parse
+
+
+def _layout(value: Any) -> str | dict[str, int]:
+    """`all-1g.10gb`, `all-balanced` or a mapping of slice → count per GPU."""
+    if isinstance(value, str) and value.startswith("all-"):
+        return value
+    if isinstance(value, dict) and value and all(
+        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 1 for k, n in value.items()
+    ):
+        return value
+    raise ValueError(
+        f"{value!r} is not a MIG layout; write all-<slice> (e.g. all-1g.10gb), all-balanced, "
+        "or a mapping of slice to count per GPU (e.g. {1g.10gb: 3, 2g.20gb: 2})"
+    )
+
+
+Seconds = Annotated[int, BeforeValidator(duration_seconds)]
+CPU = Annotated[Decimal, BeforeValidator(_quantity("CPU")), PlainSerializer(lambda q: str(q), return_type=str)]
+Bytes = Annotated[Decimal, BeforeValidator(_quantity("memory")), PlainSerializer(lambda q: int(q), return_type=int)]
+Slug = Annotated[str, Field(pattern=DNS_LABEL)]
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo must not pass silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Taint(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    def toleration(self) -> dict[str, str]:
+        """The toleration that lets a pod onto nodes with exactly this taint."""
+        tol = {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+        if not self.value:
+            tol = {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return tol
+
+
+class PoolGPU(_Strict):
+    model: str
+    count_per_node: int = Field(1, ge=1, le=16)
+
+    @property
+    def spec(self) -> GPUModel:
+        return GPU_MODELS[self.model]
+
+
+class NoSharing(_Strict):
+    strategy: Literal["none"] = "none"
+
+
+class TimeSlicing(_Strict):
+    strategy: Literal["time-slicing"]
+    replicas: int = Field(ge=2, le=64)
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+
+
+class MIGSharing(_Strict):
+    strategy: Literal["mig"]
+    mig_strategy: Literal["mixed", "single"] = "mixed"
+    layout: Annotated[Union[str, dict[str, int]], BeforeValidator(_layout)]
+
+
+Sharing = Annotated[Union[NoSharing, TimeSlicing, MIGSharing], Field(discriminator="strategy")]
+
+
+class NodeShape(_Strict):
+    cpu: CPU
+    memory: Bytes
+    max_pods: int = Field(110, ge=1)
+
+
+class Pool(_Strict):
+    """A node pool as it exists in the cluster (an AKS agent pool)."""
+
+    node_selector: dict[str, str] = Field(min_length=1)
+    taints: list[Taint] = []
+    gpu: PoolGPU | None = None
+    sharing: Sharing = NoSharing()
+    instance_type: str | None = None
+    node: NodeShape | None = None
+    spot: bool = False
+    cost_per_node_hour: float = Field(0.0, ge=0)
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int | None = Field(None, ge=0)
+    display_name: str | None = None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu is not None
+
+    @property
+    def effective_taints(self) -> list[Taint]:
+        """The admin's taints plus the spot taint AKS adds to spot pools."""
+        taints = list(self.taints)
+        if self.spot and not any(t.key == SPOT_TAINT["key"] for t in taints):
+            taints.append(Taint(**SPOT_TAINT))
+        return taints
+
+    def tolerations(self) -> list[dict[str, str]]:
+        return [t.toleration() for t in self.effective_taints]
+
+    @property
+    def mig_layout(self) -> dict[str, int]:
+        """Slices per GPU, from `all-<slice>`, `all-balanced` or an explicit mapping."""
+        if not isinstance(self.sharing, MIGSharing):
+            return {}
+        layout = self.sharing.layout
+        if isinstance(layout, dict):
+            return dict(layout)
+        model = self.gpu.spec
+        if layout == "all-balanced":
+            return model.balanced_layout()
+        slice_name = layout.removeprefix("all-")
+        return {slice_name: model.mig.get(slice_name, 0)}
+
+    def mig_config_name(self) -> str:
+        """The `nvidia.com/mig.config` label value (mig-parted config name)."""
+        layout = self.sharing.layout
+        if isinstance(layout, str):
+            return layout
+        return "custom-" + "-".join(f"{n}x{s}" for s, n in sorted(layout.items()))
+
+    def resource_name(self, mig_slice: str | None = None) -> str | None:
+        """The extended resource a pod on this pool asks for (None on CPU pools)."""
+        if not self.is_gpu:
+            return None
+        s = self.sharing
+        if isinstance(s, TimeSlicing) and s.rename_by_default:
+            return "nvidia.com/gpu.shared"
+        if isinstance(s, MIGSharing) and s.mig_strategy == "mixed":
+            return mig_resource_name(mig_slice or next(iter(self.mig_layout)))
+        return "nvidia.com/gpu"
+
+    def slots_per_node(self) -> dict[str, int]:
+        """Extended resources one node advertises in allocatable, as the device plugin would."""
+        if not self.is_gpu:
+            return {}
+        gpus = self.gpu.count_per_node
+        s = self.sharing
+        if isinstance(s, TimeSlicing):
+            return {self.resource_name(): gpus * s.replicas}
+        if isinstance(s, MIGSharing):
+            if s.mig_strategy == "single":
+                return {"nvidia.com/gpu": gpus * sum(self.mig_layout.values())}
+            return {mig_resource_name(sl): gpus * n for sl, n in self.mig_layout.items()}
+        return {"nvidia.com/gpu": gpus}
+
+    def shape(self) -> NodeShape:
+        """CPU/memory of one node: explicit `node`, else the known instance type, else a small default."""
+        if self.node:
+            return self.node
+        cpu, mem = INSTANCE_SHAPES.get(self.instance_type or "", (8, 32))
+        return NodeShape(cpu=cpu, memory=f"{mem}Gi")
+
+    @property
+    def label(self) -> str:
+        if self.display_name:
+            return self.display_name
+        if not self.gpu:
+            return "CPU"
+        return self.gpu.model
+
+
+class ProfileGPU(_Strict):
+    kind: Literal["time-sliced", "mig", "full"]
+    count: int = Field(1, ge=1, le=16)
+    profile: str | None = Field(None, description="MIG slice, e.g. 1g.10gb (kind: mig only)")
+
+
+class Profile(_Strict):
+    """One choice in the picker: a pool, a GPU request and the server's size."""
+
+    slug: Slug
+    display_name: str = Field(min_length=1)
+    description: str = ""
+    pool: str | None = None
+    gpu: ProfileGPU | None = None
+    cpu: CPU = Decimal(1)
+    cpu_limit: CPU | None = None
+    memory: Bytes = Decimal(4 * 2**30)
+    shm: Bytes = Decimal(2**30)
+    image: str | None = None
+    idle_timeout: Seconds | None = None
+    max_age: Seconds | None = None
+    max_job_timeout: Seconds | None = None
+    groups: list[str] | None = None
+    priority: str | None = None
+    max_per_user: int | None = Field(None, ge=1)
+    default: bool = False
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu is not None
+
+    def allowed_for(self, groups: set[str] | list[str]) -> bool:
+        """`groups` absent means everyone; otherwise one shared group is enough."""
+        return self.groups is None or bool(set(self.groups) & set(groups))
+
+    @property
+    def memory_limit(self) -> int:
+        """Memory the container may use: the server's memory plus the memory-backed /dev/shm."""
+        return int(self.memory + self.shm)
+
+
+class Team(_Strict):
+    """A Kueue ClusterQueue (quota per pool) with a LocalQueue in the team's namespace."""
+
+    namespace: Slug
+    cohort: Slug | None = None
+    quota: dict[str, Annotated[int, Field(ge=0)]] = {}
+    borrowing_limit: int | None = Field(None, ge=0)
+    default: bool = False
+
+
+class ProfilesConfig(_Strict):
+    """A validated profiles file. Build it with `load_profiles()` or `parse_profiles()`."""
+
+    pools: dict[str, Pool] = {}
+    profiles: list[Profile] = Field(min_length=1)
+    teams: dict[str, Team] = {}
+    priorities: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITIES))
+    source: str | None = Field(None, exclude=True)
+
+    @cached_property
+    def by_slug(self) -> dict[str, Profile]:
+        return {p.slug: p for p in self.profiles}
+
+    def profile(self, slug: str) -> Profile:
+        try:
+            return self.by_slug[slug]
+        except KeyError:
+            raise KeyError(f"no profile {slug!r}; profiles: {', '.join(self.by_slug)}") from None
+
+    def pool_of(self, profile: Profile) -> Pool | None:
+        return self.pools.get(profile.pool) if profile.pool else None
+
+    def profiles_for(self, groups: set[str] | list[str]) -> list[Profile]:
+        return [p for p in self.profiles if p.allowed_for(groups)]
+
+    def resource_name(self, profile: Profile) -> str | None:
+        pool = self.pool_of(profile)
+        if pool is None or profile.gpu is None:
+            return None
+        return pool.resource_name(profile.gpu.profile)
+
+    def gpu_taints(self) -> list[Taint]:
+        """Every taint that keeps pods off a GPU pool: a CPU pod must tolerate none of them."""
+        seen, out = set(), []
+        for pool in self.pools.values():
+            if pool.is_gpu:
+                for t in pool.effective_taints:
+                    if (t.key, t.value, t.effect) not in seen:
+                        seen.add((t.key, t.value, t.effect))
+                        out.append(t)
+        return out
+
+    def team_for(self, groups: list[str]) -> tuple[str, Team] | None:
+        """The first team (file order) named like one of the groups, else the default team."""
+        for name, team in self.teams.items():
+            if name in groups:
+                return name, team
+        return next(((n, t) for n, t in self.teams.items() if t.default), None)
+
+    def priority_value(self, name: str | None) -> int | None:
+        return self.priorities.get(name) if name else None
+
+
+def slice_memory_gb(slice_name: str) -> int:
+    return int(MIG_PROFILE_RE.match(slice_name)["mem"])
+
+
+def load_profiles(path: str | Path) -> ProfilesConfig:
+    """Read and validate a profiles file; raises `ProfilesError` listing every problem."""
+    from gpu_spawner.model.validation import parse_profiles_text
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        from gpu_spawner.model.validation import ProfilesError, Problem
+
+        raise ProfilesError([Problem("", f"cannot read profiles file {str(path)!r}: {e.strerror}")], str(path))
+    return parse_profiles_text(text, source=str(path))

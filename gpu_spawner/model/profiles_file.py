@@ -1,0 +1,41 @@
+"""The admin's profiles file on disk: where it is, and one parsed model per file version, shared by
+every spawner of the hub and by the services (which must not import the spawner, and KubeSpawner with it).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
+
+EXAMPLE_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles.yaml"
+PROFILES_ENV = "GPUHUB_PROFILES"
+
+_loaded: dict[tuple[str, float], ProfilesConfig] = {}
+_recent: dict[str, tuple[float, ProfilesConfig]] = {}
+#: How often a spawner looks at the profiles file's mtime (spawns come in bursts; stat once, not per call).
+RECHECK_SECONDS = 2.0
+
+
+def profiles_path() -> Path:
+    return Path(os.environ.get(PROFILES_ENV) or EXAMPLE_PROFILES)
+
+
+def cached_profiles(path: str | Path) -> ProfilesConfig:
+    """Parse once per file version: every spawner of the hub shares one model."""
+    now = time.monotonic()
+    recent = _recent.get(str(path))
+    if recent and now - recent[0] < RECHECK_SECONDS:
+        return recent[1]
+    cfg = _load_if_changed(Path(path))
+    _recent[str(path)] = (now, cfg)
+    return cfg
+
+
+def _load_if_changed(path: Path) -> ProfilesConfig:
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key not in _loaded:
+        _loaded.clear()
+        _loaded[key] = load_profiles(path)
+    return _loaded[key]

@@ -1,0 +1,406 @@
+"""Turn a profiles file into a `ProfilesConfig`, or into EVERY problem it has at once.
+
+Each pool, profile and team is parsed on its own so one bad entry does not hide the next;
+cross-references (pool names, MIG slices of the pool's GPU, quotas) are then checked on the
+entries that parsed. Every problem carries a path, the bad value and what would be valid.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
+from gpu_spawner.model.profiles import (
+    DNS_LABEL,
+    MIGSharing,
+    NoSharing,
+    Pool,
+    Profile,
+    ProfilesConfig,
+    Team,
+    TimeSlicing,
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ProfilesError(ValueError):
+    """A profiles file with problems; `str()` lists all of them, one per line."""
+
+    def __init__(self, problems: list[Problem], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        head = f"{source}: " if source else ""
+        super().__init__(f"{head}{len(problems)} problem(s) in the profiles file:\n" + "\n".join(
+            f"  {p}" for p in problems))
+
+
+NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
+KIND_FOR_STRATEGY = {NoSharing: "full", TimeSlicing: "time-sliced", MIGSharing: "mig"}
+TOP_LEVEL_KEYS = [k for k, f in ProfilesConfig.model_fields.items() if not f.exclude]
+
+
+# ---------------------------------------------------------------- pydantic errors → problems
+def _unwrap(t: Any) -> Any:
+    while typing.get_origin(t) is typing.Annotated:
+        t = typing.get_args(t)[0]
+    return t
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+def _walk(model: type[BaseModel], loc: tuple) -> tuple[list[str], list[str] | None]:
+    """Display parts of a pydantic error location (union tags dropped) and, when the location ends
+    inside a model, that model's field names (the valid keys)."""
+    t: Any = model
+    parts: list[str] = []
+    for part in loc:
+        t = _unwrap(t)
+        origin = typing.get_origin(t)
+        if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+            members = [_unwrap(m) for m in typing.get_args(t) if m is not type(None)]
+            tagged = [m for m in members if _is_model(m) and _tag_of(m) == part]
+            if tagged:
+                t = tagged[0]
+                continue  # the discriminator value is not part of the user's path
+            t = next((m for m in members if _is_model(m)), members[0])
+            origin = typing.get_origin(t)
+        if _is_model(t):
+            field = t.model_fields.get(part) if isinstance(part, str) else None
+            parts.append(f".{part}")
+            t = field.annotation if field else None
+        elif origin is dict:
+            parts.append(f".{part}")
+            t = typing.get_args(t)[1]
+        elif origin is list:
+            parts.append(f"[{part}]")
+            t = typing.get_args(t)[0]
+        else:
+            parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+            t = None
+    t = _unwrap(t)
+    if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        t = next((_unwrap(m) for m in typing.get_args(t) if _is_model(_unwrap(m))), None)
+    return parts, (list(t.model_fields) if _is_model(t) else None)
+
+
+def _tag_of(model: type[BaseModel]) -> str | None:
+    f = model.model_fields.get("strategy")
+    args = typing.get_args(f.annotation) if f else ()
+    return args[0] if args else None
+
+
+def _problem_from_pydantic(prefix: str, model: type[BaseModel], err: dict) -> Problem:
+    loc = tuple(err["loc"])
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        parts, valid = _walk(model, loc[:-1])
+        key = loc[-1]
+        path = prefix + "".join(parts) + f".{key}"
+        near = difflib.get_close_matches(str(key), valid or [], n=1)
+        hint = f" did you mean {near[0]!r}?" if near else ""
+        return Problem(path.lstrip("."), f"unknown key {key!r};{hint} valid keys: {', '.join(valid or [])}")
+    parts, _ = _walk(model, loc)
+    path = (prefix + "".join(parts)).lstrip(".")
+    if kind == "missing":
+        _, valid = _walk(model, loc[:-1])
+        return Problem(path, "is required")
+    if kind == "literal_error":
+        return Problem(path, f"{value!r} is not valid; valid: {ctx.get('expected', '').replace(' or ', ', ')}")
+    if kind == "union_tag_invalid":
+        return Problem(path, f"{ctx.get('tag')!r} is not a valid {ctx.get('discriminator', '').strip(chr(39))}; "
+                             f"valid: {ctx.get('expected_tags', '').replace(' or ', ', ')}")
+    if kind == "union_tag_not_found":
+        return Problem(path, f"needs {ctx.get('discriminator')} (none, time-slicing or mig)")
+    if kind == "value_error":
+        return Problem(path, str(ctx.get("error", err["msg"])))
+    if kind == "string_pattern_mismatch":
+        return Problem(path, f"{value!r} is not a valid name: {NAME_RULE}")
+    if kind in ("too_short",) and isinstance(value, (list, dict, str)):
+        return Problem(path, f"{value!r} must not be empty")
+    return Problem(path, f"{value!r}: {err['msg'][0].lower()}{err['msg'][1:]}")
+
+
+def _parse_each(model: type[BaseModel], data: Any, prefix: str, problems: list[Problem]):
+    try:
+        return TypeAdapter(model).validate_python(data)
+    except ValidationError as e:
+        problems.extend(_problem_from_pydantic(prefix, model, err) for err in e.errors())
+        return None
+
+
+# ---------------------------------------------------------------- cross-reference checks
+def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
+    """Check one parsed pool; False when its GPU or MIG setup is broken, so that profiles and quotas
+    naming it are not checked against nonsense (its own problem is already reported)."""
+    at = f"pools.{name}"
+    if not re.match(DNS_LABEL, name):
+        out.append(Problem(at, f"pool name {name!r} is not valid: {NAME_RULE}"))
+    if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
+        out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
+    if pool.gpu is None:
+        if not isinstance(pool.sharing, NoSharing):
+            out.append(Problem(f"{at}.sharing", f"{pool.sharing.strategy!r} needs a GPU; add gpu: {{model: ..., "
+                                                "count_per_node: ...} or remove sharing"))
+        return True
+    if pool.gpu.model not in GPU_MODELS:
+        out.append(Problem(f"{at}.gpu.model", f"{pool.gpu.model!r} is not a known GPU model; valid: "
+                                              f"{', '.join(GPU_MODELS)}"))
+        return False
+    model = pool.gpu.spec
+    if not any(t.effect in ("NoSchedule", "NoExecute") for t in pool.effective_taints):
+        out.append(Problem(f"{at}.taints", "a GPU pool needs a NoSchedule taint (e.g. {key: sku, value: gpu, "
+                                           "effect: NoSchedule}) so CPU-only pods stay off its nodes"))
+    if isinstance(pool.sharing, MIGSharing):
+        s = pool.sharing
+        if not model.supports_mig:
+            migs = [m.name for m in GPU_MODELS.values() if m.supports_mig]
+            out.append(Problem(f"{at}.sharing.strategy", f"{model.name} does not support MIG; MIG GPUs: "
+                                                         f"{', '.join(migs)}"))
+            return False
+        layout = s.layout
+        if isinstance(layout, str) and layout != "all-balanced":
+            sl = layout.removeprefix("all-")
+            if sl not in model.mig:
+                out.append(Problem(f"{at}.sharing.layout", f"{layout!r} is not a MIG layout of {model.name}; valid: "
+                                   + ", ".join(["all-balanced"] + [f"all-{x}" for x in model.mig])))
+                return False
+        elif isinstance(layout, dict):
+            layout_problems = mig_layout_problems(model, layout)
+            for msg in layout_problems:
+                out.append(Problem(f"{at}.sharing.layout", msg))
+            if layout_problems:
+                return False
+        if s.mig_strategy == "single" and len(pool.mig_layout) != 1:
+            out.append(Problem(f"{at}.sharing.layout", f"{layout!r}: the single MIG strategy needs one slice type "
+                                                       f"per node (e.g. all-{next(iter(model.mig))}); use "
+                                                       "mig_strategy: mixed for a mixed layout"))
+            return False
+    return True
+
+
+def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: dict[str, int] | None,
+                   out: list[Problem], broken: set[str] = frozenset()) -> None:
+    at = f"profiles[{i}]"
+    pool = cfg_pools.get(p.pool) if p.pool else None
+    if p.pool and pool is None and p.pool not in broken:
+        out.append(Problem(f"{at}.pool", f"{p.pool!r} is not a pool of this file; pools: "
+                                         f"{', '.join(cfg_pools) or '(none)'}"))
+    if p.priority and priorities is not None and p.priority not in priorities:
+        out.append(Problem(f"{at}.priority", f"{p.priority!r} is not a priority; valid: {', '.join(priorities)}"))
+    if p.cpu_limit is not None and p.cpu_limit < p.cpu:
+        out.append(Problem(f"{at}.cpu_limit", f"{float(p.cpu_limit):g} is below cpu {float(p.cpu):g}; "
+                                              f"valid: at least {float(p.cpu):g}"))
+    if p.pool in broken:
+        return  # the pool's own problems are reported at pools.<name>; checking against it would mislead
+    if p.gpu is None:
+        if pool is not None and pool.is_gpu:
+            out.append(Problem(f"{at}.pool", f"{p.pool!r} is a GPU pool but this profile asks for no GPU; add gpu: "
+                                             "{kind: ..., count: 1} or choose a CPU pool (or no pool)"))
+        _check_fits(at, p, pool, out)
+        return
+    if not p.pool:
+        gpu_pools = [n for n, q in cfg_pools.items() if q.is_gpu]
+        out.append(Problem(f"{at}.pool", f"a GPU profile must name its pool; GPU pools: {', '.join(gpu_pools) or '(none)'}"))
+        return
+    if pool is None or pool.gpu is None or pool.gpu.model not in GPU_MODELS:
+        if pool is not None and pool.gpu is None:
+            out.append(Problem(f"{at}.gpu", f"pool {p.pool!r} has no GPUs; remove gpu or choose a GPU pool"))
+        return
+    expected = KIND_FOR_STRATEGY[type(pool.sharing)]
+    if p.gpu.kind != expected:
+        out.append(Problem(f"{at}.gpu.kind", f"{p.gpu.kind!r} does not match pool {p.pool!r} "
+                                             f"(sharing {pool.sharing.strategy!r}); valid: {expected}"))
+        return
+    model = pool.gpu.spec
+    if p.gpu.kind != "mig" and p.gpu.profile is not None:
+        out.append(Problem(f"{at}.gpu.profile", f"{p.gpu.profile!r}: only MIG profiles name a slice; remove it"))
+    if p.gpu.kind == "mig":
+        offered = pool.mig_layout
+        sl = p.gpu.profile
+        if sl is None and pool.sharing.mig_strategy == "mixed":
+            out.append(Problem(f"{at}.gpu.profile", f"is required for a mixed-strategy MIG pool; pool {p.pool!r} "
+                                                    f"offers: {', '.join(offered)}"))
+            return
+        if sl is not None and sl not in model.mig:
+            out.append(Problem(f"{at}.gpu.profile", f"{sl!r} is not a MIG profile of {model.name}; valid: "
+                                                    f"{', '.join(model.mig)}"))
+            return
+        if sl is not None and offered and sl not in offered:
+            out.append(Problem(f"{at}.gpu.profile", f"{sl!r} is not offered by pool {p.pool!r} (layout "
+                                                    f"{pool.mig_config_name()}); offered: {', '.join(offered)}"))
+            return
+    per_node = pool.slots_per_node().get(pool.resource_name(p.gpu.profile), 0)
+    if isinstance(pool.sharing, TimeSlicing) and pool.sharing.fail_requests_greater_than_one and p.gpu.count > 1:
+        out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count}: pool {p.pool!r} fails time-sliced requests greater "
+                                              "than one (fail_requests_greater_than_one); valid: 1"))
+    elif p.gpu.kind == "full" and p.gpu.count > pool.gpu.count_per_node:
+        out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count} GPUs never fit: a node of pool {p.pool!r} has "
+                                              f"{pool.gpu.count_per_node}; valid: 1..{pool.gpu.count_per_node}"))
+    elif p.gpu.count > per_node:
+        out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count} never fits: a node of pool {p.pool!r} offers "
+                                              f"{per_node} x {pool.resource_name(p.gpu.profile)}; valid: 1..{per_node}"))
+    _check_fits(at, p, pool, out)
+
+
+def _check_fits(at: str, p: Profile, pool: Pool | None, out: list[Problem]) -> None:
+    """A profile bigger than one node of its pool could never be scheduled."""
+    if pool is None:
+        return
+    shape = pool.shape()
+    if p.cpu > shape.cpu:
+        out.append(Problem(f"{at}.cpu", f"{p.cpu} CPUs never fit: a node of pool {p.pool!r} has {shape.cpu}"))
+    if p.memory_limit > shape.memory:
+        gib = lambda b: f"{float(b) / 2**30:g}Gi"  # noqa: E731
+        out.append(Problem(f"{at}.memory", f"memory + shm = {gib(p.memory_limit)} never fits: a node of pool "
+                                           f"{p.pool!r} has {gib(shape.memory)}"))
+
+
+def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem],
+                broken: set[str] = frozenset()) -> None:
+    at = f"teams.{name}"
+    if not re.match(DNS_LABEL, name):
+        out.append(Problem(at, f"team name {name!r} is not valid: {NAME_RULE}"))
+    gpu_pools = [n for n, p in pools.items() if p.is_gpu]
+    for pool_name in team.quota:
+        if pool_name in broken:
+            continue  # reported at pools.<name>
+        if pool_name not in pools:
+            out.append(Problem(f"{at}.quota.{pool_name}", f"{pool_name!r} is not a pool of this file; GPU pools: "
+                                                          f"{', '.join(gpu_pools) or '(none)'}"))
+        elif not pools[pool_name].is_gpu:
+            out.append(Problem(f"{at}.quota.{pool_name}", f"{pool_name!r} is a CPU pool; quotas are for GPU pools: "
+                                                          f"{', '.join(gpu_pools)}"))
+    if team.borrowing_limit is not None and team.cohort is None:
+        out.append(Problem(f"{at}.borrowing_limit", f"{team.borrowing_limit}: borrowing needs a cohort; add "
+                                                    "cohort: <name> or remove borrowing_limit"))
+
+
+# ---------------------------------------------------------------- entry points
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently,
+    so a second pool or profile key with the same name would hide the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # unhashable key: SafeLoader reports it
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key!r}; each key may appear once", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_profiles_text(text: str, source: str | None = None) -> ProfilesConfig:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ProfilesError([Problem("", f"not valid YAML: {where}{getattr(e, 'problem', e)}")], source) from None
+    return parse_profiles(data, source)
+
+
+def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
+    """Validate already-loaded data; raises `ProfilesError` with every problem."""
+    problems: list[Problem] = []
+    if data is None:
+        data = {}  # an empty file: report what it lacks (profiles) rather than "got NoneType"
+    if not isinstance(data, dict):
+        raise ProfilesError([Problem("", f"the file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; got "
+                                         f"{type(data).__name__}")], source)
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            near = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
+            hint = f" did you mean {near[0]!r}?" if near else ""
+            problems.append(Problem(str(key), f"unknown key {key!r};{hint} valid keys: {', '.join(TOP_LEVEL_KEYS)}"))
+
+    def mapping(key: str) -> dict:
+        v = data.get(key) or {}
+        if not isinstance(v, dict):
+            problems.append(Problem(key, f"must be a mapping of name to settings; got {type(v).__name__}"))
+            return {}
+        return v
+
+    pools = {}
+    broken: set[str] = set()  # pools in the file that did not parse or whose GPU/MIG setup is wrong
+    for name, raw in mapping("pools").items():
+        pool = _parse_each(Pool, raw, f"pools.{name}", problems)
+        if pool is None:
+            broken.add(name)
+            continue
+        if _check_pool(name, pool, problems):
+            pools[name] = pool
+        else:
+            broken.add(name)
+    priorities = data.get("priorities")
+    if priorities is None:
+        priorities = ProfilesConfig.model_fields["priorities"].default_factory()
+    elif not isinstance(priorities, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in priorities.values()
+    ):
+        problems.append(Problem("priorities", f"{priorities!r} must map a name to an integer value, "
+                                              "e.g. {low: 100, normal: 1000, high: 10000}"))
+        priorities = None  # reported above; profiles naming a priority are not checked against it
+    for name in priorities or {}:
+        if not re.match(DNS_LABEL, str(name)):
+            problems.append(Problem(f"priorities.{name}", f"{name!r} is not a valid name: {NAME_RULE}"))
+
+    raw_profiles = data.get("profiles")
+    if not isinstance(raw_profiles, list) or not raw_profiles:
+        problems.append(Problem("profiles", f"must be a non-empty list of profiles; got {raw_profiles!r}"))
+        raw_profiles = []
+    seen: dict[str, int] = {}
+    defaults = []
+    for i, raw in enumerate(raw_profiles):
+        p = _parse_each(Profile, raw, f"profiles[{i}]", problems)
+        if p is None:
+            continue
+        if p.slug in seen:
+            problems.append(Problem(f"profiles[{i}].slug", f"{p.slug!r} is already used by profiles[{seen[p.slug]}]; "
+                                                           "slugs must be unique"))
+        seen.setdefault(p.slug, i)
+        if p.default:
+            defaults.append(i)
+        _check_profile(i, p, pools, priorities, problems, broken)
+    if len(defaults) > 1:
+        problems.append(Problem(f"profiles[{defaults[1]}].default", f"only one profile may be the default; "
+                                                                    f"profiles[{defaults[0]}] already is"))
+
+    team_defaults = []
+    for name, raw in mapping("teams").items():
+        team = _parse_each(Team, raw, f"teams.{name}", problems)
+        if team is not None:
+            _check_team(name, team, pools, problems, broken)
+            if team.default:
+                team_defaults.append(name)
+    if len(team_defaults) > 1:
+        problems.append(Problem(f"teams.{team_defaults[1]}.default", f"only one team may be the default; "
+                                                                     f"{team_defaults[0]!r} already is"))
+    if problems:
+        raise ProfilesError(problems, source)
+    return ProfilesConfig.model_validate({**data, "source": source})

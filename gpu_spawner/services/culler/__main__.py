@@ -1,0 +1,3 @@
+from gpu_spawner.services.culler.service import main
+
+main()

@@ -1,0 +1,387 @@
+"""Pure culling decisions: per-profile rules, DCGM evidence from Prometheus results, one decision per server.
+
+No I/O here. The service (`service.py`) fetches the hub's server models (through jupyterhub-idle-culler's
+loop) and Prometheus results, and calls these functions; everything they decide is unit-tested.
+
+Policies (`gpu_idle_policy`), for GPU servers when GPU evidence is available:
+  activity  the classic rule: idle when no activity for the profile's `idle_timeout`; GPU metrics ignored.
+  gpu       the GPU decides: idle when the GPU stayed below the threshold for the whole window (the profile's
+            `idle_timeout` unless a window is configured), even if the kernel is busy; a busy GPU keeps it.
+  both      conservative: idle only when there is no activity AND the GPU stayed idle.
+Missing evidence never culls: no Prometheus, no series for the pod or too few samples in the window
+(`coverage`) → the activity rule decides, and the decision says which fallback applied.
+CPU servers always use the activity rule. `max_age` stops a server whatever its activity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Literal
+
+from gpu_spawner.model.profiles import ProfilesConfig
+
+Policy = Literal["activity", "gpu", "both"]
+POLICIES = ("activity", "gpu", "both")
+
+#: DCGM's graphics-engine activity (0..1) works on MIG instances; GPU_UTIL (0..100) is whole-GPU only.
+PROF_METRIC = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+#: DCGM reports ~0.01 of activity on an idle GPU; 0.05 is safely above that noise floor.
+DEFAULT_THRESHOLD = 0.05
+
+
+# ---------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the culler applies to servers of one profile (or the default for unknown profiles)."""
+
+    profile: str  # slug, or "unknown" for the default rule
+    idle_timeout: int | None  # seconds; None: never culled for inactivity
+    max_age: int | None  # seconds; None: no age limit
+    is_gpu: bool = False
+    gpus: int = 0  # GPUs (or MIG slices / time-sliced shares) the server holds
+    hourly_cost: float = 0.0  # $/h of the server's share of its node (picker.hourly_cost)
+
+
+def rules_from_profiles(cfg: ProfilesConfig, default_idle_timeout: int | None = None,
+                        default_max_age: int | None = None) -> dict[str, Rule]:
+    """One rule per profile slug; a profile without idle_timeout / max_age takes the default."""
+    from gpu_spawner.hub.picker import hourly_cost
+
+    rules = {}
+    for p in cfg.profiles:
+        rules[p.slug] = Rule(
+            profile=p.slug,
+            idle_timeout=p.idle_timeout or default_idle_timeout or None,
+            max_age=p.max_age or default_max_age or None,
+            is_gpu=p.is_gpu,
+            gpus=p.gpu.count if p.gpu else 0,
+            hourly_cost=hourly_cost(cfg, p),
+        )
+    return rules
+
+
+def default_rule(idle_timeout: int | None, max_age: int | None) -> Rule:
+    return Rule(profile="unknown", idle_timeout=idle_timeout or None, max_age=max_age or None)
+
+
+def profile_of(server: dict[str, Any]) -> str | None:
+    """The profile slug the server was started with (`user_options['profile']`), if any."""
+    opts = server.get("user_options") or {}
+    slug = opts.get("profile")
+    return slug if isinstance(slug, str) and slug else None
+
+
+def rule_for(server: dict[str, Any], rules: dict[str, Rule], default: Rule) -> Rule:
+    slug = profile_of(server)
+    return rules.get(slug, default) if slug else default
+
+
+def server_names(server: dict[str, Any]) -> tuple[str, str]:
+    """(user, server name) from the server model's `full_name` ('user/' for a default server)."""
+    full = server.get("full_name") or ""
+    user, _, name = full.partition("/")
+    return user, name if "/" in full else server.get("name", "")
+
+
+# ---------------------------------------------------------------- pod names
+
+
+def pod_name(user: str, server_name: str, template: str = "jupyter-{user_server}") -> str:
+    """The pod KubeSpawner 7 names for this server (its default 'safe' slug scheme)."""
+    from kubespawner.slugs import escape_slug, multi_slug, safe_slug
+
+    max_len = 48
+    safe_user = safe_slug(user, max_length=max_len)
+    safe_server = safe_slug(server_name, max_length=max_len) if server_name else ""
+    if len(safe_user) + len(safe_server) + 2 > max_len:
+        user_server = multi_slug([user, server_name], max_length=max_len)
+    elif server_name:
+        user_server = f"{safe_user}--{safe_server}"
+    else:
+        user_server = safe_user
+    esc_user, esc_server = escape_slug(user), escape_slug(server_name)
+    ns = dict(username=safe_user, servername=safe_server, user_server=user_server,
+              safe_username=safe_user, safe_servername=safe_server, safe_user_server=user_server,
+              unescaped_username=user, unescaped_servername=server_name,
+              escaped_username=esc_user, escaped_servername=esc_server,
+              escaped_user_server=f"{esc_user}--{esc_server}")
+    rendered = template.format(**ns)
+    return rendered if template.endswith("-") else rendered.rstrip("-")
+
+
+# ---------------------------------------------------------------- GPU evidence
+
+
+def evidence_query(window: int) -> str:
+    """One PromQL instant query: max and sample count over the window for both DCGM metrics.
+
+    Each part is tagged with a `gpuhub_stat` label so `or` keeps all four and Python can tell them apart.
+    """
+    w = f"{int(window)}s"
+    parts = [
+        (f"max_over_time({PROF_METRIC}[{w}])", "prof_max"),
+        (f"count_over_time({PROF_METRIC}[{w}])", "prof_count"),
+        (f"max_over_time({UTIL_METRIC}[{w}]) / 100", "util_max"),
+        (f"count_over_time({UTIL_METRIC}[{w}])", "util_count"),
+    ]
+    return " or ".join(f'label_replace({expr}, "gpuhub_stat", "{tag}", "", "")' for expr, tag in parts)
+
+
+@dataclass(frozen=True)
+class GPUEvidence:
+    """What DCGM says about one pod's GPUs over one window."""
+
+    namespace: str
+    pod: str
+    max_activity: float  # the highest activity (0..1) any of its GPUs / MIG instances showed
+    samples: int  # the fewest samples any of its devices has in the window
+    metric: str  # PROF_METRIC, UTIL_METRIC, or "mixed"
+    devices: tuple[str, ...] = ()  # 'gpu0', 'gpu0/mig1(1g.10gb)', ...
+
+    def state(self, threshold: float, expected_samples: int, min_coverage: float = 0.8) -> str:
+        """'busy' (any sample at/above the threshold), 'idle' (all below, window covered) or 'unknown'."""
+        if self.samples <= 0:
+            return "unknown"
+        if self.max_activity >= threshold:
+            return "busy"
+        if self.samples >= max(1, int(expected_samples * min_coverage)):
+            return "idle"
+        return "unknown"
+
+
+def _pod_of(labels: dict[str, str]) -> tuple[str, str] | None:
+    """(namespace, pod): `exported_*` when Prometheus renamed clashing labels, else `pod`/`namespace`."""
+    if labels.get("exported_pod"):
+        return labels.get("exported_namespace", ""), labels["exported_pod"]
+    if labels.get("pod"):
+        return labels.get("namespace", ""), labels["pod"]
+    return None
+
+
+def _device_of(labels: dict[str, str]) -> str:
+    dev = f"gpu{labels['gpu']}" if "gpu" in labels else labels.get("UUID") or labels.get("device") or "gpu"
+    if labels.get("GPU_I_ID") not in (None, ""):
+        dev += f"/mig{labels['GPU_I_ID']}"
+        if labels.get("GPU_I_PROFILE"):
+            dev += f"({labels['GPU_I_PROFILE']})"
+    return dev
+
+
+def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GPUEvidence]:
+    """Prometheus vector result of `evidence_query` → evidence per (namespace, pod).
+
+    Per device (GPU, or MIG instance), PROF_GR_ENGINE_ACTIVE wins; GPU_UTIL/100 is the fallback, and is
+    ignored on MIG instances (it measures the whole GPU, not the slice). A pod with several devices is
+    as busy as its busiest one and as well covered as its worst-covered one.
+    """
+    devices: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    mig: dict[tuple[str, str], dict[str, bool]] = {}
+    for series in result:
+        labels = series.get("metric") or {}
+        stat = labels.get("gpuhub_stat")
+        key = _pod_of(labels)
+        if key is None or stat is None:
+            continue
+        try:
+            value = float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if value != value:  # NaN
+            continue
+        dev = _device_of(labels)
+        devices.setdefault(key, {}).setdefault(dev, {})[stat] = value
+        mig.setdefault(key, {})[dev] = labels.get("GPU_I_ID") not in (None, "")
+    out = {}
+    for key, devs in devices.items():
+        maxes, counts, metrics = [], [], set()
+        for dev, stats in devs.items():
+            if stats.get("prof_count", 0) > 0 and "prof_max" in stats:
+                maxes.append(stats["prof_max"]); counts.append(int(stats["prof_count"])); metrics.add(PROF_METRIC)
+            elif not mig[key][dev] and stats.get("util_count", 0) > 0 and "util_max" in stats:
+                maxes.append(stats["util_max"]); counts.append(int(stats["util_count"])); metrics.add(UTIL_METRIC)
+        if not maxes:
+            continue
+        metric = metrics.pop() if len(metrics) == 1 else "mixed"
+        out[key] = GPUEvidence(namespace=key[0], pod=key[1], max_activity=max(maxes), samples=min(counts),
+                               metric=metric, devices=tuple(sorted(devs)))
+    return out
+
+
+def lookup_evidence(evidence: dict[tuple[str, str], GPUEvidence], pod: str,
+                    namespace: str | None) -> GPUEvidence | None:
+    if namespace is not None:
+        return evidence.get((namespace, pod))
+    return next((e for (ns, p), e in evidence.items() if p == pod), None)
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: Policy = "activity"
+    threshold: float = DEFAULT_THRESHOLD
+    min_coverage: float = 0.8
+    scrape_interval: float = 15.0
+    gpu_window: int | None = None  # None: the profile's idle_timeout
+    warn_before: int = 600
+    exempt_admins: bool = False
+
+    def window(self, rule: Rule) -> int | None:
+        return self.gpu_window or rule.idle_timeout
+
+    def expected_samples(self, window: int) -> int:
+        return int(window / self.scrape_interval)
+
+
+@dataclass(frozen=True)
+class GPUView:
+    """The GPU evidence available for one server this cycle.
+
+    `prometheus` False: no Prometheus configured; `reachable` False: it did not answer this cycle.
+    `now` is the evidence over the cull window, `soon` over the window shortened by `warn_before`.
+    """
+
+    prometheus: bool = False
+    reachable: bool = True
+    now: GPUEvidence | None = None
+    soon: GPUEvidence | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["keep", "warn", "cull"]
+    reason: str  # cull: idle | gpu-idle | idle+gpu-idle | max-age ; keep/warn: why
+    profile: str
+    inactive_s: float | None
+    age_s: float | None
+    cull_in_s: float | None = None  # for warn: seconds until the server is expected to be stopped
+    gpu_state: str | None = None  # busy | idle | unknown (None: not looked at)
+    fallback: str | None = None  # why the activity rule decided for a GPU server under a GPU policy
+    evidence: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_log(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in _DECISION_FIELDS}
+        return {k: v for k, v in {**d, **self.extra}.items() if v is not None}
+
+
+_DECISION_FIELDS = [f for f in Decision.__dataclass_fields__ if f != "extra"]
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The hub's ISO 8601 timestamps ('2026-01-01T12:00:00.123456Z'); naive ones are UTC."""
+    if not value:
+        return None
+    try:
+        dt = datetime.fromisoformat(value)  # fast; Python 3.11 reads the hub's format, 'Z' included
+    except ValueError:
+        from dateutil.parser import isoparse
+
+        dt = isoparse(value)
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _seconds(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else (now - then).total_seconds()
+
+
+def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime,
+           gpu: GPUView = GPUView(), admin: bool = False) -> Decision:
+    """Keep, warn or cull one ready server, and why. Pure: `now` and the evidence are inputs."""
+    started = parse_time(server.get("started"))
+    age = _seconds(now, started)
+    last = parse_time(server.get("last_activity"))
+    inactive = _seconds(now, last) if last else age
+    base = dict(profile=rule.profile, inactive_s=inactive, age_s=age)
+
+    if admin and settings.exempt_admins:
+        return Decision("keep", "admin-exempt", **base)
+
+    # max_age: whatever the activity.
+    if rule.max_age and age is not None and age >= rule.max_age:
+        return Decision("cull", "max-age", **base)
+
+    gpu_state = gpu_soon = None
+    fallback = None
+    evidence = None
+    use_gpu = rule.is_gpu and settings.policy != "activity"
+    if use_gpu:
+        window = settings.window(rule)
+        if not gpu.prometheus:
+            fallback = "no-prometheus"
+        elif not gpu.reachable:
+            fallback = "prometheus-unreachable"
+        elif window is None:
+            fallback = "no-window"
+        elif gpu.now is None:
+            fallback = "no-gpu-series"
+        else:
+            gpu_state = gpu.now.state(settings.threshold, settings.expected_samples(window), settings.min_coverage)
+            evidence = {"max_activity": gpu.now.max_activity, "samples": gpu.now.samples,
+                        "expected_samples": settings.expected_samples(window), "metric": gpu.now.metric,
+                        "window_s": window, "threshold": settings.threshold, "pod": gpu.now.pod,
+                        "namespace": gpu.now.namespace, "devices": list(gpu.now.devices)}
+            if gpu_state == "unknown":
+                fallback = "short-gpu-coverage"
+            soon_window = max(window - settings.warn_before, 1)
+            if gpu.soon is not None:
+                gpu_soon = gpu.soon.state(settings.threshold, settings.expected_samples(soon_window),
+                                          settings.min_coverage)
+    base.update(gpu_state=gpu_state, fallback=fallback, evidence=evidence)
+
+    idle_limit = rule.idle_timeout
+    activity_idle = idle_limit is not None and inactive is not None and inactive >= idle_limit
+    activity_left = (idle_limit - inactive) if (idle_limit is not None and inactive is not None) else None
+
+    if use_gpu and gpu_state in ("idle", "busy"):
+        # The GPU looked idle over the window shortened by warn_before: a cull is about warn_before away.
+        gpu_left = float(settings.warn_before) if gpu_soon == "idle" else None
+        if settings.policy == "gpu":
+            if gpu_state == "idle":
+                return Decision("cull", "gpu-idle", **base)
+            reason, left = "gpu-busy", gpu_left
+        elif gpu_state == "idle":  # both: the GPU agrees, activity decides
+            if activity_idle:
+                return Decision("cull", "idle+gpu-idle", **base)
+            reason, left = "active", activity_left
+        else:  # both, GPU busy
+            reason = "gpu-busy"
+            left = None if gpu_left is None or activity_left is None else max(gpu_left, activity_left)
+    else:
+        if activity_idle:
+            return Decision("cull", "idle", **base)
+        if inactive is None:
+            reason, left = "no-activity-data", None
+        elif idle_limit is None:
+            reason, left = "no-idle-timeout", None
+        else:
+            reason, left = "active", activity_left
+
+    # Warn when either limit is within warn_before.
+    age_left = (rule.max_age - age) if (rule.max_age and age is not None) else None
+    candidates = [(t, r) for t, r in ((left, "idle"), (age_left, "max-age")) if t is not None]
+    if candidates:
+        t, why = min(candidates)
+        if 0 < t <= settings.warn_before:
+            return Decision("warn", f"{why}-soon", cull_in_s=t, **base)
+    return Decision("keep", reason, **base)
+
+
+def reclaimed(rule: Rule, decision: Decision, horizon_s: float) -> tuple[float, float, float]:
+    """Estimates for one cull: (GPU-hours reclaimed, $ reclaimed, idle GPU-hours it had held).
+
+    Reclaimed = what the server would otherwise still have held: until its max_age when it has one,
+    else `horizon_s`, whichever is sooner. Idle GPU-hours = GPUs x the time it sat idle before the cull.
+    """
+    if decision.action != "cull":
+        return 0.0, 0.0, 0.0
+    remaining = horizon_s
+    if rule.max_age and decision.age_s is not None:
+        remaining = min(remaining, max(rule.max_age - decision.age_s, 0.0))
+    hours = remaining / 3600
+    idle_hours = (decision.inactive_s or 0.0) / 3600 if decision.reason != "max-age" else 0.0
+    return rule.gpus * hours, rule.hourly_cost * hours, rule.gpus * idle_hours

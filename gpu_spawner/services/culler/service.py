@@ -1,0 +1,447 @@
+"""The culler hub service: jupyterhub-idle-culler's loop with GPU-aware, per-profile decisions.
+
+Each cycle: reload the profiles file (cheap when unchanged), ask Prometheus once per distinct window for
+DCGM evidence, then run jupyterhub-idle-culler's `cull_idle` (paginated `GET /users?state=ready`, one
+`DELETE` per cull) with `cull_arbiter_hook` bound to `decide()`. Its own global `max_age` is not used:
+each profile's `max_age` is part of the decision.
+
+Also serves, under its hub prefix (`/services/gpu-culler/`):
+  GET warnings/<user>   that user's pending warnings and recent culls (the user's own token, or an admin's)
+  GET warnings          all of them (admins only)
+  GET metrics           Prometheus text format (culls by profile and reason, GPU-hours and $ reclaimed)
+  GET health            200 once it runs
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, urlencode, urlparse
+
+import jupyterhub_idle_culler
+from jupyterhub_idle_culler import IdleCuller, cull_idle, utcnow
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.ioloop import IOLoop, PeriodicCallback
+from traitlets import Bool, Enum, Float, Int, Unicode
+
+from gpu_spawner.services.culler import banner
+from gpu_spawner.services.culler import decide as D
+
+CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+
+decision_log = logging.getLogger("gpuhub.culler.decisions")
+
+# jupyterhub-idle-culler parses each server's two timestamps with dateutil's general parser, which is
+# the slowest step of a cycle over thousands of servers; the hub writes ISO 8601, which
+# datetime.fromisoformat reads ~20x faster (same result; anything unusual still goes to dateutil).
+jupyterhub_idle_culler.parse_date = D.parse_time
+
+
+def _json_logger() -> None:
+    """One JSON object per line on stdout for decisions (the rest of the culler logs as usual)."""
+    if not decision_log.handlers:
+        h = logging.StreamHandler(sys.stdout)
+        h.setFormatter(logging.Formatter("%(message)s"))
+        decision_log.addHandler(h)
+        decision_log.setLevel(logging.INFO)
+        decision_log.propagate = False
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.culls = Counter("gpuhub_culler_culls_total", "Servers stopped (or, in dry run, that would be)",
+                             ["profile", "reason", "dry_run"], registry=r)
+        self.warnings = Counter("gpuhub_culler_warnings_total", "Cull warnings issued", ["profile", "reason"],
+                                registry=r)
+        self.gpu_hours = Counter("gpuhub_culler_gpu_hours_reclaimed_total",
+                                 "Estimated GPU-hours (GPUs, MIG slices or shares) freed by culls",
+                                 ["profile", "dry_run"], registry=r)
+        self.dollars = Counter("gpuhub_culler_dollars_reclaimed_total",
+                               "Estimated $ freed by culls (the profile's share of its pool's node price)",
+                               ["profile", "dry_run"], registry=r)
+        self.idle_gpu_hours = Counter("gpuhub_culler_idle_gpu_hours_total",
+                                      "GPU-hours culled servers had held while idle", ["profile", "dry_run"],
+                                      registry=r)
+        self.fallbacks = Counter("gpuhub_culler_gpu_fallbacks_total",
+                                 "GPU servers decided by activity because GPU evidence was missing",
+                                 ["profile", "why"], registry=r)
+        self.cycles = Counter("gpuhub_culler_cycles_total", "Cull cycles", ["outcome"], registry=r)
+        self.cycle_seconds = Histogram("gpuhub_culler_cycle_seconds", "Wall time of one cull cycle", registry=r)
+        self.prometheus_up = Gauge("gpuhub_culler_prometheus_up", "1 if Prometheus answered last cycle",
+                                   registry=r)
+
+
+@dataclass
+class CycleResult:
+    decisions: list[dict[str, Any]]
+    prometheus_reachable: bool | None
+    seconds: float
+
+
+class GPUCuller(IdleCuller):
+    """`python -m gpu_spawner.services.culler`: IdleCuller's options plus the GPU-aware ones below."""
+
+    name = "gpu-culler"
+
+    timeout = Int(3600, help="Idle timeout (s) for servers of unknown profiles, or profiles without "
+                             "idle_timeout").tag(config=True)
+    cull_every = Int(60, help="Seconds between cull cycles").tag(config=True)
+
+    profiles_file = Unicode(os.environ.get("GPUHUB_PROFILES", ""),
+                            help="The profiles file (per-profile idle_timeout / max_age).").tag(config=True)
+    prometheus_url = Unicode("", help="Prometheus base URL; empty: no GPU evidence.").tag(config=True)
+    gpu_idle_policy = Enum(list(D.POLICIES), default_value="activity",
+                           help="activity | gpu | both (see gpu_spawner/services/culler/decide.py)").tag(config=True)
+    gpu_idle_threshold = Float(D.DEFAULT_THRESHOLD, help="GPU activity (0..1) below which it is idle").tag(
+        config=True)
+    gpu_window = Int(0, help="GPU idle window in seconds; 0: the profile's idle_timeout").tag(config=True)
+    scrape_interval = Float(15.0, help="Prometheus scrape interval of the DCGM exporter (s), for coverage").tag(
+        config=True)
+    min_coverage = Float(0.8, help="Fraction of the window's samples needed to call a GPU idle").tag(config=True)
+    prometheus_timeout = Float(10.0, help="Seconds to wait for Prometheus").tag(config=True)
+    warn_before = Int(600, help="Warn this many seconds before a cull (keep it > cull_every)").tag(config=True)
+    dry_run = Bool(False, help="Decide, log and count, but stop nothing").tag(config=True)
+    exempt_admins = Bool(False, help="Never cull admins' servers").tag(config=True)
+    pod_name_template = Unicode("jupyter-{user_server}", help="GPUSpawner.pod_name_template").tag(config=True)
+    namespace = Unicode("", help="Namespace of user pods; empty: match pod names in any namespace").tag(
+        config=True)
+    reclaim_horizon = Int(8 * 3600, help="For reclaimed estimates: how long an uncull'd server would "
+                                         "otherwise have run, at most (s)").tag(config=True)
+    warnings_file = Unicode("", help="Also write the warnings here for the hub's banner (culler/banner.py)").tag(
+        config=True)
+    once = Bool(False, help="Run one cycle and exit").tag(config=True)
+    port = Int(0, help="Port of the warnings/metrics server; 0: from JUPYTERHUB_SERVICE_URL, else none").tag(
+        config=True)
+
+    aliases = {
+        **IdleCuller.aliases,
+        "profiles-file": "GPUCuller.profiles_file",
+        "prometheus-url": "GPUCuller.prometheus_url",
+        "gpu-idle-policy": "GPUCuller.gpu_idle_policy",
+        "gpu-idle-threshold": "GPUCuller.gpu_idle_threshold",
+        "gpu-window": "GPUCuller.gpu_window",
+        "scrape-interval": "GPUCuller.scrape_interval",
+        "min-coverage": "GPUCuller.min_coverage",
+        "warn-before": "GPUCuller.warn_before",
+        "warnings-file": "GPUCuller.warnings_file",
+        "dry-run": "GPUCuller.dry_run",
+        "exempt-admins": "GPUCuller.exempt_admins",
+        "pod-name-template": "GPUCuller.pod_name_template",
+        "namespace": "GPUCuller.namespace",
+        "reclaim-horizon": "GPUCuller.reclaim_horizon",
+        "port": "GPUCuller.port",
+    }
+    # IdleCuller's options are on IdleCuller; ours on GPUCuller (a subclass, so both apply).
+    aliases = {k: v.replace("IdleCuller.", "GPUCuller.") for k, v in aliases.items()}
+    flags = {
+        **IdleCuller.flags,
+        "once": ({"GPUCuller": {"once": True}}, "Run one cycle and exit."),
+        "dry-run": ({"GPUCuller": {"dry_run": True}}, "Decide, log and count, but stop nothing."),
+        "exempt-admins": ({"GPUCuller": {"exempt_admins": True}}, "Never cull admins' servers."),
+    }
+
+    def initialize(self, argv=None):
+        super().initialize(argv)
+        _json_logger()
+        self.metrics = Metrics()
+        #: user → {server name → warning}; replaced each cycle
+        self.warnings: dict[str, dict[str, dict[str, Any]]] = {}
+        #: user → recent culls (newest last)
+        self.culled: dict[str, list[dict[str, Any]]] = {}
+        self.last_cycle: CycleResult | None = None
+
+    # ------------------------------------------------------------------ settings
+
+    def settings(self) -> D.Settings:
+        return D.Settings(policy=self.gpu_idle_policy, threshold=self.gpu_idle_threshold,
+                          min_coverage=self.min_coverage, scrape_interval=self.scrape_interval,
+                          gpu_window=self.gpu_window or None, warn_before=self.warn_before,
+                          exempt_admins=self.exempt_admins)
+
+    def rules(self) -> tuple[dict[str, D.Rule], D.Rule]:
+        default = D.default_rule(self.timeout, self.max_age)
+        if not self.profiles_file:
+            return {}, default
+        from gpu_spawner.model.profiles_file import cached_profiles
+
+        cfg = cached_profiles(self.profiles_file)
+        return D.rules_from_profiles(cfg, self.timeout, self.max_age), default
+
+    # ------------------------------------------------------------------ prometheus
+
+    async def gpu_evidence(self, windows: set[int]) -> dict[int, dict] | None:
+        """Evidence per window, or None when Prometheus did not answer (logged)."""
+        client = AsyncHTTPClient(force_instance=True)
+        base = self.prometheus_url.rstrip("/")
+
+        async def one(window: int):
+            url = f"{base}/api/v1/query?" + urlencode({"query": D.evidence_query(window)})
+            resp = await client.fetch(HTTPRequest(url, request_timeout=self.prometheus_timeout,
+                                                  connect_timeout=self.prometheus_timeout))
+            body = json.loads(resp.body)
+            if body.get("status") != "success":
+                raise RuntimeError(f"Prometheus: {body.get('error')}")
+            return window, D.parse_evidence(body["data"]["result"])
+
+        try:
+            pairs = await asyncio.gather(*(one(w) for w in sorted(windows)))
+        except Exception as e:  # unreachable, timeout, 5xx, bad answer: fall back to activity
+            self.log.warning("Prometheus at %s unavailable (%s): GPU servers are judged by activity this cycle",
+                             self.prometheus_url, e)
+            decision_log.info(json.dumps({"event": "gpu-evidence-unavailable", "prometheus": self.prometheus_url,
+                                          "error": str(e), "ts": utcnow().isoformat()}))
+            return None
+        finally:
+            client.close()
+        return dict(pairs)
+
+    # ------------------------------------------------------------------ one cycle
+
+    async def cycle(self) -> CycleResult:
+        t0 = time.perf_counter()
+        settings = self.settings()
+        rules, default = self.rules()
+        gpu_on = bool(self.prometheus_url) and settings.policy != "activity"
+        evidence: dict[int, dict] | None = {}
+        if gpu_on:
+            windows = set()
+            for r in rules.values():
+                if r.is_gpu and settings.window(r):
+                    w = settings.window(r)
+                    windows |= {w, max(w - settings.warn_before, 1)}
+            evidence = await self.gpu_evidence(windows) if windows else {}
+            self.metrics.prometheus_up.set(0 if evidence is None else 1)
+        now = utcnow()
+        decisions: list[dict[str, Any]] = []
+        warnings: dict[str, dict[str, dict[str, Any]]] = {}
+        admins: dict[str, bool] = {}
+        token = os.environ["JUPYTERHUB_API_TOKEN"]
+        namespace = self.namespace or None
+
+        async def is_admin(user: str) -> bool:
+            if user not in admins:
+                client = AsyncHTTPClient(force_instance=True)
+                try:
+                    resp = await client.fetch(HTTPRequest(f"{self.url}/users/{quote(user)}",
+                                                          headers={"Authorization": f"token {token}"}))
+                    admins[user] = bool(json.loads(resp.body).get("admin"))
+                except Exception as e:  # unknown → treat as admin: never cull on missing data
+                    self.log.warning("Could not tell whether %s is an admin (%s); not culling", user, e)
+                    admins[user] = True
+                finally:
+                    client.close()
+            return admins[user]
+
+        async def arbiter(inactive, inactive_limit, server, **kwargs):
+            user, sname = D.server_names(server)
+            rule = D.rule_for(server, rules, default)
+            view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
+            if gpu_on and evidence is not None and rule.is_gpu and settings.window(rule):
+                w = settings.window(rule)
+                pod = D.pod_name(user, sname, self.pod_name_template)
+                view = D.GPUView(True, True, D.lookup_evidence(evidence.get(w, {}), pod, namespace),
+                                 D.lookup_evidence(evidence.get(max(w - settings.warn_before, 1), {}), pod,
+                                                   namespace))
+            if not (self.cull_named_servers if sname else self.cull_default_servers):
+                d = D.Decision("keep", "excluded-server-kind", rule.profile, None, None)
+                return self.record(user, sname, rule, d, warnings, decisions, now)
+            d = D.decide(server, rule, settings, now, view)
+            if d.action != "keep" and settings.exempt_admins and await is_admin(user):
+                d = D.decide(server, rule, settings, now, view, admin=True)
+            return self.record(user, sname, rule, d, warnings, decisions, now)
+
+        try:
+            await cull_idle(url=self.url, api_token=token, inactive_limit=self.timeout, logger=self.log,
+                            cull_users=False, remove_named_servers=self.remove_named_servers, max_age=0,
+                            concurrency=self.concurrency, ssl_enabled=self.ssl_enabled,
+                            internal_certs_location=self.internal_certs_location,
+                            api_page_size=self.api_page_size, cull_default_servers=self.cull_default_servers,
+                            cull_named_servers=self.cull_named_servers, cull_arbiter=arbiter)
+            self.metrics.cycles.labels("ok").inc()
+        except Exception:
+            self.metrics.cycles.labels("error").inc()
+            self.log.exception("Cull cycle failed")
+        self.warnings = warnings
+        if self.warnings_file:
+            banner.write_warnings(self.warnings_file, warnings)
+        dt = time.perf_counter() - t0
+        self.metrics.cycle_seconds.observe(dt)
+        self.last_cycle = CycleResult(decisions, None if not gpu_on else evidence is not None, dt)
+        decision_log.info(json.dumps({"event": "cull-cycle", "ts": now.isoformat(), "servers": len(decisions),
+                                      "culls": sum(d["action"] == "cull" for d in decisions),
+                                      "warnings": sum(d["action"] == "warn" for d in decisions),
+                                      "dry_run": self.dry_run, "seconds": round(dt, 3)}))
+        return self.last_cycle
+
+    def record(self, user, sname, rule, d: D.Decision, warnings, decisions, now) -> bool:
+        """Log, count and remember one decision; the return value tells cull_idle whether to DELETE."""
+        cull = d.action == "cull"
+        entry = {"event": "cull-decision", "ts": now.isoformat(), "user": user, "server": sname,
+                 "policy": self.gpu_idle_policy, "dry_run": self.dry_run, **d.as_log()}
+        if cull:
+            entry["action"] = "would-cull" if self.dry_run else "cull"
+            dry = str(self.dry_run).lower()
+            self.metrics.culls.labels(rule.profile, d.reason, dry).inc()
+            gpu_h, dollars, idle_h = D.reclaimed(rule, d, self.reclaim_horizon)
+            entry.update(gpu_hours_reclaimed=round(gpu_h, 4), dollars_reclaimed=round(dollars, 4))
+            if rule.is_gpu:
+                self.metrics.gpu_hours.labels(rule.profile, dry).inc(gpu_h)
+                self.metrics.idle_gpu_hours.labels(rule.profile, dry).inc(idle_h)
+            self.metrics.dollars.labels(rule.profile, dry).inc(dollars)
+            history = self.culled.setdefault(user, [])
+            history.append({"server": sname, "profile": rule.profile, "reason": d.reason, "at": now.isoformat(),
+                            "dry_run": self.dry_run})
+            del history[:-20]
+        elif d.action == "warn":
+            self.metrics.warnings.labels(rule.profile, d.reason).inc()
+            cull_at = now.timestamp() + (d.cull_in_s or 0)
+            warnings.setdefault(user, {})[sname] = {
+                "server": sname, "profile": rule.profile, "reason": d.reason,
+                "cull_in_s": round(d.cull_in_s or 0), "dry_run": self.dry_run,
+                "cull_at": datetime.fromtimestamp(cull_at, timezone.utc).isoformat(),
+                "message": _warning_text(sname, rule, d)}
+            self.log.warning("Warning %s: %s", user, warnings[user][sname]["message"])
+        if d.fallback:
+            self.metrics.fallbacks.labels(rule.profile, d.fallback).inc()
+        decisions.append(entry)
+        decision_log.info(json.dumps(entry, default=str))
+        return cull and not self.dry_run
+
+    # ------------------------------------------------------------------ web
+
+    def make_app(self) -> web.Application:
+        from jupyterhub.services.auth import HubAuth
+
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-culler/")
+        hub_auth = HubAuth(api_token=os.environ.get("JUPYTERHUB_API_TOKEN", ""), api_url=self.url,
+                           cache_max_age=60)
+        args = {"culler": self, "hub_auth": hub_auth}
+        return web.Application([
+            (prefix + r"warnings/([^/]+)/?", WarningsHandler, args),
+            (prefix + r"warnings/?", WarningsHandler, args),
+            (prefix + r"metrics", MetricsHandler, args),
+            (prefix + r"health", HealthHandler, args),
+        ])
+
+    def listen_port(self) -> int | None:
+        if self.port:
+            return self.port
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        return urlparse(url).port if url else None
+
+    @staticmethod
+    def listen_ip() -> str:
+        """Loopback when the hub reaches us on loopback (one pod / one machine), else all interfaces."""
+        if os.environ.get("GPUHUB_CULLER_IP"):
+            return os.environ["GPUHUB_CULLER_IP"]
+        host = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "")).hostname or "127.0.0.1"
+        return host if host in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+
+    def start(self):
+        if self.generate_config:
+            print(self.generate_config_file())
+            sys.exit(0)
+        if self.config_file and os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
+        if not self.url:
+            self.log.error("No hub API URL: set JUPYTERHUB_API_URL or --url")
+            sys.exit(2)
+        if not os.environ.get("JUPYTERHUB_API_TOKEN"):
+            self.log.error("No hub API token: set JUPYTERHUB_API_TOKEN (the hub does for its services)")
+            sys.exit(2)
+        from gpu_spawner.model.validation import ProfilesError
+
+        try:
+            self.rules()  # a bad profiles file stops the service now, with its problems listed
+        except (ProfilesError, OSError) as e:
+            self.log.critical("gpu-culler: refusing to start: %s", e)
+            sys.exit(2)
+        loop = IOLoop.current()
+        if self.once:
+            loop.run_sync(self.cycle)
+            return
+        port = self.listen_port()
+        if port:
+            self.make_app().listen(port, address=self.listen_ip())
+            self.log.info("Warnings and metrics on port %s", port)
+        self.log.info("Culling every %ss (policy %s, prometheus %s, dry run %s)", self.cull_every,
+                      self.gpu_idle_policy, self.prometheus_url or "-", self.dry_run)
+        loop.add_callback(self.cycle)
+        PeriodicCallback(self.cycle, 1e3 * self.cull_every).start()
+        try:
+            loop.start()
+        except KeyboardInterrupt:
+            pass
+
+
+def _warning_text(sname: str, rule: D.Rule, d: D.Decision) -> str:
+    what = f"server {sname!r}" if sname else "server"
+    minutes = max(1, round((d.cull_in_s or 0) / 60))
+    why = {"idle-soon": "it has been idle", "max-age-soon": "it reaches its maximum age"}.get(
+        d.reason, "it has been idle")
+    if d.gpu_state is not None and d.reason == "idle-soon" and rule.is_gpu:
+        why = "its GPU has been idle"
+    return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}. "
+            "Save your work; any activity (or GPU use) resets the idle timer.")
+
+
+class _Base(web.RequestHandler):
+    def initialize(self, culler: GPUCuller, hub_auth) -> None:
+        self.culler = culler
+        self.hub_auth = hub_auth
+
+    async def requester(self) -> dict | None:
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() not in ("token", "bearer") or not token:
+            token = self.get_argument("token", "")
+        if not token:
+            return None
+        return await self.hub_auth.user_for_token(token.strip(), sync=False)
+
+
+class WarningsHandler(_Base):
+    async def get(self, user: str | None = None):
+        who = await self.requester()
+        if who is None:
+            raise web.HTTPError(401, "send your hub token: Authorization: token <token>")
+        if who.get("kind", "user") != "user":
+            raise web.HTTPError(403)
+        if user is None and not who.get("admin"):
+            raise web.HTTPError(403, "only admins may list everyone's warnings")
+        if user is not None and user != who.get("name") and not who.get("admin"):
+            raise web.HTTPError(403, "you may only read your own warnings")
+        c = self.culler
+        if user is None:
+            body = {"warnings": c.warnings, "culled": c.culled}
+        else:
+            body = {"user": user, "warnings": list(c.warnings.get(user, {}).values()),
+                    "culled": c.culled.get(user, []), "dry_run": c.dry_run}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+
+class MetricsHandler(_Base):
+    def get(self):
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.culler.metrics.registry))
+
+
+class HealthHandler(_Base):
+    def get(self):
+        self.finish({"ok": True, "last_cycle_seconds": self.culler.last_cycle.seconds
+                     if self.culler.last_cycle else None})
+
+
+def main(argv=None):
+    GPUCuller.launch_instance(argv)

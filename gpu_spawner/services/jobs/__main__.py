@@ -1,0 +1,5 @@
+import sys
+
+from gpu_spawner.services.jobs.options import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""The service's memory of its Jobs, their Kueue Workloads and their pods: one list + watch per kind and
+team namespace (the hub's `Informer`), so listing jobs and polling a status widget read memory, not
+the API. Writes still go to the API; `wait_for` then waits until the watch has seen them, so a user
+reads their own writes (a submitted job is listed at once, a cancelled one is gone).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Callable
+
+from kubernetes_asyncio import client
+
+from gpu_spawner.hub.informers import Informer
+from gpu_spawner.builders.jobs import JOB_LABEL
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KINDS = ("jobs", "workloads", "pods")
+
+
+class NamespaceStore:
+    """Objects of one kind in one namespace, by name."""
+
+    def __init__(self, changed: Callable[[], None]):
+        self.by_name: dict[str, dict] = {}
+        self._changed = changed
+
+    def replace(self, items: list[dict]) -> None:
+        self.by_name = {o["metadata"]["name"]: o for o in items}
+        self._changed()
+
+    def apply(self, event: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        if event == "DELETED":
+            self.by_name.pop(name, None)
+        else:
+            self.by_name[name] = obj
+        self._changed()
+
+
+class JobsCache:
+    """Informers for the service's Jobs, Workloads and Job pods in the given namespaces."""
+
+    def __init__(self, api: client.ApiClient, namespaces: list[str]):
+        self.namespaces = sorted(set(namespaces))
+        batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self._changed = asyncio.Event()  # set, and replaced by a fresh one, on every change
+        self.stores: dict[tuple[str, str], NamespaceStore] = {}
+        self.informers: list[Informer] = []
+        for ns in self.namespaces:
+            lists = {"jobs": partial(batch.list_namespaced_job, ns, label_selector=JOB_LABEL),
+                     "workloads": partial(custom.list_namespaced_custom_object, *KUEUE, ns, "workloads"),
+                     "pods": partial(core.list_namespaced_pod, ns, label_selector=JOB_LABEL)}
+            for kind, list_fn in lists.items():
+                store = self.stores[(kind, ns)] = NamespaceStore(self._notify)
+                self.informers.append(Informer(f"{kind}/{ns}", list_fn, store.replace, store.apply))
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    @property
+    def requests(self) -> int:
+        return sum(i.requests for i in self.informers)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def covers(self, namespace: str) -> bool:
+        return namespace in self.namespaces
+
+    async def start(self, timeout: float = 30) -> None:
+        for informer in self.informers:
+            informer.start()
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(i.stop() for i in self.informers))
+
+    def objects(self, kind: str, namespaces: list[str]) -> list[dict]:
+        return [o for ns in namespaces for o in self.stores[(kind, ns)].by_name.values()]
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self.stores[(kind, namespace)].by_name.get(name)
+
+    async def wait_for(self, check: Callable[[], bool], timeout: float = 5.0) -> bool:
+        """Until `check()` holds for what the watches have seen (False after `timeout` seconds)."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except asyncio.TimeoutError:
+                return check()
+        return True

@@ -1,0 +1,278 @@
+"""The service's Kubernetes I/O (kubernetes_asyncio, raw JSON dicts), and where pod logs come from.
+
+Thin: every decision lives in `submission` and `status`. Log sources are pluggable: the pod log API
+in production, the dev node agent's (SIMULATOR) log files in dev, where no kubelet serves logs.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+
+from gpu_spawner.builders.jobs import JOB_LABEL, USER_ANNOTATION, USER_LABEL
+from gpu_spawner.services.jobs.cache import KUEUE, JobsCache
+from gpu_spawner.services.jobs.status import FINISHED, derive_status, job_name_of, queue_positions
+LOG_TAIL_BYTES = 64 * 1024
+
+
+class LogSource(Protocol):
+    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str: ...
+
+
+class PodLogs:
+    """Production: the kubelet's pod log API."""
+
+    def __init__(self, core: client.CoreV1Api):
+        self.core = core
+
+    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+        try:
+            return await self.core.read_namespaced_pod_log(pod, namespace, limit_bytes=tail_bytes)
+        except client.ApiException as e:
+            if e.status in (400, 404):  # not started yet / gone
+                return ""
+            raise
+
+
+class DevAgentLogs:
+    """DEV ONLY (SIMULATOR): the dev node agent writes each pod's output to <state>/pods/<ns>_<pod>.log."""
+
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir) / "pods"
+
+    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+        path = self.dir / f"{namespace}_{pod}.log"
+        try:
+            with path.open("rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - tail_bytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+async def _json(coro) -> dict[str, Any]:
+    """The response as JSON; with `_preload_content=False` kubernetes_asyncio does not raise on errors,
+    so do it here (ApiException with the status and body, like the typed calls)."""
+    resp = await coro
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if resp.status >= 400:
+        e = client.ApiException(status=resp.status, reason=resp.reason)
+        e.body = body.decode(errors="replace")
+        raise e
+    return json.loads(body) if body else {}
+
+
+class Kube:
+    """Reads come from the watch-fed `cache` where it covers the namespace (else from the API);
+    writes go to the API and return once the cache has seen them."""
+
+    def __init__(self, api: client.ApiClient, namespaces: list[str], logs: LogSource | None = None,
+                 cache: JobsCache | None = None):
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespaces = sorted(set(namespaces))
+        self.logs = logs or PodLogs(self.core)
+        self.cache = cache
+
+    def _cached(self, namespaces: list[str]) -> bool:
+        return self.cache is not None and self.cache.synced and all(self.cache.covers(ns) for ns in namespaces)
+
+    # ------------------------------------------------------------------ reading
+    async def jobs(self, user: str | None = None) -> list[dict]:
+        """Jobs made by this service in the team namespaces (one user's, or everyone's)."""
+        from kubespawner.slugs import safe_slug
+
+        if self._cached(self.namespaces):
+            jobs = self.cache.objects("jobs", self.namespaces)
+            return [j for j in jobs if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
+                if user else jobs
+        selector = f"{USER_LABEL}={safe_slug(user, max_length=63)},{JOB_LABEL}" if user else JOB_LABEL
+        lists = await asyncio.gather(*(_json(self.batch.list_namespaced_job(ns, label_selector=selector,
+                                                                              _preload_content=False))
+                                       for ns in self.namespaces))
+        jobs = [j for lst in lists for j in lst.get("items", [])]
+        if user:  # the label is a slug: check the exact name too
+            jobs = [j for j in jobs if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user]
+        return jobs
+
+    async def job(self, name: str) -> dict | None:
+        for ns in self.namespaces:
+            if self._cached([ns]):
+                if found := self.cache.get("jobs", ns, name):
+                    return found
+                continue
+            try:
+                return await _json(self.batch.read_namespaced_job(name, ns, _preload_content=False))
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        return None
+
+    async def workloads(self, namespaces: list[str]) -> list[dict]:
+        if self._cached(namespaces):
+            return self.cache.objects("workloads", sorted(set(namespaces)))
+        lists = await asyncio.gather(*(_json(self.custom.list_namespaced_custom_object(
+            *KUEUE, ns, "workloads", _preload_content=False)) for ns in sorted(set(namespaces))))
+        return [w for lst in lists for w in lst.get("items", [])]
+
+    async def pods(self, namespaces: list[str], job: str | None = None) -> list[dict]:
+        if self._cached(namespaces):
+            pods = self.cache.objects("pods", sorted(set(namespaces)))
+            return [p for p in pods if job_name_of(p) == job] if job else pods
+        selector = f"batch.kubernetes.io/job-name={job}" if job else JOB_LABEL
+        lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
+                                                                           _preload_content=False))
+                                       for ns in sorted(set(namespaces))))
+        return [p for lst in lists for p in lst.get("items", [])]
+
+    async def statuses(self, jobs: list[dict], with_logs: bool = True) -> list[dict]:
+        """Status dicts for these Jobs: one list of Workloads and pods per namespace, not per job."""
+        if not jobs:
+            return []
+        namespaces = sorted({j["metadata"]["namespace"] for j in jobs})
+        workloads, pods = await asyncio.gather(self.workloads(namespaces), self.pods(namespaces))
+        positions = queue_positions(workloads)
+        wl_of = {}
+        for wl in workloads:
+            for ref in wl["metadata"].get("ownerReferences") or []:
+                if ref.get("kind") == "Job":
+                    wl_of[(wl["metadata"]["namespace"], ref["name"])] = wl
+        pods_of: dict[tuple[str, str], list[dict]] = {}
+        for p in pods:
+            job = job_name_of(p)
+            if job:
+                pods_of.setdefault((p["metadata"]["namespace"], job), []).append(p)
+
+        async def one(job: dict) -> dict:
+            key = (job["metadata"]["namespace"], job["metadata"]["name"])
+            mine = sorted(pods_of.get(key, []), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            first = derive_status(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]))
+            if not with_logs or not mine or first["state"] in FINISHED or first["state"] == "Queued":
+                return first
+            log = await self.logs.read(key[0], mine[-1]["metadata"]["name"], 16 * 1024)
+            return derive_status(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), log)
+
+        return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+    async def job_logs(self, job: dict, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+        """The log of each of the Job's pods, oldest first (a resumed job shows both runs)."""
+        ns = job["metadata"]["namespace"]
+        pods = sorted(await self.pods([ns], job["metadata"]["name"]),
+                      key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        parts = []
+        for p in pods:
+            text = await self.logs.read(ns, p["metadata"]["name"], tail_bytes)
+            if len(pods) > 1:
+                text = f"===== pod {p['metadata']['name']} =====\n{text}"
+            parts.append(text)
+        return "\n".join(parts)[-tail_bytes:]
+
+    async def queue_info(self, namespace: str, queue: str, cluster_queue: str) -> dict:
+        """Pending workloads in the LocalQueue and the ClusterQueue's free nominal quota, keyed
+        `<flavor>/<resource>` (a flavor lists every resource of its group, most with quota 0)."""
+        out: dict[str, Any] = {"pending": None, "free": {}}
+        try:
+            lq = await _json(self.custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", queue,
+                                                                      _preload_content=False))
+            out["pending"] = (lq.get("status") or {}).get("pendingWorkloads")
+            cq = await _json(self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue,
+                                                                   _preload_content=False))
+        except client.ApiException:
+            return out
+        usage = {(f["name"], r["name"]): r.get("total", 0) for f in (cq.get("status") or {}).get("flavorsUsage") or []
+                 for r in f.get("resources") or []}
+        from kubernetes.utils.quantity import parse_quantity
+        for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for r in flavor.get("resources") or []:
+                    if r["name"].startswith("nvidia.com/"):
+                        used = parse_quantity(str(usage.get((flavor["name"], r["name"]), 0)))
+                        free = int(parse_quantity(str(r["nominalQuota"])) - used)
+                        out["free"][f"{flavor['name']}/{r['name']}"] = max(free, 0)
+        return out
+
+    # ------------------------------------------------------------------ writing
+    async def create(self, objs: list[dict]) -> dict:
+        """[PV?] PVC (exists: fine), Job (suspended), then the ConfigMap owned by the Job. Returns the Job."""
+        from gpu_spawner.builders.jobs import owned_by
+
+        created_job = None
+        for obj in objs:
+            kind, ns = obj["kind"], obj["metadata"].get("namespace")
+            try:
+                if kind == "PersistentVolume":
+                    await _json(self.core.create_persistent_volume(obj, _preload_content=False))
+                elif kind == "PersistentVolumeClaim":
+                    if any(o["kind"] == "PersistentVolume" for o in objs):
+                        await self.dev_bind(obj)
+                    else:
+                        await _json(self.core.create_namespaced_persistent_volume_claim(ns, obj,
+                                                                                         _preload_content=False))
+                elif kind == "Job":
+                    created_job = await _json(self.batch.create_namespaced_job(ns, obj, _preload_content=False))
+                elif kind == "ConfigMap":
+                    try:
+                        await _json(self.core.create_namespaced_config_map(ns, owned_by(obj, created_job),
+                                                                           _preload_content=False))
+                    except Exception:
+                        await self.delete(created_job)  # no half-created submission
+                        raise
+            except client.ApiException as e:
+                if e.status == 409 and kind in ("PersistentVolume", "PersistentVolumeClaim"):
+                    continue
+                raise
+        if created_job and self._cached([created_job["metadata"]["namespace"]]):
+            ns, name = created_job["metadata"]["namespace"], created_job["metadata"]["name"]
+            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is not None)
+        return created_job
+
+    async def dev_bind(self, claim: dict) -> None:
+        """DEV ONLY (SIMULATOR): the dev cluster runs no PV binder; create the claim and bind it to its
+        pre-made volume the way the binder would (uid in claimRef, bind-completed annotation, Bound
+        phases), so the scheduler places the Job's pod; the dev agent maps the claim to the dev home."""
+        pv, ns, name = claim["spec"]["volumeName"], claim["metadata"]["namespace"], claim["metadata"]["name"]
+        spec = claim["spec"]
+        claim = {**claim, "metadata": {**claim["metadata"], "annotations": {
+            **claim["metadata"].get("annotations", {}), "pv.kubernetes.io/bind-completed": "yes",
+            "pv.kubernetes.io/bound-by-controller": "yes"}}}
+        try:
+            created = await _json(self.core.create_namespaced_persistent_volume_claim(ns, claim,
+                                                                                       _preload_content=False))
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+            created = await _json(self.core.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False))
+        if (created.get("status") or {}).get("phase") == "Bound":
+            return
+        ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": name,
+               "uid": created["metadata"]["uid"], "resourceVersion": created["metadata"]["resourceVersion"]}
+        await _json(self.core.patch_persistent_volume(pv, {"spec": {"claimRef": ref}}, _preload_content=False))
+        await _json(self.core.patch_persistent_volume_status(pv, {"status": {"phase": "Bound"}},
+                                                             _preload_content=False))
+        await _json(self.core.patch_namespaced_persistent_volume_claim_status(
+            name, ns, {"status": {"phase": "Bound", "accessModes": spec["accessModes"],
+                                  "capacity": spec["resources"]["requests"]}}, _preload_content=False))
+
+    async def delete(self, job: dict) -> None:
+        """Cancel: the Job (its pods go with it), and its ConfigMap (also owned, deleted now)."""
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        for call in (lambda: self.batch.delete_namespaced_job(name, ns, propagation_policy="Background",
+                                                              grace_period_seconds=30, _preload_content=False),
+                     lambda: self.core.delete_namespaced_config_map(name, ns, _preload_content=False)):
+            try:
+                await _json(call())
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        if self._cached([ns]):
+            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is None)

@@ -1,0 +1,195 @@
+"""A GPU Job's status for users, from what Kubernetes and Kueue say (pure functions, no I/O).
+
+States, in the order a job normally goes through them:
+  Queued     suspended, its Workload waits in the team's LocalQueue (with its position)
+  Admitted   Kueue reserved quota and unsuspended the Job; no pod runs yet
+  Running    a pod runs the notebook (current cell from the runner's progress lines)
+  Succeeded / Failed   the Job finished
+A job whose pod was preempted or evicted and that got a new pod is `Preempted-and-resumed` while
+that pod runs, and `preempted` counts such interruptions in every state.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpu_spawner.builders.jobs import (EXIT_NOTEBOOK_FAILED, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
+                    RUNNER_CONTAINER, USER_ANNOTATION)
+from gpu_spawner.builders.pods import PROFILE_LABEL
+
+QUEUED, ADMITTED, RUNNING, RESUMED, SUCCEEDED, FAILED = (
+    "Queued", "Admitted", "Running", "Preempted-and-resumed", "Succeeded", "Failed")
+FINISHED = (SUCCEEDED, FAILED)
+#: `[gpuhub-runner] 12:03:04 cell 3/7 running` (runner/main.py)
+PROGRESS_RE = re.compile(r"\[gpuhub-runner\] (\d\d:\d\d:\d\d) cell (\d+)/(\d+) running")
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def is_true(obj: dict | None, kind: str) -> bool:
+    c = condition(obj, kind)
+    return bool(c) and c.get("status") == "True"
+
+
+def current_cell(log: str) -> dict | None:
+    """The last progress line of the runner: {"cell": N, "of": M, "since": "HH:MM:SS"}."""
+    found = None
+    for m in PROGRESS_RE.finditer(log or ""):
+        found = m
+    if not found:
+        return None
+    return {"cell": int(found.group(2)), "of": int(found.group(3)), "since": found.group(1)}
+
+
+def workload_owner(workload: dict) -> str | None:
+    for ref in workload.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job":
+            return ref.get("name")
+    return None
+
+
+def _pending(workload: dict) -> bool:
+    return not (is_true(workload, "QuotaReserved") or is_true(workload, "Admitted") or is_true(workload, "Finished"))
+
+
+def _queue_key(workload: dict) -> tuple:
+    """Kueue's BestEffortFIFO/StrictFIFO order: higher priority first, then the queue timestamp (the
+    last eviction's time for a requeued workload, else creation)."""
+    spec = workload.get("spec") or {}
+    evicted = condition(workload, "Requeued") or condition(workload, "Evicted")
+    stamp = (evicted or {}).get("lastTransitionTime") if evicted and evicted.get("status") == "True" else None
+    stamp = stamp or workload["metadata"].get("creationTimestamp") or ""
+    return (-(spec.get("priority") or 0), stamp, workload["metadata"].get("name", ""))
+
+
+def queue_positions(workloads: list[dict]) -> dict[str, dict[str, int]]:
+    """Job name → {"position": 1-based place among the pending workloads of its LocalQueue, "of": how
+    many are pending there}; only pending (not quota-reserved) workloads get one."""
+    by_queue: dict[tuple[str, str], list[dict]] = {}
+    for wl in workloads:
+        if _pending(wl):
+            key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
+            by_queue.setdefault(key, []).append(wl)
+    out = {}
+    for pending in by_queue.values():
+        pending.sort(key=_queue_key)
+        for i, wl in enumerate(pending, 1):
+            if owner := workload_owner(wl):
+                out[owner] = {"position": i, "of": len(pending)}
+    return out
+
+
+def _pod_interrupted(pod: dict) -> bool:
+    """A pod that was stopped from outside: preempted, evicted, disrupted, or SIGTERM'd (exit 143)."""
+    st = pod.get("status") or {}
+    if is_true(pod, "DisruptionTarget") or st.get("reason") in ("Evicted", "Preempting", "Terminated"):
+        return True
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return True
+    for cs in st.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") in (137, 143):
+            return True
+    return st.get("phase") == "Failed"
+
+
+def _runner_exit(pod: dict | None) -> dict | None:
+    """The runner container's `terminated` state of a finished pod (exitCode, finishedAt), if any."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == RUNNER_CONTAINER and (term := (cs.get("state") or {}).get("terminated")):
+            return term
+    return None
+
+
+def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | None = None,
+                  position: dict | None = None, log: str = "") -> dict[str, Any]:
+    """One job's status for the API and the widget (pure). `pods`: the Job's pods in any order;
+    `position`: from `queue_positions`; `log`: the newest pod's log (tail is enough)."""
+    meta, spec, st = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+    pods = sorted(pods or [], key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    interrupted = [p for p in pods[:-1] if _pod_interrupted(p)]
+    wl_status = (workload or {}).get("status") or {}
+    # Kueue's eviction counter outlives re-admission (the Evicted condition turns False then)
+    counted = sum(e.get("count") or 0 for e in (wl_status.get("schedulingStats") or {}).get("evictions") or [])
+    wl_evictions = max(counted, sum(1 for c in wl_status.get("conditions") or []
+                                    if c.get("type") in ("Evicted", "Preempted") and c.get("status") == "True"))
+    # pods the Job controller counted as failed and replaced (ignored disruptions are not counted there,
+    # but show as interrupted pods or as Workload evictions)
+    replaced = (st.get("failed") or 0) if not is_true(job, "Failed") else max(0, (st.get("failed") or 0) - 1)
+    preempted = max(len(interrupted), wl_evictions, replaced)
+    newest = pods[-1] if pods else None
+    out: dict[str, Any] = {
+        "name": meta["name"], "namespace": meta.get("namespace"), "user": ann.get(USER_ANNOTATION),
+        "notebook": ann.get(NOTEBOOK_ANNOTATION), "profile": labels.get(PROFILE_LABEL),
+        "queue": labels.get(QUEUE_LABEL), "priority": labels.get(PRIORITY_LABEL),
+        "created": meta.get("creationTimestamp"), "started": st.get("startTime"),
+        "finished": st.get("completionTime"), "preempted": preempted, "position": None, "queue_length": None,
+        "cell": None, "message": "", "pod": newest["metadata"]["name"] if newest else None,
+        "node": (newest.get("spec") or {}).get("nodeName") if newest else None,
+        "cluster_queue": (((workload or {}).get("status") or {}).get("admission") or {}).get("clusterQueue"),
+    }
+    if is_true(job, "Complete") or is_true(job, "SuccessCriteriaMet"):
+        out.update(state=SUCCEEDED, message="the notebook ran to the end")
+        out["finished"] = out["finished"] or (condition(job, "Complete") or {}).get("lastTransitionTime")
+        return out
+    if is_true(job, "Failed") or is_true(job, "FailureTarget"):
+        c = condition(job, "Failed") or condition(job, "FailureTarget")
+        reason = c.get("reason") or ""
+        why = {"DeadlineExceeded": "the job ran past its timeout",
+               "BackoffLimitExceeded": "its pods failed too often (infrastructure errors)",
+               "PodFailurePolicy": "a cell of the notebook raised an error"}.get(reason, c.get("message") or reason)
+        out.update(state=FAILED, message=why, finished=c.get("lastTransitionTime"))
+        return out
+    if spec.get("suspend", False):
+        out["state"] = QUEUED
+        if position:
+            out["position"], out["queue_length"] = position.get("position"), position.get("of")
+        if workload is None:
+            out["message"] = "waiting for Kueue to queue it"
+        elif c := condition(workload, "QuotaReserved"):
+            out["message"] = c.get("message") or ""
+        if preempted:
+            out["message"] = f"preempted; waiting to resume ({out['message']})" if out["message"] else \
+                "preempted; waiting to resume"
+        return out
+    # The Job controller marks the Job Complete/Failed a moment after its pod ends (finalizer
+    # bookkeeping, its sync period); the pod's own end is the earlier, equally final signal.
+    phase = ((newest or {}).get("status") or {}).get("phase")
+    term = _runner_exit(newest)
+    if phase == "Succeeded":
+        out.update(state=SUCCEEDED, message="the notebook ran to the end",
+                   finished=out["finished"] or (term or {}).get("finishedAt"))
+        return out
+    if phase == "Failed" and term and term.get("exitCode") == EXIT_NOTEBOOK_FAILED:
+        out.update(state=FAILED, message="a cell of the notebook raised an error",
+                   finished=out["finished"] or term.get("finishedAt"))
+        return out
+    running = newest and (newest.get("status") or {}).get("phase") == "Running" \
+        and not newest["metadata"].get("deletionTimestamp")
+    if running:
+        out["state"] = RESUMED if preempted else RUNNING
+        out["cell"] = current_cell(log)
+        c = out["cell"]
+        out["message"] = f"cell {c['cell']} of {c['of']}" if c else "starting the kernel"
+        return out
+    out["state"] = ADMITTED
+    if not newest:
+        doing = "waiting for its pod to start"
+    elif phase == "Failed":
+        code = (term or {}).get("exitCode")
+        doing = f"its pod stopped{f' (exit {code})' if code is not None else ''}; the Job starts a new one"
+    else:
+        doing = f"pod {phase or 'Pending'}"
+    out["message"] = (f"admitted to {out['cluster_queue']}; " if out["cluster_queue"] else "admitted; ") + doing
+    return out
+
+
+def job_name_of(pod: dict) -> str | None:
+    labels = pod.get("metadata", {}).get("labels") or {}
+    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name") or labels.get(JOB_LABEL)

@@ -1,0 +1,154 @@
+"""The I/O shell of `gpuhub doctor`: fetch a `doctor.Snapshot` from the cluster, run the pure checks.
+
+Reads with the kubeconfig ($KUBECONFIG, --kubeconfig, ~/.kube/config, or in-cluster). The hub's
+permissions are checked with SubjectAccessReviews for `--hub-service-account NS/NAME` (default
+jhub/hub, z2jh's), or with SelfSubjectAccessReviews for the kubeconfig's own identity
+(`--hub-service-account self`, e.g. when doctor runs inside the hub pod).
+"""
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpu_spawner.tools.doctor import DEVICE_PLUGIN_NAME, KUEUE_CRDS, KUEUE_VERSION, Snapshot, access_requests
+
+KUEUE_PLURALS = {"WorkloadPriorityClass": "workloadpriorityclasses", "ResourceFlavor": "resourceflavors",
+                 "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
+
+
+class DoctorError(Exception):
+    """The cluster could not be reached at all (not a check result)."""
+
+
+def api_client(kubeconfig: str | None):
+    from kubernetes import client, config
+
+    if kubeconfig:
+        if not Path(kubeconfig).is_file():
+            raise FileNotFoundError(f"kubeconfig {kubeconfig!r} does not exist")
+        return config.new_client_from_config(config_file=kubeconfig)
+    env = os.environ.get("KUBECONFIG")
+    if env:  # may list several files (merged, like kubectl does)
+        if not any(Path(p).is_file() for p in env.split(os.pathsep) if p):
+            raise FileNotFoundError(f"kubeconfig {env!r} ($KUBECONFIG) does not exist")
+        return config.new_client_from_config()
+    if Path(os.path.expanduser("~/.kube/config")).is_file():
+        return config.new_client_from_config()
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        raise FileNotFoundError("no kubeconfig: set $KUBECONFIG or pass --kubeconfig") from None
+    return client.ApiClient()
+
+
+def _raw(call, *args, **kw) -> Any:
+    resp = call(*args, _preload_content=False, _request_timeout=20, **kw)
+    return json.loads(resp.data)
+
+
+def _why(e: Exception) -> str:
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(e, ApiException):
+        try:
+            return f"HTTP {e.status}: {json.loads(e.body).get('message')}"
+        except (ValueError, TypeError, AttributeError):
+            return f"HTTP {e.status}: {e.reason}"
+    return f"{type(e).__name__}: {e}"
+
+
+def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot:
+    """`service_account`: "NS/NAME" for SubjectAccessReviews, None for SelfSubjectAccessReviews."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ext, custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
+    authz = client.AuthorizationV1Api(api)
+    snap = Snapshot()
+    try:
+        snap.nodes = _raw(core.list_node)["items"]
+    except ApiException as e:
+        snap.errors["nodes"] = _why(e)
+    except Exception as e:  # noqa: BLE001 - unreachable server: nothing else will work either
+        raise DoctorError(f"cannot reach the cluster: {_why(e)}") from None
+
+    try:
+        ds = _raw(apps.list_daemon_set_for_all_namespaces)["items"]
+        snap.daemonsets = [d for d in ds if DEVICE_PLUGIN_NAME in d["metadata"]["name"]]
+        pods = []
+        for d in snap.daemonsets:
+            sel = ",".join(f"{k}={v}" for k, v in ((d["spec"].get("selector") or {}).get("matchLabels") or {}).items())
+            pods += _raw(core.list_namespaced_pod, d["metadata"]["namespace"], label_selector=sel)["items"]
+        snap.device_plugin_pods = pods
+    except ApiException as e:
+        snap.daemonsets = snap.device_plugin_pods = None
+        snap.errors["device_plugin"] = _why(e)
+
+    try:
+        crds = {}
+        for plural in KUEUE_CRDS:
+            try:
+                crds[f"{plural}.kueue.x-k8s.io"] = _raw(ext.read_custom_resource_definition,
+                                                        f"{plural}.kueue.x-k8s.io")
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        snap.crds = crds
+    except ApiException as e:
+        snap.errors["crds"] = _why(e)
+
+    if snap.crds and len(snap.crds) == len(KUEUE_CRDS):
+        try:
+            snap.kueue = {kind: _raw(custom.list_cluster_custom_object, "kueue.x-k8s.io", KUEUE_VERSION,
+                                     plural)["items"] for kind, plural in KUEUE_PLURALS.items()}
+        except ApiException as e:
+            snap.errors["kueue"] = _why(e)
+
+    def review(req) -> tuple[tuple, bool]:
+        verb, group, resource, ns = req
+        res, _, sub = resource.partition("/")
+        attrs = {"verb": verb, "group": group, "resource": res}
+        if sub:
+            attrs["subresource"] = sub
+        if ns:
+            attrs["namespace"] = ns
+        if service_account:
+            sa_ns, sa = service_account.split("/", 1)
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                    "spec": {"resourceAttributes": attrs, "user": f"system:serviceaccount:{sa_ns}:{sa}",
+                             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}",
+                                        "system:authenticated"]}}
+            r = authz.create_subject_access_review(body, _preload_content=False, _request_timeout=20)
+        else:
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": attrs}}
+            r = authz.create_self_subject_access_review(body, _preload_content=False, _request_timeout=20)
+        return req, bool(json.loads(r.data).get("status", {}).get("allowed"))
+
+    snap.identity = f"service account {service_account}" if service_account else "the kubeconfig's user"
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            snap.access = dict(pool.map(review, access_requests(cfg, hub_namespace)))
+    except ApiException as e:
+        snap.errors["access"] = _why(e)
+    return snap
+
+
+def run(cfg, file: str, kubeconfig: str | None, hub_service_account: str = "jhub/hub",
+        hub_namespace: str | None = None, rbac: bool = True) -> tuple[int, str]:
+    """(exit code, table). `hub_service_account`: NS/NAME, or "self" for the kubeconfig's identity."""
+    from gpu_spawner.tools import doctor
+
+    sa = None if hub_service_account == "self" else hub_service_account
+    ns = hub_namespace or (sa.split("/", 1)[0] if sa else "jhub")
+    api = api_client(kubeconfig)
+    try:
+        snap = fetch(api, cfg, ns, sa)
+    finally:
+        api.close()
+    checks = doctor.run_checks(cfg, snap, file, ns if rbac else None)
+    return doctor.exit_code(checks), doctor.format_table(checks)

@@ -1,0 +1,270 @@
+"""The profiles-file reference, generated from the pydantic model in `profiles.py` (pure).
+
+Field names, types, constraints and defaults come from the model itself; the descriptions come from a
+field's own `description=` when it has one, else from `DESCRIPTIONS` below. A unit test fails when a
+model field has no description, or when docs/profiles-reference.md or the reference section of
+docs/admin-guide.md differ from what this renders, so the docs cannot drift from the model.
+
+    python -m gpu_spawner.tools.reference_docs          # rewrite both files
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import types
+import typing
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from annotated_types import Ge, Le, MinLen
+from pydantic import BaseModel, BeforeValidator
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from gpu_spawner.model import profiles as P
+from gpu_spawner.model.gpus import GPU_MODELS
+
+#: Sections in order: (heading, model, where it sits in the file).
+SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+    ("Top level", P.ProfilesConfig, "the file"),
+    ("Pool", P.Pool, "`pools.<name>`"),
+    ("Taint", P.Taint, "`pools.<name>.taints[]`"),
+    ("PoolGPU", P.PoolGPU, "`pools.<name>.gpu`"),
+    ("NoSharing", P.NoSharing, "`pools.<name>.sharing` with `strategy: none`"),
+    ("TimeSlicing", P.TimeSlicing, "`pools.<name>.sharing` with `strategy: time-slicing`"),
+    ("MIGSharing", P.MIGSharing, "`pools.<name>.sharing` with `strategy: mig`"),
+    ("NodeShape", P.NodeShape, "`pools.<name>.node`"),
+    ("Profile", P.Profile, "`profiles[]`"),
+    ("ProfileGPU", P.ProfileGPU, "`profiles[].gpu`"),
+    ("Team", P.Team, "`teams.<name>`"),
+]
+
+DESCRIPTIONS: dict[str, str] = {
+    "ProfilesConfig.pools": "Node pools as they exist in the cluster, by name (the name is used by profiles, "
+                            "team quotas and the Kueue ResourceFlavor).",
+    "ProfilesConfig.profiles": "What users pick in the spawn form, in this order.",
+    "ProfilesConfig.teams": "Kueue quota per team: one ClusterQueue `team-<name>` and a LocalQueue `<name>` in "
+                            "the team's namespace. A user's team is the first team named like one of their "
+                            "JupyterHub groups, else the `default: true` team.",
+    "ProfilesConfig.priorities": "Priority name → value; each becomes a Kueue WorkloadPriorityClass and a "
+                                 "PriorityClass `gpuhub-<name>` (servers queue ahead, never preempt).",
+    "Pool.node_selector": "Labels that select the pool's nodes (AKS: `kubernetes.azure.com/agentpool: <pool>`).",
+    "Pool.taints": "The pool's taints. A GPU pool needs a `NoSchedule` taint so CPU pods stay off it; pods of "
+                   "this pool's profiles tolerate exactly these (plus the spot taint on spot pools).",
+    "Pool.gpu": "The GPUs of one node; absent for a CPU pool.",
+    "Pool.sharing": "How the GPUs are shared: `none` (whole GPUs), `time-slicing` or `mig`. Decides the "
+                    "resource name and the slots per node (see the table below).",
+    "Pool.instance_type": "VM size (`node.kubernetes.io/instance-type`), e.g. `Standard_NC4as_T4_v3`; doctor "
+                          "checks the nodes carry it.",
+    "Pool.node": "CPU/memory/pods of one node, when the instance type is not one jupyterhub-gpu knows.",
+    "Pool.spot": "A spot pool: AKS adds the `kubernetes.azure.com/scalesetpriority=spot:NoSchedule` taint, "
+                 "and pods of its profiles tolerate it. Nodes may be evicted: checkpoint.",
+    "Pool.cost_per_node_hour": "Price of one node per hour, for the picker and the culler's reclaimed-cost figures.",
+    "Pool.min_nodes": "Autoscaler minimum; 0 lets the pool scale from zero (doctor accepts a pool with no nodes).",
+    "Pool.max_nodes": "Autoscaler maximum; with `min_nodes: 0` it says the pool can scale from zero.",
+    "Pool.display_name": "The pool's name in the picker (default: the GPU model, or CPU).",
+    "Taint.key": "Taint key, e.g. `sku`.",
+    "Taint.value": "Taint value, e.g. `gpu`; empty: the toleration uses `operator: Exists`.",
+    "Taint.effect": "Taint effect.",
+    "PoolGPU.model": "GPU model: " + ", ".join(f"`{m}`" for m in GPU_MODELS) + ".",
+    "PoolGPU.count_per_node": "GPUs per node.",
+    "NoSharing.strategy": "Whole GPUs: resource `nvidia.com/gpu`, one slot per GPU.",
+    "TimeSlicing.strategy": "NVIDIA device plugin time-slicing.",
+    "TimeSlicing.replicas": "Slots per GPU (device plugin `replicas`).",
+    "TimeSlicing.rename_by_default": "`true`: the resource is `nvidia.com/gpu.shared`; `false`: `nvidia.com/gpu` "
+                                     "(and the product label gets `-SHARED`).",
+    "TimeSlicing.fail_requests_greater_than_one": "Device plugin `failRequestsGreaterThanOne`: a pod asking for "
+                                                  "more than one slot fails instead of getting two time-slices.",
+    "MIGSharing.strategy": "Multi-Instance GPU, partitioned by the GPU operator's mig-manager.",
+    "MIGSharing.mig_strategy": "`mixed`: one resource per slice size, `nvidia.com/mig-<g>g.<mem>gb`; `single`: "
+                               "every slice is `nvidia.com/gpu` (all slices must be the same size).",
+    "MIGSharing.layout": "Slices per GPU: `all-<slice>` (e.g. `all-1g.10gb`), `all-balanced`, or a mapping "
+                         "`{1g.10gb: 3, 2g.20gb: 2}`; becomes the node label `nvidia.com/mig.config` (a mapping: "
+                         "`custom-...`, see deploy/mig-parted-config.yaml).",
+    "NodeShape.cpu": "Allocatable CPU of one node.",
+    "NodeShape.memory": "Allocatable memory of one node.",
+    "NodeShape.max_pods": "Pods per node.",
+    "Profile.slug": "Identifier (in URLs, pod labels, `%gpu_submit --profile`).",
+    "Profile.display_name": "Name in the picker.",
+    "Profile.description": "One line under the name in the picker.",
+    "Profile.pool": "The pool its pods run on; absent (or a CPU pool) for a CPU-only profile.",
+    "Profile.gpu": "The GPU request; absent for a CPU-only profile.",
+    "Profile.cpu": "CPU request (guaranteed).",
+    "Profile.cpu_limit": "CPU limit (default: none, the server may burst).",
+    "Profile.memory": "Memory request and limit of the server.",
+    "Profile.shm": "Size of the memory-backed `/dev/shm` (PyTorch data loaders need it); added to the memory "
+                   "limit.",
+    "Profile.image": "Singleuser image for this profile (also runs its `%gpu_submit` Jobs); default: the hub's.",
+    "Profile.idle_timeout": "The culler stops a server idle this long (GPU profiles: 30–60 min).",
+    "Profile.max_age": "The culler stops a server this old, busy or not.",
+    "Profile.max_job_timeout": "The longest `%gpu_submit --timeout` allowed on this profile.",
+    "Profile.groups": "JupyterHub groups allowed to use it; absent: everyone.",
+    "Profile.priority": "A name from `priorities`, for its servers and Jobs.",
+    "Profile.max_per_user": "At most this many servers/Jobs of this profile per user at once.",
+    "Profile.default": "Preselected in the picker.",
+    "ProfileGPU.kind": "`time-sliced` (a time-slicing pool), `mig` (a MIG pool, with `profile`) or `full` "
+                       "(whole GPUs).",
+    "ProfileGPU.count": "How many GPUs / slots / slices.",
+    "Team.namespace": "Namespace of the team's Jobs and LocalQueue (created by `gpuhub render kueue`).",
+    "Team.cohort": "Kueue cohort: teams in the same cohort borrow each other's unused quota.",
+    "Team.quota": "Pool name → GPUs (or slots, or MIG slices) the team is guaranteed.",
+    "Team.borrowing_limit": "At most this many GPUs borrowed from the cohort per pool (needs `cohort`).",
+    "Team.default": "The team of users in no team's group (else `%gpu_submit` is refused for them).",
+}
+
+
+def _validator_kind(meta: list[Any]) -> str | None:
+    for m in meta:
+        if isinstance(m, FieldInfo):
+            inner = _validator_kind(list(m.metadata))
+            if inner:
+                return inner
+        if isinstance(m, BeforeValidator):
+            f = m.func
+            if f is P.duration_seconds:
+                return "duration (`30m`, `2h`, `1h30m`, seconds)"
+            if f is P._layout:
+                return "`all-<slice>` \\| `all-balanced` \\| map slice → count"
+            if f.__qualname__.startswith("_quantity"):
+                kind = f.__closure__[0].cell_contents if f.__closure__ else ""
+                return "CPU quantity (`2`, `500m`)" if kind == "CPU" else "memory quantity (`8Gi`, `512Mi`)"
+        if getattr(m, "pattern", None) == P.DNS_LABEL:
+            return "DNS label"
+    return None
+
+
+def type_name(tp: Any, meta: list[Any] | None = None) -> str:
+    """A reader's name for a field type (`list of string`, `CPU quantity`, `[Taint](#taint)` ...)."""
+    kind = _validator_kind(meta or [])
+    if kind:
+        return kind
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return type_name(args[0], list(args[1:]))
+    if origin in (typing.Union, types.UnionType):
+        real = [a for a in args if a is not type(None)]
+        names = [type_name(a) for a in real]
+        return " \\| ".join(names)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin is list:
+        return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"map {type_name(args[0])} → {type_name(args[1])}"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        name = next((h for h, m, _ in SECTIONS if m is tp), tp.__name__)
+        return f"[{name}](#{name.lower()})"
+    return {str: "string", int: "integer", bool: "boolean", float: "number", Decimal: "number"}.get(tp, str(tp))
+
+
+def _constraints(meta: list[Any]) -> str:
+    out = []
+    for m in meta:
+        if isinstance(m, Ge):
+            out.append(f"≥ {m.ge}")
+        elif isinstance(m, Le):
+            out.append(f"≤ {m.le}")
+        elif isinstance(m, MinLen) and m.min_length:
+            out.append("not empty")
+    return ", ".join(out)
+
+
+def _default(model: type[BaseModel], name: str, field) -> str:
+    if field.is_required():
+        return "**required**"
+    value = field.default_factory() if field.default_factory else field.default
+    if value is None or value is PydanticUndefined:
+        return "—"
+    if isinstance(value, Decimal) and name in ("memory", "shm"):
+        n = int(value)
+        return f"`{n // 2**30}Gi`" if n % 2**30 == 0 else f"`{n // 2**20}Mi`"
+    if isinstance(value, BaseModel):
+        return "`" + ", ".join(f"{k}: {v}" for k, v in value.model_dump().items()) + "`"
+    if value == "":
+        return '`""`'
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, (list, dict)) and not value:
+        return f"`{value}`"
+    if isinstance(value, dict):
+        return "`{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}`"
+    return f"`{value}`"
+
+
+def description(model: type[BaseModel], name: str) -> str:
+    field = model.model_fields[name]
+    return field.description or DESCRIPTIONS.get(f"{model.__name__}.{name}", "")
+
+
+def undocumented() -> list[str]:
+    """`Model.field` for every field without a description (a test keeps this empty)."""
+    return [f"{m.__name__}.{n}" for _, m, _ in SECTIONS for n, f in m.model_fields.items()
+            if not f.exclude and not description(m, n)]
+
+
+def reference() -> str:
+    """The reference as Markdown (headings start at ###, so it fits inside another document)."""
+    out = ["Generated from the pydantic model (`gpu_spawner/model/profiles.py`) by `python -m gpu_spawner.tools.reference_docs`; "
+           "do not edit by hand. Unknown keys are errors everywhere; `gpuhub validate FILE` lists every problem "
+           "with its path, the bad value and what would be valid.", ""]
+    for heading, model, where in SECTIONS:
+        doc = "" if model is P.ProfilesConfig else (model.__doc__ or "").strip().split("\n")[0]
+        out += [f"### {heading}", "", f"{where[0].upper()}{where[1:]}" + (f": {doc}" if doc else "."), "",
+                "| key | type | default | constraints | meaning |", "|---|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            if field.exclude:
+                continue
+            out.append(f"| `{name}` | {type_name(field.annotation, field.metadata)} | {_default(model, name, field)} "
+                       f"| {_constraints(field.metadata)} | {description(model, name)} |")
+        out.append("")
+    out += ["### Resource names and slots", "",
+            "| sharing | resource a pod asks for | slots per node |", "|---|---|---|",
+            "| `none` | `nvidia.com/gpu` | GPUs per node |",
+            "| `time-slicing` | `nvidia.com/gpu` (`nvidia.com/gpu.shared` with `rename_by_default`) | GPUs × replicas |",
+            "| `mig`, `mixed` | `nvidia.com/mig-<g>g.<mem>gb` | GPUs × slices of that size in the layout |",
+            "| `mig`, `single` | `nvidia.com/gpu` | GPUs × slices |", "",
+            "### MIG slices per GPU", "", "| model | slices (max per GPU) |", "|---|---|"]
+    for m in GPU_MODELS.values():
+        if m.mig:
+            out.append(f"| {m.name} | " + ", ".join(f"{s} ×{n}" for s, n in m.mig.items()) + " |")
+    out.append("")
+    return "\n".join(out)
+
+
+BEGIN = "<!-- BEGIN GENERATED: profiles reference (python -m gpu_spawner.tools.reference_docs) -->"
+END = "<!-- END GENERATED: profiles reference -->"
+
+
+def standalone() -> str:
+    return "# Profiles file reference\n\n" + reference().replace("\n### ", "\n## ")
+
+
+def splice(text: str) -> str:
+    """`text` with the part between BEGIN and END replaced by the current reference."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no {BEGIN} ... {END} markers")
+    return pattern.sub(lambda _: f"{BEGIN}\n{reference()}\n{END}", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gpu_spawner.tools.reference_docs", description=__doc__.split("\n")[0])
+    p.add_argument("--docs", default="docs", help="the docs folder (default: docs)")
+    a = p.parse_args(argv)
+    missing = undocumented()
+    if missing:
+        print(f"error: fields without a description: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    docs = Path(a.docs)
+    (docs / "profiles-reference.md").write_text(standalone())
+    guide = docs / "admin-guide.md"
+    guide.write_text(splice(guide.read_text()))
+    print(docs / "profiles-reference.md")
+    print(guide)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
