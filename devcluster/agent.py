@@ -21,17 +21,14 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config, watch
 
+from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
+from gpu_spawner.contract import ENV_DEVICE_ROOT, ENV_TERMINATION_LOG, JOB_LABEL, USER_LABEL
+from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
+
 log = logging.getLogger("gpuhub.dev-agent")
 
-SIMULATED_LABEL = "gpuhub.io/simulated"
-#: Pods the agent runs (KWOK leaves their status alone; see components.DEV_AGENT_LABEL).
-DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
-#: Pods of `%gpu_submit` Jobs (gpu_spawner.builders.jobs.JOB_LABEL): their mounts are mapped to local folders.
-JOB_LABEL = "gpuhub.io/job"
 #: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
 IP_PREFIX = "127.11"
-#: Set on a node to simulate a GPU the device plugin advertises but the container cannot see.
-SIMULATE_GPU_ANNOTATION = "gpuhub.io/simulate-gpu"
 BANNER = "[dev-agent SIMULATOR]"
 #: What the singleuser and runner images put in /etc/ipython: kernels auto-load %gpu_submit.
 IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[1] / "images" / "singleuser" / "ipython_config.py"
@@ -56,7 +53,7 @@ def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
     if labels.get("nvidia.com/gpu.present") != "true":
         return {}
     if (node["metadata"].get("annotations") or {}).get(SIMULATE_GPU_ANNOTATION) == "missing":
-        return {"GPUHUB_DEVICE_ROOT": str(state_dir / "gpus" / name / "no-driver")}
+        return {ENV_DEVICE_ROOT: str(state_dir / "gpus" / name / "no-driver")}
     root = state_dir / "gpus" / name
     dev, bin_dir = root / "dev", root / "bin"
     dev.mkdir(parents=True, exist_ok=True)
@@ -76,7 +73,7 @@ def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
     smi.write_text("#!/bin/sh\n# SIMULATED nvidia-smi written by the gpuhub dev agent\ncat <<'EOF'\n"
                    + "\n".join(lines) + "\nEOF\n")
     smi.chmod(0o755)
-    return {"GPUHUB_DEVICE_ROOT": str(dev), "NVIDIA_VISIBLE_DEVICES": "all", "GPUHUB_SIM_PATH": str(bin_dir)}
+    return {ENV_DEVICE_ROOT: str(dev), "NVIDIA_VISIBLE_DEVICES": "all", SIM_PATH_ENV: str(bin_dir)}
 
 
 def image_ipython_dir(state_dir: Path) -> dict[str, str]:
@@ -178,7 +175,7 @@ class DevNodeAgent:
     def home_for(self, pod: dict) -> Path:
         meta = pod["metadata"]
         user = (meta.get("annotations") or {}).get("hub.jupyter.org/username") or \
-            (meta.get("labels") or {}).get("gpuhub.io/user") or meta["name"]
+            (meta.get("labels") or {}).get(USER_LABEL) or meta["name"]
         home = self.state_dir / "homes" / re.sub(r"[^A-Za-z0-9._@-]", "_", user)
         home.mkdir(parents=True, exist_ok=True)
         return home
@@ -195,13 +192,13 @@ class DevNodeAgent:
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
         env = {**os.environ, **self.ipython_env, **container_env(pod, container),
                **simulated_gpu(self.state_dir, node)}
-        if sim_path := env.pop("GPUHUB_SIM_PATH", None):
+        if sim_path := env.pop(SIM_PATH_ENV, None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
         if "JUPYTERHUB_SERVICE_URL" in env:
             port = re.search(r":(\d+)", env["JUPYTERHUB_SERVICE_URL"].split("//", 1)[-1])
             env["JUPYTERHUB_SERVICE_URL"] = f"http://{ip}:{port.group(1) if port else 8888}/"
         home = self.home_for(pod)
-        env.update(HOME=str(home), GPUHUB_DEV_AGENT="1")
+        env.update({"HOME": str(home), DEV_AGENT_ENV: "1"})
         if (pod["metadata"].get("labels") or {}).get(JOB_LABEL):
             mounts = await self.map_mounts(key, pod, container, home)
             env.update(rewrite_paths({k: v for k, v in container_env(pod, container).items()}, mounts))
@@ -210,7 +207,7 @@ class DevNodeAgent:
         safe = key.replace("/", "_")
         log_path, term = logs / f"{safe}.log", logs / f"{safe}.termination-log"
         term.unlink(missing_ok=True)
-        env["GPUHUB_TERMINATION_LOG"] = str(term)
+        env[ENV_TERMINATION_LOG] = str(term)
         out = log_path.open("ab")
         out.write(f"{BANNER} {_now()} starting {cmd} on {node['metadata']['name']} at {ip}\n".encode())
         out.flush()

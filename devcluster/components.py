@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from . import binaries
+from devcluster.simulator_keys import DEV_AGENT_LABEL
 from .pki import PKI
 
 #: Start order; `down` stops in reverse.
@@ -143,9 +144,6 @@ def kueue_module() -> Path:
     return _module_cache("sigs.k8s.io/kueue", binaries.KUEUE_VERSION)
 
 
-#: Pods with this label are run by the dev node agent (devcluster/agent.py), which reports their
-#: status itself; KWOK must not mark them Ready before their process answers.
-DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
 
 
 def write_kwok_config(layout: Layout) -> Path:

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devcluster.simulator_keys import DEV_AGENT_LABEL
+
 REPO = Path(__file__).resolve().parents[1]
 HUB_CONFIG = REPO / "jupyterhub_config.py"
 NAMESPACE = "jhub"
@@ -96,7 +98,7 @@ c.GPUSpawner.start_timeout = 180
 c.GPUSpawner.http_timeout = 120
 c.GPUSpawner.events_enabled = True
 # pods the dev node agent (SIMULATOR) runs as local processes; KWOK leaves their status to it
-c.GPUSpawner.extra_labels = {{"gpuhub.io/dev-agent": "run"}}
+c.GPUSpawner.extra_labels = {{{DEV_AGENT_LABEL!r}: "run"}}
 c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
 # the gpu-jobs service in dev mode: Job pods run by the dev agent (SIMULATOR), logs from its files
 from gpu_spawner.services.jobs.hub import configure as _configure_gpu_jobs

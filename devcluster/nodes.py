@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from devcluster.simulator_keys import SIMULATOR_ANNOTATION
+from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing, slice_memory_gb
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
-SIMULATED_LABEL = "gpuhub.io/simulated"
+SIMULATED_LABEL = SIMULATED_NODE_LABEL
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SYSTEM_POOL = "system"
 SYSTEM_INSTANCE_TYPE = "Standard_D8s_v5"
@@ -110,7 +112,7 @@ def node_manifest(pool_name: str, pool: Pool, index: int) -> dict[str, Any]:
             "name": name,
             "labels": {**pool_labels(pool_name, pool), "kubernetes.io/hostname": name},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0",
-                            "gpuhub.io/simulator": "kwok: this node runs no containers"},
+                            SIMULATOR_ANNOTATION: "kwok: this node runs no containers"},
         },
         "spec": spec,
         "status": {"allocatable": res, "capacity": dict(res)},

@@ -11,7 +11,9 @@ from urllib.parse import quote
 
 import requests
 
-SERVICE = "gpu-jobs"
+from gpu_spawner.contract import ENV_JOBS_URL, JOBS_SERVICE
+
+SERVICE = JOBS_SERVICE
 
 
 class JobsError(RuntimeError):
@@ -21,8 +23,8 @@ class JobsError(RuntimeError):
 def service_url(env: dict | None = None) -> str:
     """$GPUHUB_JOBS_URL (set by the hub config), else the hub's public URL + /services/gpu-jobs/."""
     env = os.environ if env is None else env
-    if env.get("GPUHUB_JOBS_URL"):
-        return env["GPUHUB_JOBS_URL"].rstrip("/") + "/"
+    if env.get(ENV_JOBS_URL):
+        return env[ENV_JOBS_URL].rstrip("/") + "/"
     if env.get("JUPYTERHUB_PUBLIC_URL"):
         return env["JUPYTERHUB_PUBLIC_URL"].rstrip("/") + f"/services/{SERVICE}/"
     api = env.get("JUPYTERHUB_API_URL", "")

@@ -15,7 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-EXIT_GPU_MISSING = 3
+from gpu_spawner.contract import (ENV_DEVICE_ROOT, ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE,
+                                  ENV_NODE_NAME, ENV_TERMINATION_LOG, GPU_CHECK_FAILED)
+
+EXIT_GPU_MISSING = GPU_CHECK_FAILED
 PREFIX = "GPU check failed"
 
 
@@ -30,11 +33,11 @@ class Expected:
     @classmethod
     def from_env(cls, env=os.environ) -> "Expected":
         return cls(
-            kind=env.get("GPUHUB_GPU_KIND", "none"),
-            count=int(env.get("GPUHUB_GPU_COUNT", "0") or 0),
-            resource=env.get("GPUHUB_GPU_RESOURCE", ""),
-            mig_profile=env.get("GPUHUB_MIG_PROFILE") or None,
-            node=env.get("GPUHUB_NODE_NAME") or env.get("NODE_NAME") or "its node",
+            kind=env.get(ENV_GPU_KIND, "none"),
+            count=int(env.get(ENV_GPU_COUNT, "0") or 0),
+            resource=env.get(ENV_GPU_RESOURCE, ""),
+            mig_profile=env.get(ENV_MIG_PROFILE) or None,
+            node=env.get(ENV_NODE_NAME) or env.get("NODE_NAME") or "its node",
         )
 
 
@@ -61,7 +64,7 @@ def check(env=os.environ) -> str | None:
     problem = None
     if visible is not None and visible.strip() in ("", "void", "none", "-1"):
         problem = f"NVIDIA_VISIBLE_DEVICES is {visible!r}, so no GPU was handed to the container"
-    dev = Path(env.get("GPUHUB_DEVICE_ROOT", "/dev"))
+    dev = Path(env.get(ENV_DEVICE_ROOT, "/dev"))
     devices = sorted(p.name for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)) if dev.is_dir() else []
     if problem is None and not (dev / "nvidiactl").exists():
         problem = f"{dev / 'nvidiactl'} does not exist (no NVIDIA driver device files)"
@@ -93,7 +96,7 @@ def check(env=os.environ) -> str | None:
 
 def write_termination_message(message: str, env=os.environ) -> None:
     """Kubernetes shows the termination log in the pod status; the hub reads it from there."""
-    path = Path(env.get("GPUHUB_TERMINATION_LOG", "/dev/termination-log"))
+    path = Path(env.get(ENV_TERMINATION_LOG, "/dev/termination-log"))
     try:
         path.write_text(message)
     except OSError:

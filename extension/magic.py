@@ -20,6 +20,8 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from gpu_spawner.contract import ENV_JOB
+
 from .client import JobsClient, JobsError, current_notebook_path, read_notebook, saved_note
 
 
@@ -94,7 +96,7 @@ class GPUMagics(Magics):
     def gpu_submit(self, line: str = ""):
         from IPython.display import display
 
-        if job := os.environ.get("GPUHUB_JOB"):
+        if job := os.environ.get(ENV_JOB):
             self._say(f"%gpu_submit skipped: this notebook is running as GPU job {job}")
             return None
         try:

@@ -11,10 +11,15 @@ import threading
 import time
 from typing import Any, Callable
 
-STYLE = {"Queued": ("#8a6d00", "⏳"), "Admitted": ("#1f6feb", "✅"), "Running": ("#1a7f37", "▶"),
-         "Preempted-and-resumed": ("#9a6700", "↻"), "Succeeded": ("#1a7f37", "✔"), "Failed": ("#cf222e", "✖"),
-         "Cancelled": ("#57606a", "■"), "Unknown": ("#57606a", "?")}
-FINAL = ("Succeeded", "Failed", "Cancelled")
+from gpu_spawner.contract import (ADMITTED, CANCELLED, CLIENT_FINAL, FAILED, QUEUED, RESUMED, RUNNING, SUCCEEDED,
+                                  UNKNOWN)
+
+STYLE = {QUEUED: ("#8a6d00", "⏳"), ADMITTED: ("#1f6feb", "✅"), RUNNING: ("#1a7f37", "▶"),
+         RESUMED: ("#9a6700", "↻"), SUCCEEDED: ("#1a7f37", "✔"), FAILED: ("#cf222e", "✖"),
+         CANCELLED: ("#57606a", "■"), UNKNOWN: ("#57606a", "?")}
+FINAL = CLIENT_FINAL
+#: States whose pod has run: the log and the output notebook are worth showing.
+_HAS_RUN = (RUNNING, RESUMED, SUCCEEDED, FAILED)
 
 
 def output_link(status: dict, env: dict | None = None) -> str | None:
@@ -29,30 +34,30 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
     """What the status widget shows for a job status (None before the first answer):
     {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}."""
     if gone:
-        status = {**(status or {}), "state": "Cancelled", "message": "the job was cancelled or removed"}
+        status = {**(status or {}), "state": CANCELLED, "message": "the job was cancelled or removed"}
     if status is None:
-        return {"state": "Unknown", "title": "submitting…", "detail": error or "", "color": STYLE["Unknown"][0],
-                "icon": STYLE["Unknown"][1], "poll": error is None, "interval": 2.0, "show_log": False, "link": None}
-    state = status.get("state", "Unknown")
-    color, icon = STYLE.get(state, STYLE["Unknown"])
+        return {"state": UNKNOWN, "title": "submitting…", "detail": error or "", "color": STYLE[UNKNOWN][0],
+                "icon": STYLE[UNKNOWN][1], "poll": error is None, "interval": 2.0, "show_log": False, "link": None}
+    state = status.get("state", UNKNOWN)
+    color, icon = STYLE.get(state, STYLE[UNKNOWN])
     detail = status.get("message") or ""
-    if state == "Queued":
+    if state == QUEUED:
         pos, of = status.get("position"), status.get("queue_length")
         title = f"Queued ({pos} of {of} in {status.get('queue')})" if pos else "Queued"
         if status.get("preempted"):
             title += f" — preempted {status['preempted']}×, will resume from its checkpoint"
         interval = 5.0
-    elif state == "Admitted":
+    elif state == ADMITTED:
         title, interval = "Admitted — starting", 2.0
-    elif state in ("Running", "Preempted-and-resumed"):
+    elif state in (RUNNING, RESUMED):
         cell = status.get("cell")
         where = f"cell {cell['cell']}/{cell['of']}" if cell else "starting the kernel"
         title = f"{state} ({where})" + (f" on {status['node']}" if status.get("node") else "")
         interval = 3.0
-    elif state == "Succeeded":
+    elif state == SUCCEEDED:
         title = "Succeeded" + (f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else "")
         interval = 0
-    elif state == "Failed":
+    elif state == FAILED:
         title, interval = "Failed", 0
     else:
         title, interval = state, 0
@@ -61,9 +66,8 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
     final = state in FINAL
     return {"state": state, "title": title, "detail": detail, "color": color, "icon": icon,
             "poll": not final, "interval": interval or 5.0,
-            "show_log": state in ("Running", "Preempted-and-resumed", "Succeeded", "Failed"),
-            "link": output_link(status) if state in ("Running", "Preempted-and-resumed", "Succeeded", "Failed")
-            else None}
+            "show_log": state in _HAS_RUN,
+            "link": output_link(status) if state in _HAS_RUN else None}
 
 
 def render_html(name: str, v: dict, status: dict | None) -> str:

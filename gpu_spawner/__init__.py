@@ -1,17 +1,21 @@
-"""jupyterhub-gpu, hub side: the profile model, GPUSpawner and the `gpuhub` CLI."""
-from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team, load_profiles
-from gpu_spawner.model.validation import Problem, ProfilesError, parse_profiles, parse_profiles_text
+"""jupyterhub-gpu: the profile model, GPUSpawner, the gpu-jobs and culler services and the `gpuhub` CLI.
 
-__all__ = [
-    "Pool", "Profile", "ProfilesConfig", "Team", "load_profiles",
-    "Problem", "ProfilesError", "parse_profiles", "parse_profiles_text", "GPUSpawner",
-]
+Importing the package is free: the kernel extension and the runner import only `gpu_spawner.contract`.
+"""
+from importlib import import_module
+
+_EXPORTS = {
+    "Pool": "gpu_spawner.model.profiles", "Profile": "gpu_spawner.model.profiles",
+    "ProfilesConfig": "gpu_spawner.model.profiles", "Team": "gpu_spawner.model.profiles",
+    "load_profiles": "gpu_spawner.model.profiles",
+    "Problem": "gpu_spawner.model.validation", "ProfilesError": "gpu_spawner.model.validation",
+    "parse_profiles": "gpu_spawner.model.validation", "parse_profiles_text": "gpu_spawner.model.validation",
+    "GPUSpawner": "gpu_spawner.hub.spawner",
+}
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    # GPUSpawner imports KubeSpawner (and JupyterHub); keep `import gpu_spawner` light for the CLI.
-    if name == "GPUSpawner":
-        from gpu_spawner.hub.spawner import GPUSpawner
-
-        return GPUSpawner
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(name)

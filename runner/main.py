@@ -20,11 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_NOTEBOOK_FAILED = 3
-EXIT_INFRASTRUCTURE = 4
-EXIT_TERMINATED = 143
-PROGRESS = "[gpuhub-runner]"
+from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_KERNEL, ENV_NOTEBOOK_NAME, ENV_PARAMETERS, ENV_SNAPSHOT,
+                                  RunnerExit, cell_progress, progress_line)
+
+EXIT_OK = RunnerExit.OK
+EXIT_NOTEBOOK_FAILED = RunnerExit.NOTEBOOK_FAILED
+EXIT_INFRASTRUCTURE = RunnerExit.INFRASTRUCTURE
+EXIT_TERMINATED = RunnerExit.TERMINATED
 
 
 class Terminated(BaseException):
@@ -32,7 +34,7 @@ class Terminated(BaseException):
 
 
 def say(message: str) -> None:
-    print(f"{PROGRESS} {time.strftime('%H:%M:%S')} {message}", flush=True)
+    print(progress_line(message, time.strftime('%H:%M:%S')), flush=True)
 
 
 def read_snapshot(path: Path) -> dict:
@@ -54,7 +56,7 @@ class CellProgress(logging.Handler):
         msg = record.getMessage()
         if msg.startswith("Executing Cell"):
             n = "".join(ch for ch in msg if ch.isdigit())
-            say(f"cell {n}/{self.total} running")
+            say(cell_progress(n, self.total))
         elif msg.strip() and not msg.startswith(("Executing", "Ending Cell")):
             print(msg.rstrip(), flush=True)
 
@@ -122,7 +124,7 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    ckpt = os.environ.get("CHECKPOINT_DIR")
+    ckpt = os.environ.get(ENV_CHECKPOINT_DIR)
     say(f"running {code_cells} code cells; parameters {parameters}; output {output}"
         + (f"; checkpoints in {ckpt}" + (" (resuming: it has files)" if ckpt and any(Path(ckpt).glob("*")) else "")
            if ckpt else ""))
@@ -155,11 +157,11 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpuhub-runner", description=__doc__.split("\n")[0])
-    p.add_argument("--snapshot", type=Path, default=Path(os.environ.get("GPUHUB_SNAPSHOT", "/snapshot/notebook.gz")))
+    p.add_argument("--snapshot", type=Path, default=Path(os.environ.get(ENV_SNAPSHOT, "/snapshot/notebook.gz")))
     p.add_argument("--output", type=Path, help="output notebook (default: $OUTPUT_DIR/<name>.ipynb)")
-    p.add_argument("--name", default=os.environ.get("GPUHUB_NOTEBOOK_NAME", "notebook"))
-    p.add_argument("--parameters", default=os.environ.get("GPUHUB_PARAMETERS", "{}"), help="JSON object")
-    p.add_argument("--kernel", default=os.environ.get("GPUHUB_KERNEL") or None)
+    p.add_argument("--name", default=os.environ.get(ENV_NOTEBOOK_NAME, "notebook"))
+    p.add_argument("--parameters", default=os.environ.get(ENV_PARAMETERS, "{}"), help="JSON object")
+    p.add_argument("--kernel", default=os.environ.get(ENV_KERNEL) or None)
     a = p.parse_args(argv)
     output = a.output or Path(os.environ.get("OUTPUT_DIR", ".")) / f"{a.name}.ipynb"
     try:

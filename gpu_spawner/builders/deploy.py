@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpu_spawner.builders.kueue import MANAGED_BY
+from gpu_spawner.contract import KUEUE_GROUP, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
@@ -35,7 +35,6 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DEFAULT_HUB_NAMESPACE = "jhub"
 DEFAULT_SERVICE_ACCOUNT = "hub"
-KUEUE_GROUP = "kueue.x-k8s.io"
 
 #: Files in deploy/ that `write_generated()` owns (the rest of deploy/ is written by hand).
 GENERATED = ("rbac.yaml", "nvidia-device-plugin-config.yaml", "mig-parted-config.yaml", "aks-nodepools.sh")

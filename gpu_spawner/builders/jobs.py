@@ -19,21 +19,16 @@ from typing import Any
 from kubespawner.slugs import safe_slug
 
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_JOB, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR, ENV_PARAMETERS,
+                                  ENV_SNAPSHOT, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
+                                  USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-USER_LABEL = f"{podspec.LABEL_PREFIX}/user"
-JOB_LABEL = f"{podspec.LABEL_PREFIX}/job"
-USER_ANNOTATION = f"{podspec.LABEL_PREFIX}/username"
-NOTEBOOK_ANNOTATION = f"{podspec.LABEL_PREFIX}/notebook"
 RUNNER_CONTAINER = "runner"
 #: A ConfigMap holds at most 1 MiB; keep room for metadata.
 MAX_SNAPSHOT_BYTES = 900 * 1024
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Exit codes of the runner (runner/main.py) the pod failure policy acts on.
-EXIT_NOTEBOOK_FAILED = 3
 
 
 class JobRequestError(ValueError):
@@ -135,9 +130,9 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
     annotations = {USER_ANNOTATION: user, NOTEBOOK_ANNOTATION: notebook_path}
     gpus = podspec.gpu_resources(cfg, profile)
     res = {"cpu": cpu_quantity(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
-    env = {**podspec.environment(cfg, profile), "CHECKPOINT_DIR": "/checkpoints", "OUTPUT_DIR": f"/output/{name}",
-           "GPUHUB_SNAPSHOT": "/snapshot/notebook.gz", "GPUHUB_NOTEBOOK_NAME": nb_name,
-           "GPUHUB_PARAMETERS": json.dumps(parameters), "GPUHUB_JOB": name}
+    env = {**podspec.environment(cfg, profile), ENV_CHECKPOINT_DIR: "/checkpoints", ENV_OUTPUT_DIR: f"/output/{name}",
+           ENV_SNAPSHOT: "/snapshot/notebook.gz", ENV_NOTEBOOK_NAME: nb_name,
+           ENV_PARAMETERS: json.dumps(parameters), ENV_JOB: name}
     claim = claim_name(user)
     pod_spec = {
         "restartPolicy": "Never",
@@ -173,7 +168,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
             "podFailurePolicy": {"rules": [
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": RUNNER_CONTAINER, "operator": "In",
-                                                      "values": [EXIT_NOTEBOOK_FAILED]}},
+                                                      "values": [int(RunnerExit.NOTEBOOK_FAILED)]}},
             ]},
             "ttlSecondsAfterFinished": 7 * 24 * 3600,
             "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},

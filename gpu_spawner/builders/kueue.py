@@ -10,11 +10,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from gpu_spawner.builders.pods import LABEL_PREFIX, priority_class_name
+from gpu_spawner.builders.pods import priority_class_name
+from gpu_spawner.contract import KUEUE_API, MANAGED_BY, TEAM_LABEL
 from gpu_spawner.model.profiles import Pool, ProfilesConfig, Team
-
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "jupyterhub-gpu"}
 
 
 def cpu_quantity(cores: Decimal) -> str:
@@ -105,7 +103,7 @@ def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = []
     for name, team in cfg.teams.items():
         objs.append({"apiVersion": "v1", "kind": "Namespace",
-                     "metadata": _meta(team.namespace) | {"labels": {**MANAGED_BY, f"{LABEL_PREFIX}/team": name}}})
+                     "metadata": _meta(team.namespace) | {"labels": {**MANAGED_BY, TEAM_LABEL: name}}})
     for name, value in cfg.priorities.items():
         objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_spawner.contract import (ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
+                                  ENV_POOL, ENV_PROFILE, GPU_COUNT_ANNOTATION, GPU_KIND_LABEL,
+                                  GPU_RESOURCE_ANNOTATION, POOL_LABEL, PROFILE_LABEL)
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
-LABEL_PREFIX = "gpuhub.io"
-PROFILE_LABEL = f"{LABEL_PREFIX}/profile"
-POOL_LABEL = f"{LABEL_PREFIX}/pool"
-GPU_KIND_LABEL = f"{LABEL_PREFIX}/gpu-kind"
-GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"
-GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
 SHM_VOLUME = "dshm"
 #: The node's name, so the GPU health check can say where the GPU is missing (downward API).
-NODE_NAME_ENV = {"GPUHUB_NODE_NAME": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}}
+NODE_NAME_ENV = {ENV_NODE_NAME: {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}}
 
 
 def priority_class_name(priority: str) -> str:
@@ -67,14 +64,14 @@ def annotations(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
 def environment(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
     """Tells the notebook (and the GPU health check) what it was given."""
     env = {
-        "GPUHUB_PROFILE": profile.slug,
-        "GPUHUB_POOL": profile.pool or "",
-        "GPUHUB_GPU_KIND": gpu_kind(profile),
-        "GPUHUB_GPU_COUNT": str(profile.gpu.count if profile.gpu else 0),
-        "GPUHUB_GPU_RESOURCE": cfg.resource_name(profile) or "",
+        ENV_PROFILE: profile.slug,
+        ENV_POOL: profile.pool or "",
+        ENV_GPU_KIND: gpu_kind(profile),
+        ENV_GPU_COUNT: str(profile.gpu.count if profile.gpu else 0),
+        ENV_GPU_RESOURCE: cfg.resource_name(profile) or "",
     }
     if profile.gpu and profile.gpu.profile:
-        env["GPUHUB_MIG_PROFILE"] = profile.gpu.profile
+        env[ENV_MIG_PROFILE] = profile.gpu.profile
     return env
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from kubernetes.utils.quantity import parse_quantity
 
+from gpu_spawner.contract import PROFILE_LABEL
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -153,7 +154,7 @@ class ClusterState:
         uid = meta.get("uid")
         # a pod's resources do not change: parse them once per pod, not at every status update
         requests = old.requests if old is not None and uid and old.uid == uid else pod_requests(pod)
-        state = PodState(node=node, pool=pool, requests=requests, profile=labels.get("gpuhub.io/profile"),
+        state = PodState(node=node, pool=pool, requests=requests, profile=labels.get(PROFILE_LABEL),
                          running=phase == "Running", singleuser=labels.get("component") == "singleuser-server",
                          uid=uid)
         self.pods[key] = state

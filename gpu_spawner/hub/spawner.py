@@ -7,8 +7,6 @@ use, before anything is created) and `get_pod_manifest` (a last guard on tolerat
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from pathlib import Path
 from typing import Any
 

@@ -7,10 +7,11 @@ import os
 import time
 from pathlib import Path
 
+from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
 
 EXAMPLE_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles.yaml"
-PROFILES_ENV = "GPUHUB_PROFILES"
+PROFILES_ENV = ENV_PROFILES
 
 _loaded: dict[tuple[str, float], ProfilesConfig] = {}
 _recent: dict[str, tuple[float, ProfilesConfig]] = {}

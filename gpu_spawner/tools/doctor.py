@@ -21,7 +21,8 @@ from typing import Any, Iterable
 from devcluster.nodes import SIMULATED_LABEL, gpu_labels
 
 from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissions
-from gpu_spawner.builders.kueue import KUEUE_API, render_kueue
+from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.contract import KUEUE_API
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
 
 OK, FAIL, SIMULATED = "ok", "fail", "simulated"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client, config
 
-from gpu_spawner.builders.jobs import JOB_LABEL, USER_ANNOTATION
+from gpu_spawner.contract import JOB_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 

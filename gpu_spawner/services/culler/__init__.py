@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-SERVICE_NAME = "gpu-culler"
+from gpu_spawner.contract import CULLER_SERVICE as SERVICE_NAME
 DEFAULT_PORT = 10102  # gpu-jobs uses 10101
 SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
 

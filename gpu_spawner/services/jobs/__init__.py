@@ -5,4 +5,4 @@ only then creates Kubernetes objects with the hub's (service's) credentials. Pur
 `status` (a Job + its Kueue Workload + pods → one status dict) and `submission` (a request → the
 manifests, or a 4xx reason). `kube` and `app` are the thin async shells.
 """
-SERVICE_NAME = "gpu-jobs"
+from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME  # noqa: F401

@@ -28,10 +28,9 @@ from tornado.httpserver import HTTPServer
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.services.jobs import SERVICE_NAME
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import DevAgentLogs, Kube
-from gpu_spawner.services.jobs.status import FINISHED
+from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
 log = logging.getLogger("gpuhub.jobs")
@@ -96,7 +95,7 @@ class Base(HubAuthenticated, web.RequestHandler):
 
     async def own_job(self, name: str) -> dict:
         job = await self.kube.job(name)
-        owner = ((job or {}).get("metadata", {}).get("annotations") or {}).get("gpuhub.io/username")
+        owner = ((job or {}).get("metadata", {}).get("annotations") or {}).get(USER_ANNOTATION)
         if job is None or not (self.who["admin"] or owner == self.who["name"]):
             raise web.HTTPError(404, f"no job {name!r} of yours")
         return job
@@ -121,7 +120,7 @@ class JobsHandler(Base):
         if isinstance(slug, str) and slug in self.cfg.by_slug and self.cfg.by_slug[slug].max_per_user:
             active = sum(1 for s in await self.kube.statuses(
                 [j for j in await self.kube.jobs(user)
-                 if (j["metadata"].get("labels") or {}).get("gpuhub.io/profile") == slug], with_logs=False)
+                 if (j["metadata"].get("labels") or {}).get(PROFILE_LABEL) == slug], with_logs=False)
                 if s["state"] not in FINISHED)
         try:
             objs = plan_submission(self.cfg, user, groups, body, active, self.settings["service"])

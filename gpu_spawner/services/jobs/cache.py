@@ -13,9 +13,9 @@ from typing import Callable
 from kubernetes_asyncio import client
 
 from gpu_spawner.hub.informers import Informer
-from gpu_spawner.builders.jobs import JOB_LABEL
+from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KUEUE = (KUEUE_GROUP, KUEUE_VERSION)
 KINDS = ("jobs", "workloads", "pods")
 
 

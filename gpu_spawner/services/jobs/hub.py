@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_spawner.services.jobs import SERVICE_NAME
+from gpu_spawner.contract import ENV_JOBS_URL, ENV_PROFILES, JOBS_SERVICE as SERVICE_NAME
 
 DEFAULT_PORT = 10101
 ACCESS = f"access:services!service={SERVICE_NAME}"
@@ -16,7 +16,7 @@ ACCESS = f"access:services!service={SERVICE_NAME}"
 
 def passthrough() -> dict[str, str]:
     """Managed services get a clean environment: pass on what the service needs to reach the cluster."""
-    keep = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", "GPUHUB_PROFILES",
+    keep = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", ENV_PROFILES,
             "GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "HOME")
     return {k: os.environ[k] for k in keep if k in os.environ}
 
@@ -52,6 +52,6 @@ def configure(c, profiles_file: str, port: int = DEFAULT_PORT, environment: dict
     c.JupyterHub.load_roles = roles
     env = c.GPUSpawner["environment"] if "environment" in c.GPUSpawner else {}
     env = dict(env) if isinstance(env, dict) else {}
-    env["GPUHUB_JOBS_URL"] = url_for_servers or os.environ.get("GPUHUB_JOBS_PUBLIC_URL", DEFAULT_URL_FOR_SERVERS)
+    env[ENV_JOBS_URL] = url_for_servers or os.environ.get("GPUHUB_JOBS_PUBLIC_URL", DEFAULT_URL_FOR_SERVERS)
     c.GPUSpawner.environment = env
     c.Spawner.server_token_scopes = ["access:servers!server", "users:activity!user", ACCESS]

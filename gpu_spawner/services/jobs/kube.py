@@ -12,9 +12,10 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from gpu_spawner.builders.jobs import JOB_LABEL, USER_ANNOTATION, USER_LABEL
+from gpu_spawner.contract import JOB_NAME_LABEL, JOB_LABEL, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.services.jobs.cache import KUEUE, JobsCache
-from gpu_spawner.services.jobs.status import FINISHED, derive_status, job_name_of, queue_positions
+from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions
+from gpu_spawner.contract import FINISHED
 LOG_TAIL_BYTES = 64 * 1024
 
 
@@ -129,7 +130,7 @@ class Kube:
         if self._cached(namespaces):
             pods = self.cache.objects("pods", sorted(set(namespaces)))
             return [p for p in pods if job_name_of(p) == job] if job else pods
-        selector = f"batch.kubernetes.io/job-name={job}" if job else JOB_LABEL
+        selector = f"{JOB_NAME_LABEL}={job}" if job else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
                                                                            _preload_content=False))
                                        for ns in sorted(set(namespaces))))

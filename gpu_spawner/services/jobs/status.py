@@ -10,18 +10,12 @@ that pod runs, and `preempted` counts such interruptions in every state.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from gpu_spawner.builders.jobs import (EXIT_NOTEBOOK_FAILED, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
-                    RUNNER_CONTAINER, USER_ANNOTATION)
-from gpu_spawner.builders.pods import PROFILE_LABEL
-
-QUEUED, ADMITTED, RUNNING, RESUMED, SUCCEEDED, FAILED = (
-    "Queued", "Admitted", "Running", "Preempted-and-resumed", "Succeeded", "Failed")
-FINISHED = (SUCCEEDED, FAILED)
-#: `[gpuhub-runner] 12:03:04 cell 3/7 running` (runner/main.py)
-PROGRESS_RE = re.compile(r"\[gpuhub-runner\] (\d\d:\d\d:\d\d) cell (\d+)/(\d+) running")
+from gpu_spawner.builders.jobs import RUNNER_CONTAINER
+from gpu_spawner.contract import (ADMITTED, FAILED, JOB_LABEL, JOB_NAME_LABEL, NOTEBOOK_ANNOTATION,
+                                  PRIORITY_LABEL, PROFILE_LABEL, PROGRESS_RE, QUEUE_LABEL, QUEUED, RESUMED,
+                                  RUNNING, SUCCEEDED, USER_ANNOTATION, RunnerExit)
 
 
 def condition(obj: dict | None, kind: str) -> dict | None:
@@ -166,7 +160,7 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
         out.update(state=SUCCEEDED, message="the notebook ran to the end",
                    finished=out["finished"] or (term or {}).get("finishedAt"))
         return out
-    if phase == "Failed" and term and term.get("exitCode") == EXIT_NOTEBOOK_FAILED:
+    if phase == "Failed" and term and term.get("exitCode") == RunnerExit.NOTEBOOK_FAILED:
         out.update(state=FAILED, message="a cell of the notebook raised an error",
                    finished=out["finished"] or term.get("finishedAt"))
         return out
@@ -192,4 +186,4 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
 
 def job_name_of(pod: dict) -> str | None:
     labels = pod.get("metadata", {}).get("labels") or {}
-    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name") or labels.get(JOB_LABEL)
+    return labels.get(JOB_NAME_LABEL) or labels.get("job-name") or labels.get(JOB_LABEL)

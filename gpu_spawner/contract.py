@@ -1,0 +1,97 @@
+"""What separate processes must agree on, spelled once: the hub, the `gpu-jobs` service, the culler, the
+kernel extension, the runner inside a Job's pod and the dev cluster all import their keys from here.
+
+Standard library only: the kernel and the runner import it without pulling in the hub.
+"""
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+
+# ---------------------------------------------------------------------- labels and annotations
+LABEL_PREFIX = "gpuhub.io"
+PROFILE_LABEL = f"{LABEL_PREFIX}/profile"
+POOL_LABEL = f"{LABEL_PREFIX}/pool"
+GPU_KIND_LABEL = f"{LABEL_PREFIX}/gpu-kind"
+TEAM_LABEL = f"{LABEL_PREFIX}/team"
+#: A DNS-safe slug of the user name (selectors); the exact name is in USER_ANNOTATION.
+USER_LABEL = f"{LABEL_PREFIX}/user"
+#: Set on a `%gpu_submit` Job, its pods and its ConfigMap; the value is the Job's name.
+JOB_LABEL = f"{LABEL_PREFIX}/job"
+USER_ANNOTATION = f"{LABEL_PREFIX}/username"
+NOTEBOOK_ANNOTATION = f"{LABEL_PREFIX}/notebook"
+GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"
+GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
+#: A node that says it has no real GPUs behind it (KWOK nodes of the dev cluster): `gpuhub doctor`
+#: reports its device plugin as simulated instead of missing.
+SIMULATED_NODE_LABEL = f"{LABEL_PREFIX}/simulated"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "jupyterhub-gpu"}
+#: Set by the Job controller on a Job's pods.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+# ---------------------------------------------------------------------- Kueue
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
+
+# ---------------------------------------------------------------------- hub services
+JOBS_SERVICE = "gpu-jobs"
+CULLER_SERVICE = "gpu-culler"
+
+# ---------------------------------------------------------------------- environment variables
+ENV_PROFILES = "GPUHUB_PROFILES"              # the profiles file (hub, services, CLI)
+ENV_PROFILE = "GPUHUB_PROFILE"                # a server's or job's profile slug
+ENV_POOL = "GPUHUB_POOL"
+ENV_GPU_KIND = "GPUHUB_GPU_KIND"
+ENV_GPU_COUNT = "GPUHUB_GPU_COUNT"
+ENV_GPU_RESOURCE = "GPUHUB_GPU_RESOURCE"
+ENV_MIG_PROFILE = "GPUHUB_MIG_PROFILE"
+ENV_NODE_NAME = "GPUHUB_NODE_NAME"
+ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /dev/nvidia*
+ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"
+ENV_JOBS_URL = "GPUHUB_JOBS_URL"              # where kernels reach the gpu-jobs service
+ENV_JOB = "GPUHUB_JOB"                        # set inside a running Job: %gpu_submit does nothing there
+ENV_SNAPSHOT = "GPUHUB_SNAPSHOT"
+ENV_NOTEBOOK_NAME = "GPUHUB_NOTEBOOK_NAME"
+ENV_PARAMETERS = "GPUHUB_PARAMETERS"
+ENV_KERNEL = "GPUHUB_KERNEL"
+ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
+ENV_OUTPUT_DIR = "OUTPUT_DIR"
+
+
+# ---------------------------------------------------------------------- runner exit codes
+class RunnerExit(IntEnum):
+    """How `gpuhub-runner` ends; the Job's pod failure policy and the job status read these."""
+
+    OK = 0
+    NOTEBOOK_FAILED = 3   # a cell raised: retrying will not help (FailJob)
+    INFRASTRUCTURE = 4    # kernel died, input unreadable, output unwritable: the Job retries
+    TERMINATED = 143      # SIGTERM (preemption, eviction, cancel): partial output saved, a new pod resumes
+
+
+#: `gpuhub-singleuser` exits with this when the GPU it was given is missing.
+GPU_CHECK_FAILED = 3
+
+# ---------------------------------------------------------------------- job states (gpu-jobs → widgets)
+QUEUED, ADMITTED, RUNNING, RESUMED = "Queued", "Admitted", "Running", "Preempted-and-resumed"
+SUCCEEDED, FAILED, CANCELLED, UNKNOWN = "Succeeded", "Failed", "Cancelled", "Unknown"
+#: States the service reports for a Job that exists.
+JOB_STATES = (QUEUED, ADMITTED, RUNNING, RESUMED, SUCCEEDED, FAILED)
+FINISHED = (SUCCEEDED, FAILED)
+#: What a client may show: a cancelled job is gone from the cluster, so only the client knows it.
+CLIENT_FINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+# ---------------------------------------------------------------------- the runner's progress lines
+PROGRESS_TAG = "[gpuhub-runner]"
+PROGRESS_RE = re.compile(r"\[gpuhub-runner\] (\d\d:\d\d:\d\d) cell (\d+)/(\d+) running")
+
+
+def progress_line(message: str, clock: str) -> str:
+    """`[gpuhub-runner] 12:03:04 cell 3/7 running`: what the runner prints and the service parses."""
+    return f"{PROGRESS_TAG} {clock} {message}"
+
+
+def cell_progress(cell: int, total: int) -> str:
+    return f"cell {cell}/{total} running"
