@@ -3,7 +3,8 @@
 Each node carries what AKS, the NVIDIA device plugin and GPU feature discovery (GFD) would
 publish on a real node of that pool: pool and instance labels, GPU product/count/memory/sharing
 labels, MIG labels, the pool's taints (plus the AKS spot taint) and allocatable with the GPU
-extended resources. Everything is labelled as simulated. See DESIGN.md "Facts to build on".
+extended resources. The NVIDIA labels are the product's own facts (`gpu_spawner.model.node_facts`);
+the simulator builds from them, never the reverse. Everything is labelled as simulated.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from devcluster.simulator_keys import SIMULATOR_ANNOTATION
 from gpu_spawner.contract import SIMULATED_NODE_LABEL
-from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing, slice_memory_gb
+from gpu_spawner.model.node_facts import gpu_labels
+from gpu_spawner.model.profiles import Pool, ProfilesConfig
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
 SIMULATED_LABEL = SIMULATED_NODE_LABEL
@@ -28,41 +30,6 @@ def with_system_pool(cfg: ProfilesConfig) -> dict[str, Pool]:
         name = SYSTEM_POOL if SYSTEM_POOL not in pools else "gpuhub-system"
         pools[name] = Pool(node_selector={AGENTPOOL: name}, instance_type=SYSTEM_INSTANCE_TYPE)
     return pools
-
-
-def gpu_labels(pool: Pool) -> dict[str, str]:
-    """The `nvidia.com/*` labels GFD, the device plugin and mig-manager put on a node of this pool."""
-    if not pool.is_gpu:
-        return {}
-    model, gpus, sharing = pool.gpu.spec, pool.gpu.count_per_node, pool.sharing
-    labels = {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": model.product,
-        "nvidia.com/gpu.count": str(gpus),
-        "nvidia.com/gpu.memory": str(model.memory_mib),
-        "nvidia.com/gpu.replicas": "1",
-        "nvidia.com/gpu.sharing-strategy": "none",
-        "nvidia.com/mig.capable": str(model.supports_mig).lower(),
-        "nvidia.com/mig.strategy": "none",
-    }
-    if isinstance(sharing, TimeSlicing):
-        labels["nvidia.com/gpu.replicas"] = str(sharing.replicas)
-        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
-        if not sharing.rename_by_default:
-            labels["nvidia.com/gpu.product"] = model.product + "-SHARED"
-    elif isinstance(sharing, MIGSharing):
-        layout = pool.mig_layout
-        labels["nvidia.com/mig.strategy"] = sharing.mig_strategy
-        labels["nvidia.com/mig.config"] = pool.mig_config_name()
-        labels["nvidia.com/mig.config.state"] = "success"
-        for slice_name, per_gpu in layout.items():
-            labels[f"nvidia.com/mig-{slice_name}.count"] = str(per_gpu * gpus)
-        if sharing.mig_strategy == "single":
-            first = next(iter(layout))
-            labels["nvidia.com/gpu.product"] = f"{model.product}-MIG-{first}"
-            labels["nvidia.com/gpu.count"] = str(sum(layout.values()) * gpus)
-            labels["nvidia.com/gpu.memory"] = str(slice_memory_gb(first) * 1024)
-    return labels
 
 
 def pool_labels(name: str, pool: Pool) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 `doctor_live.py` fetches a `Snapshot` (nodes, device plugin DaemonSets and pods, Kueue CRDs and
 objects, access reviews); `run_checks()` turns it into `Check` rows; `format_table()` prints them.
-The "expected" side is never written twice: node labels come from `devcluster.nodes.gpu_labels`
+The "expected" side is never written twice: node labels come from `model.node_facts.gpu_labels`
 (what GFD/the device plugin/mig-manager publish), slots from `Pool.slots_per_node()`, Kueue objects
 from `render_kueue()`, permissions from `deploy.hub_permissions()`.
 
@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable
 
-from devcluster.nodes import SIMULATED_LABEL, gpu_labels
-
 from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissions
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.contract import KUEUE_API
+from gpu_spawner.contract import KUEUE_API, SIMULATED_NODE_LABEL as SIMULATED_LABEL
+from gpu_spawner.model.node_facts import gpu_labels
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
 
 OK, FAIL, SIMULATED = "ok", "fail", "simulated"
