@@ -32,9 +32,11 @@ binaries: install
 test: binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Fast tier only (no cluster).
+# The pure tier, wherever its tests live: no cluster, no hub or Prometheus process, no kernel, no browser
+# (tiers are pytest markers; tests/conftest.py sets them from the fixtures a test uses).
+UNIT_TIER := not (cluster or services or kernel or browser)
 unit: install
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(UNIT_TIER)" $(PYTEST_ARGS)
 
 dev: binaries
 	$(VENV)/bin/gpuhub dev

@@ -22,6 +22,24 @@ def ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
+#: Tiers are markers, decided by what a test uses, wherever the test lives. A test with none of them is
+#: pure (the `unit` tier: `make unit`, i.e. `pytest -m "not (cluster or services or kernel or browser)"`).
+TIER_FIXTURES = {
+    "cluster": {"cluster"},                 # the dev cluster (devcluster/testing.py): real control plane
+    "services": {"prometheus", "exporter", "hub", "fresh"},  # a real hub (+ Prometheus), e.g. tests/culler
+    "browser": {"browser", "hub_page"},      # headless Chromium
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with the tiers its fixtures imply, so no test can land in the wrong tier."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in TIER_FIXTURES.items():
+            if used & fixtures and not item.get_closest_marker(marker):
+                item.add_marker(getattr(pytest.mark, marker))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -16,6 +16,8 @@ import pytest
 from devcluster.agent import IMAGE_IPYTHON_CONFIG
 from runner.main import EXIT_NOTEBOOK_FAILED, EXIT_OK, EXIT_TERMINATED
 
+pytestmark = pytest.mark.kernel  # real kernels: ipykernel through papermill
+
 TRAIN = '''
 import json, os, pathlib, time
 ckpt = pathlib.Path(os.environ["CHECKPOINT_DIR"]) / "state.json"
