@@ -60,7 +60,7 @@ GPU_MODELS: dict[str, GPUModel] = {
             "A100-40GB", 40, "NVIDIA-A100-SXM4-40GB",
             {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
         ),
-        GPUModel("A100-80GB", 80, "NVIDIA-A100-PCIe-80GB", dict(_MIG_80)),
+        GPUModel("A100-80GB", 80, "NVIDIA-A100-80GB-PCIe", dict(_MIG_80)),  # Azure NC A100 v4: PCIe
         GPUModel("H100-80GB", 80, "NVIDIA-H100-80GB-HBM3", dict(_MIG_80)),
         GPUModel(
             "H100-NVL-94GB", 94, "NVIDIA-H100-NVL",

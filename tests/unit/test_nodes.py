@@ -66,7 +66,7 @@ def test_mig_mixed_pool(example):
     assert labels["nvidia.com/mig.config"] == "all-1g.10gb"
     assert labels["nvidia.com/mig.config.state"] == "success"
     assert labels["nvidia.com/mig-1g.10gb.count"] == "7"
-    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-PCIe-80GB"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-80GB-PCIe"
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
     assert "nvidia.com/gpu" not in node["status"]["allocatable"]
 
