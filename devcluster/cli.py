@@ -1,6 +1,6 @@
 """`gpuhub cluster up|status|down` and `python -m devcluster up|status|down`.
 
-Contract (DESIGN.md): `up` starts everything in the background, returns once it is ready and prints
+Contract: `up` starts everything in the background, returns once it is ready and prints
 `KUBECONFIG=<path>` as its last stdout line; progress and errors go to stderr; failures exit 1.
 """
 from __future__ import annotations

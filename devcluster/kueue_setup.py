@@ -1,7 +1,7 @@
 """Kueue's CRDs and webhook configurations, read from the kueue module in the Go module cache.
 
-CRDs are applied with v1beta2 only (the storage version) and no conversion webhook, as DESIGN.md
-says. Webhooks are Kueue's own `config/components/webhook/manifests.yaml`, with a `url` client
+CRDs are applied with v1beta2 only (Kueue v0.19's storage version), with no conversion webhook to run.
+Webhooks are Kueue's own `config/components/webhook/manifests.yaml`, with a `url` client
 config pointing at 127.0.0.1 and our CA bundle instead of an in-cluster Service; only the webhooks
 Kueue actually serves (its own kinds and the enabled job integrations) are registered, because a
 registered but unserved webhook with `failurePolicy: Fail` would block every object of its kind.

@@ -16,8 +16,8 @@ from gpu_spawner.model.validation import parse_profiles_text
 EXAMPLE = Path(gpu_spawner.__file__).parent / "examples" / "profiles.yaml"
 SKU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 
-# DESIGN.md, "Facts to build on": slices per GPU, typed here literally.
-DESIGN_MIG_TABLES = {
+# NVIDIA's MIG user guide, supported profiles per GPU model: slices per GPU, typed here literally.
+NVIDIA_MIG_TABLES = {
     "A100-40GB": {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
     "A100-80GB": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
     "H100-80GB": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
@@ -135,21 +135,21 @@ def test_time_sliced_count_above_one_allowed_without_fail_requests():
     assert prof.gpu.count == 2 and pool.slots_per_node() == {"nvidia.com/gpu": 4}
 
 
-# ------------------------------------------------------------------ the MIG tables of DESIGN.md
-@pytest.mark.parametrize("model", list(DESIGN_MIG_TABLES))
-def test_mig_table_matches_design(model):
-    assert GPU_MODELS[model].mig == DESIGN_MIG_TABLES[model]
-    assert list(GPU_MODELS[model].mig) == list(DESIGN_MIG_TABLES[model])  # same order: messages list them so
+# ------------------------------------------------------------------ the MIG tables of NVIDIA's MIG user guide
+@pytest.mark.parametrize("model", list(NVIDIA_MIG_TABLES))
+def test_mig_table_matches_nvidia(model):
+    assert GPU_MODELS[model].mig == NVIDIA_MIG_TABLES[model]
+    assert list(GPU_MODELS[model].mig) == list(NVIDIA_MIG_TABLES[model])  # same order: messages list them so
     assert GPU_MODELS[model].supports_mig
 
 
 def test_only_the_design_gpus_have_mig():
-    assert {name for name, m in GPU_MODELS.items() if m.supports_mig} == set(DESIGN_MIG_TABLES)
+    assert {name for name, m in GPU_MODELS.items() if m.supports_mig} == set(NVIDIA_MIG_TABLES)
 
 
 @pytest.mark.parametrize(("model", "slice_name", "per_gpu"),
-                         [(m, s, n) for m, table in DESIGN_MIG_TABLES.items() for s, n in table.items()],
-                         ids=[f"{m}-{s}" for m, table in DESIGN_MIG_TABLES.items() for s in table])
+                         [(m, s, n) for m, table in NVIDIA_MIG_TABLES.items() for s, n in table.items()],
+                         ids=[f"{m}-{s}" for m, table in NVIDIA_MIG_TABLES.items() for s in table])
 def test_every_table_entry_as_an_all_layout(model, slice_name, per_gpu):
     """`all-<slice>` offers exactly the table's count per GPU, times GPUs per node; one more never fits."""
     text = one_pool(model, 2, {"strategy": "mig", "layout": f"all-{slice_name}"}, "mig", slice_name,
@@ -163,9 +163,9 @@ def test_every_table_entry_as_an_all_layout(model, slice_name, per_gpu):
     assert mig_layout_problems(spec, {slice_name: per_gpu + 1})
 
 
-@pytest.mark.parametrize("model", list(DESIGN_MIG_TABLES))
+@pytest.mark.parametrize("model", list(NVIDIA_MIG_TABLES))
 def test_balanced_layout_of_every_mig_gpu(model):
-    table = list(DESIGN_MIG_TABLES[model])
+    table = list(NVIDIA_MIG_TABLES[model])
     # the smallest 1g slice twice, the 2g slice once, the 3g slice once
     expected = {table[0]: 2, table[2]: 1, table[3]: 1}
     _, pool, _ = pool_of(one_pool(model, sharing={"strategy": "mig", "layout": "all-balanced"}, kind="mig",
