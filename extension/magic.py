@@ -13,7 +13,6 @@ Inside a running GPU job (`$GPUHUB_JOB` set) `%gpu_submit` does nothing, so a jo
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import shlex
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from gpu_spawner.contract import ENV_JOB
+from gpu_spawner.parameters import parse_assignments
 
 from .client import JobsClient, JobsError, current_notebook_path, read_notebook, saved_note
 
@@ -32,14 +32,6 @@ class UsageError(ValueError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
-
-
-def parse_value(text: str) -> Any:
-    """`10` → 10, `0.1` → 0.1, `[1,2]` → list, `True` → True, `'a'` → 'a', anything else → the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def parse_submit_args(line: str) -> dict[str, Any]:
@@ -55,12 +47,10 @@ def parse_submit_args(line: str) -> dict[str, Any]:
         a = p.parse_args(shlex.split(line))
     except ValueError as e:  # shlex: unbalanced quotes
         raise UsageError(f"%gpu_submit: {e}") from None
-    params = {}
-    for item in a.param:
-        if "=" not in item:
-            raise UsageError(f"%gpu_submit: --param {item!r}: write --param name=value")
-        k, v = item.split("=", 1)
-        params[k.strip()] = parse_value(v.strip())
+    try:
+        params = parse_assignments(a.param)  # the one rule: a Python literal, else the string
+    except ValueError as e:
+        raise UsageError(f"%gpu_submit: --param {e}") from None
     return {"profile": a.profile, "parameters": params, "priority": a.priority, "timeout": a.timeout,
             "notebook": a.notebook, "wait": a.wait}
 

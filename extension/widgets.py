@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from gpu_spawner.contract import (ADMITTED, CANCELLED, CLIENT_FINAL, FAILED, QUEUED, RESUMED, RUNNING, SUCCEEDED,
                                   UNKNOWN)
+from gpu_spawner.parameters import format_value, parse_assignments, split_assignments
 
 STYLE = {QUEUED: ("#8a6d00", "⏳"), ADMITTED: ("#1f6feb", "✅"), RUNNING: ("#1a7f37", "▶"),
          RESUMED: ("#9a6700", "↻"), SUCCEEDED: ("#1a7f37", "✔"), FAILED: ("#cf222e", "✖"),
@@ -149,17 +150,9 @@ class StatusWidget:
 
 
 def parse_params(text: str) -> dict:
-    """`k=v` per line (or comma-separated); values are Python/JSON literals when they parse, else strings."""
-    from .magic import parse_value
-
-    out = {}
-    for item in [p for line in text.splitlines() for p in line.split(",")]:
-        if item.strip():
-            if "=" not in item:
-                raise ValueError(f"{item.strip()!r}: write name=value")
-            k, v = item.split("=", 1)
-            out[k.strip()] = parse_value(v.strip())
-    return out
+    """`k=v` per line (or comma-separated); each value read by the one rule of `gpu_spawner.parameters`
+    (a Python literal, else the string)."""
+    return parse_assignments(split_assignments(text))
 
 
 class SubmitForm:
@@ -182,7 +175,8 @@ class SubmitForm:
                                   [o[1] for o in options] else (options[0][1] if options else ""),
                                   description="Profile", style={"description_width": "80px"},
                                   layout=w.Layout(width="560px"))
-        self.params = w.Textarea(value="\n".join(f"{k}={v!r}" for k, v in (defaults.get("parameters") or {}).items()),
+        self.params = w.Textarea(value="\n".join(f"{k}={format_value(v)}"
+                                                  for k, v in (defaults.get("parameters") or {}).items()),
                                  placeholder="epochs=10\nlr=0.001", description="Parameters",
                                  style={"description_width": "80px"}, layout=w.Layout(width="560px", height="80px"))
         self.priority = w.Dropdown(options=[("profile default", "")] + [(p, p) for p in info.get("priorities", [])],

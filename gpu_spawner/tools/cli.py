@@ -59,14 +59,13 @@ def cmd_render_kueue(args) -> int:
 
 
 def parse_params(items: list[str]) -> dict:
-    """`--param k=v`: the value is read as YAML, so numbers, booleans and lists keep their type."""
-    params = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CLIError(f"--param {item!r} must look like name=value")
-        params[key] = yaml.safe_load(value) if value else ""
-    return params
+    """`--param k=v`: the rule `%gpu_submit` uses (gpu_spawner.parameters): a Python literal, else the string."""
+    from gpu_spawner.parameters import parse_assignments
+
+    try:
+        return parse_assignments(items)
+    except ValueError as e:
+        raise CLIError(f"--param {e}") from None
 
 
 def cmd_render_job(args) -> int:
@@ -148,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     rj.add_argument("--user", required=True)
     rj.add_argument("--group", action="append", default=[])
     rj.add_argument("--notebook", required=True, help="the .ipynb to run")
-    rj.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    rj.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a notebook parameter; VALUE is a Python literal (3, 0.1, True, [1, 2], 'text'), else "
+                         "the text itself, as in %%gpu_submit")
     rj.add_argument("--priority")
     rj.add_argument("--timeout", help="e.g. 2h")
     rj.set_defaults(run=cmd_render_job)
