@@ -26,13 +26,16 @@ SERVICE_CIDR = "10.96.0.0/16"
 #: pod's server as a local process listening on its pod IP, reachable by the hub like a real pod.
 POD_CIDR = "127.10.0.0/16"
 
-#: Controllers the tests and the product need (jobs, cleanup, namespaces, service accounts). Without
+#: Controllers the tests and the product need (jobs, cleanup, namespaces, service accounts, PV binding). Without
 #: node-lifecycle and taint-eviction, KWOK nodes need no heartbeats or leases (cheap at 1,000 nodes).
 CONTROLLERS = ("job-controller", "cronjob-controller", "ttl-after-finished-controller",
                "garbage-collector-controller", "namespace-controller", "serviceaccount-controller",
                "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
                "replicaset-controller", "deployment-controller", "pod-garbage-collector-controller",
-               "resourcequota-controller")
+               "resourcequota-controller",
+               # storage as on a real cluster: static PVs bound to their claims, in-use ones kept
+               "persistentvolume-binder-controller", "persistentvolume-protection-controller",
+               "persistentvolumeclaim-protection-controller")
 
 #: KWOK stages used from the kwok module: nodes become Ready, bound pods Running, deleted pods go.
 #: No pod-complete stage: simulated Job pods keep running, so they hold their quota until deleted.
@@ -235,6 +238,9 @@ def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path) -> dict[s
             # Nobody would lift the not-ready taint this plugin puts on new nodes: we run no
             # node-lifecycle controller (KWOK nodes send no heartbeats).
             "--disable-admission-plugins=TaintNodesByCondition",
+            # On by default; named so that it stays on: team namespaces enforce Pod Security `restricted`
+            # (`gpuhub render kueue`), here as on a real cluster, and Job pods must pass it.
+            "--enable-admission-plugins=PodSecurity",
             f"--requestheader-client-ca-file={pki.ca_cert}", "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--requestheader-allowed-names=gpuhub-dev-front-proxy",

@@ -22,6 +22,7 @@ from gpu_spawner.builders import pods as podspec
 from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_JOB, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR, ENV_PARAMETERS,
                                   ENV_SNAPSHOT, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
                                   USER_ANNOTATION, USER_LABEL, RunnerExit)
+from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
@@ -44,6 +45,7 @@ class JobSettings:
     backoff_limit: int = 3
     default_timeout: int = 2 * 3600
     max_timeout: int = 7 * 24 * 3600
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE
 
 
 def strip_outputs(nb: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +157,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
                                                                                 "path": "notebook.gz"}]}},
                     {"name": "storage", "persistentVolumeClaim": {"claimName": claim}}],
     }
+    pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
     job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name)}
     if priority:
         job_labels[PRIORITY_LABEL] = priority

@@ -3,16 +3,22 @@
 One ResourceFlavor per GPU pool (its node labels and tolerations, which Kueue copies into admitted
 pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus the CPU and memory
 that many GPUs' share of a node carries), a LocalQueue in the team's namespace, and a
-WorkloadPriorityClass and PriorityClass per priority. Kueue API v1beta2 only.
+WorkloadPriorityClass and PriorityClass per priority. Kueue API v1beta2 only. Team namespaces
+enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
+from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, TEAM_LABEL
 from gpu_spawner.model.profiles import Pool, ProfilesConfig, Team
+
+EPHEMERAL = "ephemeral-storage"
 
 
 def cpu_quantity(cores: Decimal) -> str:
@@ -32,6 +38,10 @@ def cluster_queue_name(team_name: str) -> str:
     return f"team-{team_name}"
 
 
+def storage_quantity(num_bytes: Decimal) -> str:
+    return f"{int(num_bytes) // 2**30}Gi"
+
+
 def _meta(name: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "labels": dict(MANAGED_BY), **extra}
 
@@ -48,6 +58,12 @@ def _share(pool: Pool, gpus: int) -> tuple[Decimal, Decimal]:
     per_node = sum(pool.slots_per_node().values()) or 1
     shape = pool.shape()
     return shape.cpu * gpus / per_node, shape.memory * gpus / per_node
+
+
+def _scratch(gpus: int) -> Decimal:
+    """Ephemeral-storage quota for `gpus` slots: the most one Job may ask for, per slot, so it never binds
+    before the GPU quota does (Kueue refuses a workload asking for a resource its queue does not cover)."""
+    return parse_quantity(MAX_EPHEMERAL_STORAGE) * gpus
 
 
 def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
@@ -72,19 +88,21 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
         resources = [
             {"name": "cpu", "nominalQuota": cpu_quantity(cpu)},
             {"name": "memory", "nominalQuota": memory_quantity(mem)},
+            {"name": EPHEMERAL, "nominalQuota": storage_quantity(_scratch(gpus))},
         ] + [{"name": r, "nominalQuota": gpus if r in own else 0} for r in gpu_resources]
         if team.cohort and team.borrowing_limit is not None:
             b_cpu, b_mem = _share(pool, team.borrowing_limit)
             resources[0]["borrowingLimit"] = cpu_quantity(b_cpu)
             resources[1]["borrowingLimit"] = memory_quantity(b_mem)
-            for r in resources[2:]:
+            resources[2]["borrowingLimit"] = storage_quantity(_scratch(team.borrowing_limit))
+            for r in resources[3:]:
                 r["borrowingLimit"] = team.borrowing_limit if r["name"] in own else 0
         flavors.append({"name": name, "resources": resources})
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
         "queueingStrategy": "BestEffortFIFO",
         "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
-        "resourceGroups": [{"coveredResources": ["cpu", "memory", *gpu_resources], "flavors": flavors}],
+        "resourceGroups": [{"coveredResources": ["cpu", "memory", EPHEMERAL, *gpu_resources], "flavors": flavors}],
     }
     if team.cohort:
         spec["cohortName"] = team.cohort
@@ -98,12 +116,18 @@ def local_queue(team_name: str, team: Team) -> dict[str, Any]:
             "spec": {"clusterQueue": cluster_queue_name(team_name)}}
 
 
+def team_namespace(team_name: str, team: Team) -> dict[str, Any]:
+    """The team's namespace, enforcing Pod Security `restricted`: the API server itself refuses a pod there
+    that runs as root, escalates privileges, keeps capabilities or mounts host paths."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": _meta(team.namespace) | {"labels": {**MANAGED_BY, TEAM_LABEL: team_name,
+                                                             **POD_SECURITY_LABELS}}}
+
+
 def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
     """Every object, in the order `kubectl apply` needs them."""
     objs: list[dict[str, Any]] = []
-    for name, team in cfg.teams.items():
-        objs.append({"apiVersion": "v1", "kind": "Namespace",
-                     "metadata": _meta(team.namespace) | {"labels": {**MANAGED_BY, TEAM_LABEL: name}}})
+    objs += [team_namespace(name, team) for name, team in cfg.teams.items()]
     for name, value in cfg.priorities.items():
         objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from devcluster import cluster as dc
+from gpu_spawner.builders.hardening import harden
 from gpu_spawner.builders.kueue import local_queue_name
 from gpu_spawner.model.profiles import load_profiles
 
@@ -25,17 +26,18 @@ QUOTA_TEAMS = {
 
 
 def job(name: str, namespace: str, queue: str, resource: str, count: int = 1) -> dict:
-    """A suspended batch/v1 Job asking for `count` of a GPU resource, queued in `queue`."""
+    """A suspended batch/v1 Job asking for `count` of a GPU resource, queued in `queue` (its pod hardened like
+    the product's: team namespaces enforce Pod Security `restricted`)."""
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: queue}},
         "spec": {
             "suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "template": {"spec": harden({"restartPolicy": "Never", "containers": [{
                 "name": "main", "image": "busybox", "command": ["sleep", "3600"],
                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi", resource: str(count)},
                               "limits": {resource: str(count)}},
-            }]}},
+            }]}, "1Gi")},
         },
     }
 

@@ -17,6 +17,7 @@ import os
 from traitlets import Bool, Int, Unicode, default
 from traitlets.config import Application
 
+from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, ephemeral_storage_bytes
 from gpu_spawner.builders.jobs import JobSettings
 from gpu_spawner.model.profiles import duration_seconds
 
@@ -41,6 +42,10 @@ class GPUJobs(Application):
     default_timeout = Unicode("2h", help="A job's timeout when the user gives none.").tag(config=True)
     max_timeout = Unicode("7d", help="The longest timeout anyone may ask for (a profile's max_job_timeout "
                                      "can lower it).").tag(config=True)
+    ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
+                                help="Scratch disk of each Job pod (request = limit: the writable layer, logs, "
+                                     "non-memory emptyDirs); a pod that writes more is evicted instead of filling "
+                                     f"the node's disk. At most {MAX_EPHEMERAL_STORAGE}.").tag(config=True)
     dev = Bool(False, help="DEV ONLY: Job pods are run by the dev node agent (SIMULATOR) ($GPUHUB_JOBS_DEV=1).").tag(
         config=True)
     dev_state = Unicode(help="DEV ONLY: the dev agent's state folder: pod logs, homes ($GPUHUB_DEV_STATE).").tag(
@@ -50,7 +55,7 @@ class GPUJobs(Application):
                "storage-class": "GPUJobs.storage_class", "storage-size": "GPUJobs.storage_size",
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
-               "dev-state": "GPUJobs.dev_state"}
+               "dev-state": "GPUJobs.dev_state", "ephemeral-storage": "GPUJobs.ephemeral_storage"}
     flags = {"dev": ({"GPUJobs": {"dev": True}}, dev.help)}
 
     @default("profiles_file")
@@ -85,10 +90,14 @@ class GPUJobs(Application):
                 seconds[trait] = duration_seconds(getattr(self, trait))
             except ValueError as e:
                 raise SystemExit(f"gpu-jobs: --{trait.replace('_', '-')}={getattr(self, trait)!r}: {e}") from None
+        try:
+            ephemeral_storage_bytes(self.ephemeral_storage)
+        except ValueError as e:
+            raise SystemExit(f"gpu-jobs: --ephemeral-storage: {e}") from None
         return JobSettings(runner_image=self.runner_image, storage_class=self.storage_class or None,
                            storage_size=self.storage_size, termination_grace_seconds=seconds["termination_grace"],
                            backoff_limit=self.backoff_limit, default_timeout=seconds["default_timeout"],
-                           max_timeout=seconds["max_timeout"])
+                           max_timeout=seconds["max_timeout"], ephemeral_storage=self.ephemeral_storage)
 
     def start(self) -> None:
         from gpu_spawner.services.jobs.app import serve
