@@ -22,7 +22,8 @@ from pathlib import Path
 from kubernetes_asyncio import client, config, watch
 
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
-from gpu_spawner.contract import ENV_DEVICE_ROOT, ENV_TERMINATION_LOG, JOB_LABEL, USER_LABEL
+from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
+from gpu_spawner.contract import ENV_DEVICE_ROOT, ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 
 log = logging.getLogger("gpuhub.dev-agent")
@@ -118,6 +119,10 @@ class DevNodeAgent:
         self.running: dict[str, Running] = {}
         self._next_ip = 1
         self.ipython_env = image_ipython_dir(state_dir)  # written once; every local kernel reads it
+        #: (namespace, claim) → {pod key: node} of the running pods that mount it (access modes)
+        self.claim_users: dict[tuple[str, str], dict[str, str]] = {}
+        self.starting: set[str] = set()
+        self.retrying: set[str] = set()
 
     def allocate_ip(self) -> str:
         n = self._next_ip
@@ -172,20 +177,21 @@ class DevNodeAgent:
         except client.ApiException:
             return None
 
-    def home_for(self, pod: dict) -> Path:
-        meta = pod["metadata"]
-        user = (meta.get("annotations") or {}).get("hub.jupyter.org/username") or \
-            (meta.get("labels") or {}).get(USER_LABEL) or meta["name"]
-        home = self.state_dir / "homes" / re.sub(r"[^A-Za-z0-9._@-]", "_", user)
-        home.mkdir(parents=True, exist_ok=True)
-        return home
-
     async def start(self, key: str, pod: dict, node: dict) -> None:
         container = pod["spec"]["containers"][0]
         cmd = (container.get("command") or []) + (container.get("args") or [])
         if not cmd or shutil.which(cmd[0]) is None:
             log.warning("%s %s: command %r is not installed here; the pod stays simulated only", BANNER, key, cmd)
             self.running[key] = None  # type: ignore[assignment]
+            return
+        try:
+            mounts = await self.map_mounts(key, pod, container, node["metadata"]["name"])
+        except MountError as e:  # like a kubelet: the pod stays Pending, a Warning event says why, retried
+            await self.event(pod, e.reason, str(e))
+            log.warning("%s %s cannot start yet: %s", BANNER, key, e)
+            if key not in self.retrying:
+                self.retrying.add(key)
+                asyncio.get_running_loop().call_later(3, lambda: asyncio.ensure_future(self.retry(key)))
             return
         ip = self.allocate_ip()
         pod["status"]["podIP"] = ip
@@ -197,11 +203,14 @@ class DevNodeAgent:
         if "JUPYTERHUB_SERVICE_URL" in env:
             port = re.search(r":(\d+)", env["JUPYTERHUB_SERVICE_URL"].split("//", 1)[-1])
             env["JUPYTERHUB_SERVICE_URL"] = f"http://{ip}:{port.group(1) if port else 8888}/"
-        home = self.home_for(pod)
+        base = self.state_dir / "pods" / key.replace("/", "_")
+        home = home_of(mounts, HOME_DIR, base / "home")  # no volume there: the container's own, lost with it
+        home.mkdir(parents=True, exist_ok=True)
         env.update({"HOME": str(home), DEV_AGENT_ENV: "1"})
-        if (pod["metadata"].get("labels") or {}).get(JOB_LABEL):
-            mounts = await self.map_mounts(key, pod, container, home)
-            env.update(rewrite_paths({k: v for k, v in container_env(pod, container).items()}, mounts))
+        env.update(rewrite_paths(container_env(pod, container), mounts))
+        cwd = Path(rewrite_paths({"cwd": container["workingDir"]}, mounts).get("cwd") or home) \
+            if container.get("workingDir") else home
+        cwd.mkdir(parents=True, exist_ok=True)  # a runtime creates a missing workingDir
         logs = self.state_dir / "pods"
         logs.mkdir(parents=True, exist_ok=True)
         safe = key.replace("/", "_")
@@ -211,7 +220,7 @@ class DevNodeAgent:
         out = log_path.open("ab")
         out.write(f"{BANNER} {_now()} starting {cmd} on {node['metadata']['name']} at {ip}\n".encode())
         out.flush()
-        proc = await asyncio.create_subprocess_exec(*cmd, cwd=home, env=env, stdout=out, stderr=out,
+        proc = await asyncio.create_subprocess_exec(*cmd, cwd=cwd, env=env, stdout=out, stderr=out,
                                                     start_new_session=True)
         out.close()
         self.running[key] = Running(proc, log_path, term)
@@ -219,27 +228,78 @@ class DevNodeAgent:
         asyncio.create_task(self._report_exit(key, pod))
         asyncio.create_task(self.wait_ready(key, pod, ip))
 
-    async def map_mounts(self, key: str, pod: dict, container: dict, home: Path) -> dict[str, Path]:
-        """A GPU Job's mounts as local folders: the user's claim is their dev home (so subPath
-        `gpu-jobs` → ~/gpu-jobs, `checkpoints/<job>` → ~/checkpoints/<job>), a ConfigMap's items are
-        written to files (the notebook snapshot), an emptyDir is a scratch folder."""
+    async def retry(self, key: str) -> None:
+        self.retrying.discard(key)
+        ns, name = key.split("/", 1)
+        try:
+            pod = self.api.api_client.sanitize_for_serialization(await self.api.read_namespaced_pod(name, ns))
+        except client.ApiException:
+            return  # gone
+        await self.handle("MODIFIED", pod)
+
+    async def event(self, pod: dict, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = _now()
+        body = {"metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": meta["namespace"],
+                                   "name": meta["name"], "uid": meta.get("uid")},
+                "reason": reason, "message": message, "type": "Warning", "count": 1,
+                "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "dev-agent"}}
+        try:
+            await self.api.create_namespaced_event(meta["namespace"], body)
+        except client.ApiException as e:
+            log.warning("%s could not record an event for %s: %s", BANNER, meta["name"], e.reason)
+
+    async def _read(self, call, *args) -> dict | None:
+        try:
+            return self.api.api_client.sanitize_for_serialization(await call(*args))
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def map_mounts(self, key: str, pod: dict, container: dict, node: str) -> dict[str, Path]:
+        """The container's mounts as local folders, as a kubelet would make them: a claim through its bound
+        PersistentVolume (volumes.py), a ConfigMap's items written to files, an emptyDir a scratch folder.
+        Claims are checked (and their use recorded) before anything is written."""
+        ns = pod["metadata"]["namespace"]
         volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
         base = self.state_dir / "pods" / key.replace("/", "_")
         out: dict[str, Path] = {}
+        claims: dict[tuple[str, str], dict] = {}
         for m in container.get("volumeMounts") or []:
             vol = volumes.get(m["name"]) or {}
-            if "persistentVolumeClaim" in vol:
-                path = home / m.get("subPath", "")
-            elif "configMap" in vol:
+            if "persistentVolumeClaim" not in vol:
+                continue
+            name = vol["persistentVolumeClaim"]["claimName"]
+            claim = claims.get((ns, name)) or await self._read(self.api.read_namespaced_persistent_volume_claim,
+                                                                name, ns)
+            pv_name = ((claim or {}).get("spec") or {}).get("volumeName")
+            pv = await self._read(self.api.read_persistent_volume, pv_name) if pv_name else None
+            out[m["mountPath"]] = claim_folder(ns, name, claim, pv, m.get("subPath", ""))
+            if why := attach_conflict(claim, key, node, self.claim_users.get((ns, name), {})):
+                raise MountError("FailedAttachVolume", why)
+            claims[(ns, name)] = claim
+        for m in container.get("volumeMounts") or []:
+            vol = volumes.get(m["name"]) or {}
+            if "configMap" in vol:
                 path = base / "volumes" / m["name"]
-                await self.write_config_map(pod["metadata"]["namespace"], vol["configMap"], path)
+                await self.write_config_map(ns, vol["configMap"], path)
             elif "emptyDir" in vol:
                 path = base / "volumes" / m["name"]
+            elif "persistentVolumeClaim" in vol:
+                path = out[m["mountPath"]]  # a kubelet creates a missing subPath folder
             else:
                 continue
             path.mkdir(parents=True, exist_ok=True)
             out[m["mountPath"]] = path
+        for claim_key in claims:
+            self.claim_users.setdefault(claim_key, {})[key] = node
         return out
+
+    def release_claims(self, key: str) -> None:
+        for users in self.claim_users.values():
+            users.pop(key, None)
 
     async def write_config_map(self, namespace: str, source: dict, folder: Path, tries: int = 20) -> None:
         import base64
@@ -269,6 +329,7 @@ class DevNodeAgent:
         if not isinstance(run, Running):
             return  # stopped (the pod was deleted) before this task first ran
         code = await run.proc.wait()
+        self.release_claims(key)  # an ended container holds no volume
         if self.running.get(key) is not run:
             return  # stopped because the pod was deleted
         message = run.termination_log.read_text() if run.termination_log.exists() else \
@@ -321,6 +382,7 @@ class DevNodeAgent:
 
     def stop(self, key: str) -> None:
         run = self.running.pop(key, None)
+        self.release_claims(key)
         if run is not None and run.proc.returncode is None:
             try:
                 os.killpg(run.proc.pid, signal.SIGTERM)
@@ -342,10 +404,16 @@ class DevNodeAgent:
         if key in self.running or not node_name or (meta.get("labels") or {}).get(DEV_AGENT_LABEL) != "run" \
                 or status.get("phase") not in (None, "Pending"):
             return
-        node = await self.node(node_name)
-        if node is None or (node["metadata"].get("labels") or {}).get(SIMULATED_LABEL) != "true":
+        if key in self.starting:
             return
-        await self.start(key, pod, node)
+        self.starting.add(key)
+        try:
+            node = await self.node(node_name)
+            if node is None or (node["metadata"].get("labels") or {}).get(SIMULATED_LABEL) != "true":
+                return
+            await self.start(key, pod, node)
+        finally:
+            self.starting.discard(key)
 
     async def run(self) -> None:
         log.warning("%s running pods of simulated nodes as local processes (dev only)", BANNER)

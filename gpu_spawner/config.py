@@ -1,16 +1,40 @@
-"""What `jupyterhub_config.py` needs: the profiles file, validated before the hub starts."""
+"""The hub's whole jupyterhub-gpu wiring in one call, `configure(c)`: `jupyterhub_config.py`, z2jh's
+`hub.extraConfig` (deploy/values.yaml) and the dev hub all call it, so each service's scopes and role are
+written once (next to the service: services/jobs/hub.py, services/culler/__init__.py).
+
+It merges into what the admin set before (other services and roles, the `user` role's scopes, servers'
+environment, token scopes) and replaces only its own entries, so calling it twice is harmless.
+"""
 from __future__ import annotations
 
+import os
 import sys
+from typing import Any, Mapping
 
+from traitlets.config import LazyConfigValue
+
+from gpu_spawner.contract import CULLER_SERVICE, ENV_JOBS_URL, JOBS_SERVICE
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
+from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
 from gpu_spawner.model.validation import ProfilesError
+
+#: The spawner; `c.JupyterHub.spawner_class = "gpu"` (the `jupyterhub.spawners` entry point) names it too.
+SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
+#: Servers are pods: give them time to be scheduled onto a (possibly scaling-from-zero) GPU pool.
+TIMEOUTS = {"start_timeout": 600, "http_timeout": 120}
+#: JupyterHub's default scopes of a server's own token (the `server` role), to which gpu-jobs access is added.
+SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
+SERVICES = (JOBS_SERVICE, CULLER_SERVICE)
 
 
 def load_or_exit(path: str | None = None) -> tuple[str, ProfilesConfig]:
     """Load the profiles file or stop the hub, listing every problem (a bad file must not half-start)."""
-    path = str(path or profiles_path())
+    path = path or profiles_path()
+    if not path:
+        print(f"jupyterhub-gpu: refusing to start: no profiles file; set ${PROFILES_ENV} to yours (check it with "
+              "`gpuhub validate FILE`) or pass it to configure(c, profiles_file)", file=sys.stderr)
+        raise SystemExit(2)
+    path = str(path)
     try:
         return path, cached_profiles(path)
     except ProfilesError as e:
@@ -21,3 +45,134 @@ def load_or_exit(path: str | None = None) -> tuple[str, ProfilesConfig]:
         print(f"jupyterhub-gpu: refusing to start: cannot read profiles file {path!r}: {e.strerror}",
               file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def configure(c, profiles_file: str | None = None, *, services_host: str | None = None,
+              ports: Mapping[str, int] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
+              environment: Mapping[str, Mapping[str, str]] | None = None, jobs_url_for_servers: str | None = None,
+              spawner_class: str = SPAWNER_CLASS, env: Mapping[str, str] | None = None) -> tuple[str, ProfilesConfig]:
+    """Wire GPUSpawner, the `gpu-jobs` service and the `gpu-culler` service into the config `c`.
+
+    - `profiles_file`: default $GPUHUB_PROFILES; a bad file stops the hub with every problem listed.
+    - `services_host`: where the proxy reaches both services (default loopback, or $GPUHUB_JOBS_SERVICE_URL /
+      $GPUHUB_CULLER_URL); z2jh: `"hub"`, the hub pod's Service, and the services then listen on all interfaces.
+    - `ports`, `options`, `environment`: per service name (`"gpu-jobs"`, `"gpu-culler"`): its port (default
+      $GPUHUB_JOBS_PORT / $GPUHUB_CULLER_PORT, else 10101 / 10102), its options by command-line name (or
+      `Class.trait`), e.g. `{"gpu-jobs": {"storage-class": "azurefile-csi-retain", "max-timeout": "3d"}}`,
+      and extra environment of its process (managed services get a clean one).
+    - `jobs_url_for_servers`: where kernels reach gpu-jobs (default $GPUHUB_JOBS_PUBLIC_URL, else z2jh's
+      `http://proxy-public/services/gpu-jobs/`).
+    - `env`: the hub's environment to read (default os.environ).
+    Returns (profiles file path, the validated profiles).
+    """
+    from gpu_spawner.services.culler import culler_service
+    from gpu_spawner.services.culler.banner import Announcement, warnings_file
+    from gpu_spawner.services.jobs import hub as jobs
+
+    env = os.environ if env is None else env
+    ports, options, environment = _per_service(ports, "ports"), _per_service(options, "options"), \
+        _per_service(environment, "environment")
+    path, cfg = load_or_exit(profiles_file)
+
+    c.JupyterHub.spawner_class = spawner_class
+    c.GPUSpawner.profiles_file = path
+    for name, value in TIMEOUTS.items():
+        if name not in c.GPUSpawner:  # the admin's own value wins
+            c.GPUSpawner[name] = value
+
+    jobs_entry = jobs.jobs_service(path, port=ports.get(JOBS_SERVICE), host=services_host,
+                                   options=options.get(JOBS_SERVICE), environment=environment.get(JOBS_SERVICE),
+                                   env=env)
+    warnings = warnings_file()
+    culler_entry = culler_service(path, port=ports.get(CULLER_SERVICE), host=services_host, env=env,
+                                  options={"warnings-file": str(warnings), **options.get(CULLER_SERVICE, {})},
+                                  environment=environment.get(CULLER_SERVICE))
+    for service, role in (jobs_entry, culler_entry):
+        c.JupyterHub.services = _replace(_current(c.JupyterHub, "services"), service)
+        c.JupyterHub.load_roles = _replace(_current(c.JupyterHub, "load_roles"), role)
+    # every user may call gpu-jobs with their own token, and so may their server's token (the kernel's)
+    c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), jobs.ACCESS)
+    c.Spawner.server_token_scopes = _with_scope(c.Spawner["server_token_scopes"] if "server_token_scopes"
+                                                in c.Spawner else None, jobs.ACCESS)
+    c.GPUSpawner.environment = {**_spawner_environment(c),
+                                ENV_JOBS_URL: jobs_url_for_servers or jobs.url_for_servers(env)}
+    # each user sees their cull warnings as the banner of the hub's pages
+    template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
+    c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(warnings)}
+    return path, cfg
+
+
+def _per_service(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """A per-service mapping, refusing names of services this package does not configure (typos)."""
+    value = dict(value or {})
+    unknown = sorted(set(value) - set(SERVICES))
+    if unknown:
+        raise ValueError(f"configure({what}=...): unknown service(s) {', '.join(unknown)}; "
+                         f"the services are {', '.join(SERVICES)}")
+    return value
+
+
+def _current(section, name: str) -> list:
+    """A list setting as set so far; unset (or appended to lazily, as z2jh's config does) reads right too."""
+    value = section[name] if name in section else []
+    if isinstance(value, LazyConfigValue):
+        value = value.get_value([])
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _replace(entries: list[dict], entry: dict) -> list[dict]:
+    """`entries` with `entry` in place of the one of the same name (or appended)."""
+    out = [e for e in entries if e.get("name") != entry["name"]]
+    at = next((i for i, e in enumerate(entries) if e.get("name") == entry["name"]), len(out))
+    return out[:at] + [entry] + out[at:]
+
+
+def _with_user_access(roles: list[dict], scope: str) -> list[dict]:
+    """The `user` role (the admin's, or JupyterHub's default `self`) with `scope` added once."""
+    user = next((r for r in roles if r.get("name") == "user"), {"name": "user", "scopes": ["self"]})
+    scopes = list(user.get("scopes") or [])
+    return _replace(roles, {**user, "scopes": scopes + [scope] * (scope not in scopes)})
+
+
+def _with_scope(token_scopes, scope: str):
+    """Server token scopes (a list, a callable, or unset: JupyterHub's `server` role) plus `scope`."""
+    if callable(token_scopes):
+        if getattr(token_scopes, "_gpuhub_adds", None) == scope:
+            return token_scopes
+        original = token_scopes
+
+        def with_scope(spawner):
+            scopes = list(original(spawner))
+            return scopes + [scope] * (scope not in scopes)
+
+        with_scope._gpuhub_adds = scope
+        return with_scope
+    scopes = list(token_scopes) if isinstance(token_scopes, (list, tuple)) else list(SERVER_TOKEN_SCOPES)
+    return scopes + [scope] * (scope not in scopes)
+
+
+def _spawner_environment(c) -> dict:
+    """Servers' environment as GPUSpawner would get it: traitlets lets a subclass's section replace (not
+    merge) its parents' dict, so the Spawner/KubeSpawner values (z2jh's singleuser.extraEnv) are merged in."""
+    env: dict = {}
+    for section in ("Spawner", "KubeSpawner", "GPUSpawner"):
+        value = c[section]["environment"] if "environment" in c[section] else None
+        if isinstance(value, LazyConfigValue):
+            value = value.get_value({})
+        if isinstance(value, dict):
+            env.update(value)
+    return env
+
+
+def exit_on_conflicts(c) -> None:
+    """Stop the hub when a profiles file and an admin's KubeSpawner `profile_list` are both configured: the
+    file makes the profile list, so the admin's list would be shown and then every choice refused."""
+    from gpu_spawner.hub.spawner import profile_list_conflict
+
+    sections = [c[name] for name in ("KubeSpawner", "GPUSpawner") if name in c]
+    profile_list = next((s["profile_list"] for s in reversed(sections) if "profile_list" in s), None)
+    profiles_file = c["GPUSpawner"].get("profiles_file") if "GPUSpawner" in c else None
+    message = profile_list_conflict(profiles_file or profiles_path(), profile_list)
+    if message:
+        print(f"jupyterhub-gpu: refusing to start: {message}", file=sys.stderr)
+        raise SystemExit(2)

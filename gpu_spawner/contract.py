@@ -95,3 +95,13 @@ def progress_line(message: str, clock: str) -> str:
 
 def cell_progress(cell: int, total: int) -> str:
     return f"cell {cell}/{total} running"
+
+# ---------------------------------------------------------------------- storage
+#: Where the singleuser and runner images keep the user's home; servers and Jobs mount it here.
+HOME_DIR = "/home/jovyan"
+#: On a claim of the shared home share (hub namespace and each team namespace): the claim a Job mounts
+#: must carry it, so a claim someone else made under that name is never used.
+HOME_SHARE_LABEL = f"{LABEL_PREFIX}/home-share"
+#: Inside the user's home: one folder per job, with the output notebook and a `checkpoints` folder.
+JOBS_FOLDER = "gpu-jobs"
+CHECKPOINTS_FOLDER = "checkpoints"

@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         say(f"--parameters must be a JSON object: {e}")
         return EXIT_INFRASTRUCTURE
-    return run(a.snapshot, output, params, a.kernel, output.parent)
+    # the working directory the pod gives (the notebook's folder in home): relative paths work as in JupyterLab
+    return run(a.snapshot, output, params, a.kernel, None)
 
 
 if __name__ == "__main__":

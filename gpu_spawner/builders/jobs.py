@@ -1,9 +1,10 @@
-"""The Job a `%gpu_submit` creates, and the objects it needs (pure; also `gpuhub render job`).
+"""The Job a `%gpu_submit` creates, and the ConfigMap it needs (pure; also `gpuhub render job`).
 
 A suspended batch/v1 Job in the user's team namespace, queued in the team's LocalQueue, with the
-profile's GPU, pool and tolerations (the same builders the spawner uses), a per-user ReadWriteMany
-claim for checkpoints and outputs, and the notebook snapshot (outputs stripped, gzip) in a
-ConfigMap that the service makes owned by the Job, so both go away together.
+profile's GPU, pool and tolerations (the same builders the spawner uses). Its pod mounts the user's
+home from the shared home share (`builders.storage`) at the same path as the user's server, runs in
+the notebook's folder, and writes `~/gpu-jobs/<job>/` (output notebook, `checkpoints/`). The notebook
+snapshot (outputs stripped, gzip) is in a ConfigMap that the service makes owned by the Job.
 """
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ import gzip
 import json
 import re
 import secrets
-from dataclasses import dataclass
+import posixpath
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubespawner.slugs import safe_slug
 
 from gpu_spawner.builders import pods as podspec
-from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_JOB, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR, ENV_PARAMETERS,
-                                  ENV_SNAPSHOT, JOB_LABEL, NOTEBOOK_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL,
-                                  USER_ANNOTATION, USER_LABEL, RunnerExit)
+from gpu_spawner.builders.storage import HomeStorage, StorageError, job_home
+from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JOB, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR,
+                                  ENV_PARAMETERS, ENV_SNAPSHOT, JOB_LABEL, JOBS_FOLDER, NOTEBOOK_ANNOTATION,
+                                  PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -39,8 +42,9 @@ class JobRequestError(ValueError):
 @dataclass(frozen=True)
 class JobSettings:
     runner_image: str = "jupyterhub-gpu/runner:latest"
-    storage_class: str | None = None
-    storage_size: str = "50Gi"
+    home: HomeStorage = HomeStorage()
+    #: Added to every Job pod's labels (e.g. for cost allocation, or a policy that selects them).
+    pod_labels: dict[str, str] = field(default_factory=dict)
     termination_grace_seconds: int = 600
     backoff_limit: int = 3
     default_timeout: int = 2 * 3600
@@ -85,26 +89,20 @@ def job_name(user: str, notebook: str) -> str:
     return f"gpu-{base}-{secrets.token_hex(3)}"[:52].strip("-")
 
 
-def claim_name(user: str) -> str:
-    return safe_slug(f"gpuhub-{user}", max_length=63)
-
-
-def checkpoint_claim(cfg: ProfilesConfig, namespace: str, user: str, settings: JobSettings) -> dict[str, Any]:
-    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": settings.storage_size}}}
-    if settings.storage_class:
-        spec["storageClassName"] = settings.storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim_name(user), "namespace": namespace,
-                         "labels": {USER_LABEL: safe_slug(user, max_length=63)},
-                         "annotations": {USER_ANNOTATION: user}},
-            "spec": spec}
+def notebook_folder(notebook_path: str) -> str:
+    """The notebook's folder relative to home ("" for home itself); a path that leaves home is refused."""
+    norm = posixpath.normpath(notebook_path)
+    if notebook_path.startswith("/") or norm == ".." or norm.startswith("../") or "\0" in notebook_path:
+        raise JobRequestError(f"notebook_path {notebook_path!r} must be relative to your home folder, inside it")
+    folder = posixpath.dirname(norm)
+    return "" if folder in ("", ".") else folder
 
 
 def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
               notebook: dict[str, Any], parameters: dict[str, Any] | None = None, priority: str | None = None,
               timeout: int | None = None, settings: JobSettings = JobSettings(),
               name: str | None = None) -> list[dict[str, Any]]:
-    """[PersistentVolumeClaim, Job, ConfigMap] for one submission, or JobRequestError saying why not."""
+    """[Job, ConfigMap] for one submission, or JobRequestError saying why not."""
     if profile.gpu is None:
         raise JobRequestError(f"profile {profile.slug!r} has no GPU; GPU jobs need a GPU profile")
     if not profile.allowed_for(groups):
@@ -124,6 +122,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         raise JobRequestError(f"timeout {timeout} s is out of bounds for {profile.slug!r}: between 60 s and {limit} s")
     parameters = parameters or {}
     check_parameters(parameters)
+    folder = notebook_folder(notebook_path)
     snapshot = compress_notebook(notebook)
     name = name or job_name(user, notebook_path)
     nb_name = re.sub(r"\.ipynb$", "", notebook_path.rsplit("/", 1)[-1]) or "notebook"
@@ -132,10 +131,15 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
     annotations = {USER_ANNOTATION: user, NOTEBOOK_ANNOTATION: notebook_path}
     gpus = podspec.gpu_resources(cfg, profile)
     res = {"cpu": cpu_quantity(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
-    env = {**podspec.environment(cfg, profile), ENV_CHECKPOINT_DIR: "/checkpoints", ENV_OUTPUT_DIR: f"/output/{name}",
-           ENV_SNAPSHOT: "/snapshot/notebook.gz", ENV_NOTEBOOK_NAME: nb_name,
+    try:
+        home_volume, home_mount = job_home(settings.home, user)
+    except StorageError as e:
+        raise JobRequestError(str(e)) from None
+    home = settings.home.mount_path.rstrip("/")
+    out_dir = f"{home}/{JOBS_FOLDER}/{name}"
+    env = {**podspec.environment(cfg, profile), "HOME": home, ENV_CHECKPOINT_DIR: f"{out_dir}/{CHECKPOINTS_FOLDER}",
+           ENV_OUTPUT_DIR: out_dir, ENV_SNAPSHOT: "/snapshot/notebook.gz", ENV_NOTEBOOK_NAME: nb_name,
            ENV_PARAMETERS: json.dumps(parameters), ENV_JOB: name}
-    claim = claim_name(user)
     pod_spec = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
@@ -144,18 +148,18 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         "containers": [{
             "name": RUNNER_CONTAINER, "image": profile.image or settings.runner_image,
             "args": ["gpuhub-runner"],  # args, not command: the image's tini entrypoint stays PID 1
+            "workingDir": posixpath.join(home, folder) if folder else home,  # as in JupyterLab: relative paths work
             "env": [{"name": k, "value": v} for k, v in env.items()] + [
                 {"name": k, **v} for k, v in podspec.NODE_NAME_ENV.items()],
             "resources": {"requests": res, "limits": dict(res)},
             "volumeMounts": [podspec.shm_mount(),
                              {"name": "snapshot", "mountPath": "/snapshot", "readOnly": True},
-                             {"name": "storage", "mountPath": "/checkpoints", "subPath": f"checkpoints/{name}"},
-                             {"name": "storage", "mountPath": "/output", "subPath": "gpu-jobs"}],
+                             home_mount],
         }],
         "volumes": [podspec.shm_volume(profile),
                     {"name": "snapshot", "configMap": {"name": name, "items": [{"key": "notebook.gz",
                                                                                 "path": "notebook.gz"}]}},
-                    {"name": "storage", "persistentVolumeClaim": {"claimName": claim}}],
+                    home_volume],
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
     job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name)}
@@ -174,18 +178,18 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
                                                       "values": [int(RunnerExit.NOTEBOOK_FAILED)]}},
             ]},
             "ttlSecondsAfterFinished": 7 * 24 * 3600,
-            "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},
+            "template": {"metadata": {"labels": {**settings.pod_labels, **labels}, "annotations": dict(annotations)},
+                         "spec": pod_spec},
         },
     }
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": name, "namespace": ns, "labels": dict(labels),
                                "annotations": dict(annotations)},
                   "binaryData": {"notebook.gz": base64.b64encode(snapshot).decode()}}
-    return [checkpoint_claim(cfg, ns, user, settings), job, config_map]
+    return [job, config_map]
 
 
-def owned_by(obj: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
-    """The ConfigMap with an ownerReference to the created Job (needs the Job's uid)."""
-    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"],
-           "controller": False, "blockOwnerDeletion": False}
-    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}
+def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to a created Job (needs its uid): its ConfigMap goes away with it."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"],
+            "controller": False, "blockOwnerDeletion": False}

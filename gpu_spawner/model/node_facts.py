@@ -1,9 +1,8 @@
 """What a node of a pool says about itself once the NVIDIA stack runs on it (pure).
 
 GPU feature discovery (GFD), the device plugin and mig-manager label each GPU node; these are the
-labels a healthy node of a pool carries. `gpuhub doctor` compares live nodes with them, and the dev
-cluster builds its simulated nodes from them (the simulator follows the product's facts, never the
-reverse).
+labels a healthy node of a pool carries. `gpuhub doctor` compares live nodes with them; test clusters
+build their nodes from them (they follow the product's facts, never the reverse).
 """
 from __future__ import annotations
 

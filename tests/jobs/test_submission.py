@@ -15,21 +15,43 @@ def body(**kw):
     return {"profile": "a100-mig-1g10gb", "notebook_path": "work/nb.ipynb", "notebook": NB, **kw}
 
 
-def test_plan_builds_pvc_job_configmap(cfg):
-    pvc, job, cm = plan_submission(cfg, "alice", ALICE, body(parameters={"epochs": 3}, priority="high",
-                                                             timeout="2h"), 0)
-    assert (pvc["kind"], job["kind"], cm["kind"]) == ("PersistentVolumeClaim", "Job", "ConfigMap")
+def test_plan_builds_job_and_configmap_and_creates_no_claim(cfg):
+    job, cm = plan_submission(cfg, "alice", ALICE, body(parameters={"epochs": 3}, priority="high", timeout="2h"), 0)
+    assert (job["kind"], cm["kind"]) == ("Job", "ConfigMap")
     assert job["spec"]["suspend"] is True and job["spec"]["activeDeadlineSeconds"] == 7200
     assert job["metadata"]["namespace"] == "team-ds"
     assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
     assert "gpuhub.io/dev-agent" not in job["spec"]["template"]["metadata"]["labels"]
 
 
-def test_dev_mode_labels_pods_for_the_agent_and_prebinds_the_claim(cfg):
-    pv, pvc, job, cm = plan_submission(cfg, "alice", ALICE, body(), 0, ServiceSettings(dev=True, dev_homes="/h"))
-    assert pv["kind"] == "PersistentVolume" and pv["spec"]["claimRef"]["name"] == pvc["metadata"]["name"]
-    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
-    assert job["spec"]["template"]["metadata"]["labels"]["gpuhub.io/dev-agent"] == "run"
+def test_the_job_mounts_the_users_home_folder_of_the_team_share_and_runs_in_the_notebooks_folder(cfg):
+    from gpu_spawner.builders.jobs import JobSettings
+    from gpu_spawner.builders.storage import HomeStorage
+
+    settings = ServiceSettings(job=JobSettings(home=HomeStorage(claim="homes", mount_path="/home/jovyan"),
+                                               pod_labels={"cost-centre": "ds"}))
+    job, _ = plan_submission(cfg, "Alice Smith", ALICE, body(notebook_path="work/exp 1/nb.ipynb"), 0, settings,
+                             name="gpu-alice-nb-1")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    home = next(v for v in pod["volumes"] if v["name"] == "home")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "home")
+    assert home == {"name": "home", "persistentVolumeClaim": {"claimName": "homes"}}
+    # KubeSpawner's "safe" slug of the name: the folder the user's server mounts (tests/unit/test_storage.py)
+    assert mount == {"name": "home", "mountPath": "/home/jovyan", "subPath": "alice-smith---8ae10dfc"}
+    assert container["workingDir"] == "/home/jovyan/work/exp 1"
+    assert env["OUTPUT_DIR"] == "/home/jovyan/gpu-jobs/gpu-alice-nb-1"
+    assert env["CHECKPOINT_DIR"] == "/home/jovyan/gpu-jobs/gpu-alice-nb-1/checkpoints"
+    assert env["HOME"] == "/home/jovyan"
+    assert job["spec"]["template"]["metadata"]["labels"]["cost-centre"] == "ds"
+    assert not any("hostPath" in v for v in pod["volumes"])
+
+
+@pytest.mark.parametrize("path", ["/etc/x.ipynb", "../bob/x.ipynb", "work/../../bob/x.ipynb"])
+def test_a_notebook_path_outside_home_is_refused(cfg, path):
+    with pytest.raises(JobRequestError, match="relative to your home folder"):
+        plan_submission(cfg, "alice", ALICE, body(notebook_path=path), 0)
 
 
 @pytest.mark.parametrize("user,groups,kw,needle", [
@@ -65,58 +87,35 @@ def test_oversize_notebook_names_the_limit(cfg):
         plan_submission(cfg, "alice", ALICE, body(notebook=big), 0)
 
 
-def test_hub_wiring_least_privilege(tmp_path, monkeypatch):
-    from traitlets.config import Config
-
-    from gpu_spawner.services.jobs.app import listen_address
-    from gpu_spawner.services.jobs.hub import configure
-
-    monkeypatch.delenv("GPUHUB_JOBS_SERVICE_URL", raising=False)
-    c = Config()
-    c.JupyterHub.services = [{"name": "other", "api_token": "x"}]
-    c.GPUSpawner.environment = {"A": "1"}
-    configure(c, "/p.yaml", port=10123)
-    configure(c, "/p.yaml", port=10124)  # idempotent: replaces its own entries
-    names = [s["name"] for s in c.JupyterHub.services]
-    assert names == ["other", "gpu-jobs"] and c.JupyterHub.services[1]["url"] == "http://127.0.0.1:10124"
-    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
-    assert roles["gpu-jobs-service"]["scopes"] == ["read:users"]
-    assert roles["user"]["scopes"] == ["self", "access:services!service=gpu-jobs"]
-    assert "access:services!service=gpu-jobs" in c.Spawner.server_token_scopes
-    assert c.GPUSpawner.environment["A"] == "1" and c.GPUSpawner.environment["GPUHUB_JOBS_URL"].endswith("/gpu-jobs/")
-    assert listen_address("127.0.0.1") == "127.0.0.1" and listen_address("hub") == ""
-
-
 def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
     """An admin's `options=` in jupyterhub_config.py become the service's command line, and from there
     the Job builder's settings; a bad duration stops the service naming the option."""
-    from traitlets.config import Config
-
-    from gpu_spawner.services.jobs.hub import configure
+    from gpu_spawner.services.jobs.hub import jobs_service
     from gpu_spawner.services.jobs.options import GPUJobs
 
-    for var in ("GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "GPUHUB_JOBS_DEV"):
-        monkeypatch.delenv(var, raising=False)
-    c = Config()
-    configure(c, "/p.yaml", options={"storage-class": "azurefile-csi-retain", "max-timeout": "3d",
-                                     "termination-grace": "15m", "runner-image": "reg.example/runner:1"})
-    command = c.JupyterHub.services[0]["command"]
+    monkeypatch.delenv("GPUHUB_RUNNER_IMAGE", raising=False)
+    service, _ = jobs_service("/p.yaml", options={"home-claim": "users-share", "max-timeout": "3d",
+                                                  "termination-grace": "15m", "runner-image": "reg.example/runner:1"})
+    command = service["command"]
     assert command[1:3] == ["-m", "gpu_spawner.services.jobs"]
     app = GPUJobs()
     app.initialize(command[3:])
     s = app.job_settings()
-    assert (s.storage_class, s.max_timeout, s.termination_grace_seconds, s.runner_image) == \
-        ("azurefile-csi-retain", 3 * 86400, 900, "reg.example/runner:1")
-    assert app.profiles_file == "/p.yaml" and not app.dev
+    assert (s.home.claim, s.max_timeout, s.termination_grace_seconds, s.runner_image) == \
+        ("users-share", 3 * 86400, 900, "reg.example/runner:1")
+    assert app.profiles_file == "/p.yaml"
     defaults = GPUJobs()
     defaults.initialize([])
     d = defaults.job_settings()
-    assert (d.storage_class, d.default_timeout, d.max_timeout, d.termination_grace_seconds) == \
-        (None, 2 * 3600, 7 * 86400, 600)
-    monkeypatch.setenv("GPUHUB_JOBS_STORAGE_CLASS", "from-env")  # deploy/values.yaml sets it this way
-    from_env = GPUJobs()
-    from_env.initialize(["--dev"])
-    assert from_env.job_settings().storage_class == "from-env" and from_env.dev
+    assert (d.home.claim, d.home.subpath, d.default_timeout, d.max_timeout, d.termination_grace_seconds) == \
+        ("gpuhub-home", "{username}", 2 * 3600, 7 * 86400, 600)
+    assert defaults.log_source_class.__name__ == "PodLogs" and defaults.orphan_grace_seconds() == 120
+    # the dev configuration plugs its own pieces in by import path (gpu_spawner never imports devcluster)
+    plugged = GPUJobs()
+    plugged.initialize(["--GPUJobs.log_source_class=devcluster.agent_logs.AgentLogs",
+                        "--GPUJobs.pod_labels=gpuhub.io/dev-agent=run"])
+    assert plugged.log_source_class.__module__ == "devcluster.agent_logs"
+    assert plugged.job_settings().pod_labels == {"gpuhub.io/dev-agent": "run"}
     bad = GPUJobs()
     bad.initialize(["--max-timeout=forever"])
     with pytest.raises(SystemExit, match="--max-timeout='forever'"):

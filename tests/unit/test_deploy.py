@@ -9,9 +9,11 @@ import pytest
 import yaml
 
 from gpu_spawner.builders import deploy
+from gpu_spawner.services.culler import DEFAULT_PORT as CULLER_PORT
 from gpu_spawner.services.culler import SCOPES as CULLER_SCOPES
 from gpu_spawner.services.culler import SERVICE_NAME as CULLER
 from gpu_spawner.services.jobs import SERVICE_NAME as GPU_JOBS
+from gpu_spawner.services.jobs.hub import DEFAULT_PORT as JOBS_PORT
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
@@ -95,40 +97,69 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     v = docs("values.yaml")[0]
     hub = v["hub"]
     config = hub["extraConfig"]["00-jupyterhub-gpu"]
-    assert 'c.JupyterHub.spawner_class = "gpu_spawner.hub.spawner.GPUSpawner"' in config
-    from gpu_spawner.hub.spawner import GPUSpawner
-
-    assert GPUSpawner.__module__ == "gpu_spawner.hub.spawner"
     compile(config, "extraConfig", "exec")
+    # the package's one configure() call; no role or scope is written here a second time
+    assert "from gpu_spawner.config import configure" in config and 'configure(c, services_host="hub")' in config
+    assert "loadRoles" not in hub and "scopes" not in config
     # the profiles file: a ConfigMap mounted read-only where $GPUHUB_PROFILES points
     vol = next(x for x in hub["extraVolumes"] if x["name"] == "gpuhub-profiles")
     mount = next(x for x in hub["extraVolumeMounts"] if x["name"] == "gpuhub-profiles")
     assert vol["configMap"]["name"] == "gpuhub-profiles" and mount["readOnly"]
     assert hub["extraEnv"]["GPUHUB_PROFILES"] == mount["mountPath"] + "/profiles.yaml"
-    # services: the names the code registers, reachable through the hub Service
+    # services: the names the code registers, reachable through the hub Service on their default ports
     ports = {p["name"]: p["port"] for p in hub["service"]["extraPorts"]}
-    assert ports == {GPU_JOBS: 10101, CULLER: 10102}
-    assert f'"http://hub:{ports[GPU_JOBS]}"' in config and f'"http://hub:{ports[CULLER]}"' in config
-    roles = hub["loadRoles"]
-    assert roles[f"{GPU_JOBS}-service"] == {"scopes": ["read:users"], "services": [GPU_JOBS]}
-    assert roles[f"{CULLER}-role"]["scopes"] == CULLER_SCOPES and roles[f"{CULLER}-role"]["services"] == [CULLER]
-    assert f"access:services!service={GPU_JOBS}" in roles["user"]["scopes"]
+    assert ports == {GPU_JOBS: JOBS_PORT, CULLER: CULLER_PORT}
+    assert all(p["targetPort"] == p["port"] for p in hub["service"]["extraPorts"])
     assert v["cull"]["enabled"] is False  # our culler, not z2jh's
     assert v["singleuser"]["cmd"] == "gpuhub-singleuser"
 
 
 def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
-    """The extraConfig snippet, executed as z2jh would: it must set the spawner and both services."""
+    """The extraConfig snippet, executed as z2jh would (after z2jh's own settings): it must set the spawner,
+    both services reachable at the hub Service, their roles, and keep what z2jh set."""
     from traitlets.config import Config
 
+    from gpu_spawner.services.culler import ROLE as CULLER_ROLE
+    from gpu_spawner.services.jobs.hub import ACCESS, ROLE as JOBS_ROLE, SCOPES as JOBS_SCOPES
+
+    for var in ("GPUHUB_JOBS_SERVICE_URL", "GPUHUB_CULLER_URL", "GPUHUB_JOBS_PORT", "GPUHUB_CULLER_PORT"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
+    monkeypatch.chdir(tmp_path)
     c = Config()
+    # what z2jh's jupyterhub_config.py sets before extraConfig runs
+    c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+    c.JupyterHub.services = []
+    c.JupyterHub.services.append({"name": "z2jh-service", "api_token": "t"})
+    c.KubeSpawner.environment = {"FROM_SINGLEUSER_EXTRAENV": "1"}
+    c.KubeSpawner.start_timeout = 300
     exec(docs("values.yaml")[0]["hub"]["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
     assert c.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
+    assert c.GPUSpawner.start_timeout == 600  # a GPU pool may have to scale from zero
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert services[GPU_JOBS]["url"] == "http://hub:10101" and "--url" in services[GPU_JOBS]["command"]
-    assert services[CULLER]["url"] == "http://hub:10102"
-    assert services[CULLER]["environment"]["GPUHUB_CULLER_IP"] == "0.0.0.0"
+    assert set(services) == {"z2jh-service", GPU_JOBS, CULLER}
+    assert services[GPU_JOBS]["url"] == f"http://hub:{JOBS_PORT}"
+    assert services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles[JOBS_ROLE]["scopes"] == JOBS_SCOPES and roles[JOBS_ROLE]["services"] == [GPU_JOBS]
+    assert roles[CULLER_ROLE]["scopes"] == CULLER_SCOPES and roles[CULLER_ROLE]["services"] == [CULLER]
+    assert roles["user"]["scopes"] == ["self", ACCESS]
+    assert c.GPUSpawner.environment["FROM_SINGLEUSER_EXTRAENV"] == "1"
+
+
+def test_services_listen_on_all_interfaces_behind_the_hub_service(monkeypatch):
+    """z2jh: the proxy reaches the services at http://hub:PORT, so each listens on every interface (and on
+    loopback only when the proxy shares the machine)."""
+    from gpu_spawner.services.culler.service import GPUCuller
+    from gpu_spawner.services.jobs.app import listen_address
+
+    monkeypatch.delenv("GPUHUB_JOBS_LISTEN_IP", raising=False)
+    monkeypatch.delenv("GPUHUB_CULLER_IP", raising=False)
+    assert listen_address("hub") == "" and listen_address("127.0.0.1") == "127.0.0.1"
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", f"http://hub:{CULLER_PORT}")
+    assert GPUCuller.listen_ip() == "0.0.0.0"
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", f"http://127.0.0.1:{CULLER_PORT}")
+    assert GPUCuller.listen_ip() == "127.0.0.1"
 
 
 def test_networkpolicy_admits_only_the_proxy_to_the_services(cfg):

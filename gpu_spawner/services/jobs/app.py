@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth, HubAuthenticated
@@ -29,7 +28,8 @@ from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.services.jobs.cache import JobsCache
-from gpu_spawner.services.jobs.kube import DevAgentLogs, Kube
+from gpu_spawner.services.jobs.kube import Kube
+from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
@@ -127,10 +127,16 @@ class JobsHandler(Base):
         except JobRequestError as e:
             raise web.HTTPError(400, str(e)) from None
         try:
-            job = await self.kube.create(objs)
+            job = await self.kube.create(objs, self.settings["service"].job.home.claim)
+        except StorageNotReady as e:
+            raise web.HTTPError(503, str(e)) from None
         except client.ApiException as e:
             log.error("creating job for %s failed: %s %s", user, e.status, e.body)
-            raise web.HTTPError(502 if e.status >= 500 else 400, f"Kubernetes refused the job: {e.reason}") from None
+            try:
+                why = json.loads(e.body).get("message") or e.reason
+            except (TypeError, ValueError, AttributeError):
+                why = e.reason
+            raise web.HTTPError(502 if e.status >= 500 else 400, f"Kubernetes refused the job: {why}") from None
         log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
         (status,) = await self.kube.statuses([job], with_logs=False)
         self.send(status, 201)
@@ -219,8 +225,7 @@ async def serve(opts) -> None:
     else:
         config.load_incluster_config()
     api = client.ApiClient()
-    dev, state = opts.dev, opts.dev_state
-    logs = DevAgentLogs(state) if dev and state else None
+    logs = opts.log_source_class(api=api, parent=opts)
     namespaces = [t.namespace for t in cfg.teams.values()]
     cache = JobsCache(api, namespaces)
     try:
@@ -228,15 +233,18 @@ async def serve(opts) -> None:
     except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
         log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
     kube = Kube(api, namespaces, logs, cache)
-    service = ServiceSettings(job=job_settings, dev=dev, dev_homes=str(Path(state) / "homes") if state else None)
+    service = ServiceSettings(job=job_settings)
     hub_auth = HubAuth(access_scopes={f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"},
                        cache_max_age=30)
     users = UserInfo(hub_auth.api_url, hub_auth.api_token)
     url = urlparse(opts.url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
     app = make_app(cfg, kube, hub_auth, service, users, prefix)
+    grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
+    app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True)
     server.listen(url.port or 80, listen_address(url.hostname))
-    log.info("gpu-jobs service on %s%s (dev mode: %s; namespaces %s; runner image %s; storage class %s)",
-             url.geturl(), prefix, dev, namespaces, job_settings.runner_image, job_settings.storage_class or "default")
+    log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s)",
+             url.geturl(), prefix, namespaces, job_settings.runner_image, job_settings.home.claim,
+             type(logs).__name__)
     await asyncio.Event().wait()

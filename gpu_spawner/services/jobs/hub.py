@@ -1,4 +1,5 @@
-"""Wire the `gpu-jobs` service into a JupyterHub config (used by jupyterhub_config.py and the dev hub).
+"""The `gpu-jobs` service as JupyterHub sees it: its managed-service entry, its role and the scopes users
+need to reach it. `gpu_spawner.config.configure` puts them into the hub's config.
 
 Least privilege: the service's token may read users (groups, admin flag); users' own tokens, including
 the server token the kernel sees as $JUPYTERHUB_API_TOKEN, get `access:services!service=gpu-jobs`.
@@ -7,51 +8,54 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Mapping
 
-from gpu_spawner.contract import ENV_JOBS_URL, ENV_PROFILES, JOBS_SERVICE as SERVICE_NAME
+from gpu_spawner.contract import ENV_PROFILES, JOBS_SERVICE as SERVICE_NAME
 
 DEFAULT_PORT = 10101
+#: The service's own role and scopes (what its token may do in the hub).
+ROLE = f"{SERVICE_NAME}-service"
+SCOPES = ["read:users"]
+#: What a user's token (and their server's token) needs to call the service.
 ACCESS = f"access:services!service={SERVICE_NAME}"
-
-
-def passthrough() -> dict[str, str]:
-    """Managed services get a clean environment: pass on what the service needs to reach the cluster."""
-    keep = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", ENV_PROFILES,
-            "GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "HOME")
-    return {k: os.environ[k] for k in keep if k in os.environ}
-
-
-def _current(c, name: str) -> list:
-    """A list setting of c.JupyterHub as set so far (unset reads as a lazy value, not a list)."""
-    value = c.JupyterHub[name] if name in c.JupyterHub else []
-    return list(value) if isinstance(value, (list, tuple)) else []
-
 
 #: Where kernels reach the service: the proxy (z2jh's `proxy-public` Service) routes /services/gpu-jobs/.
 DEFAULT_URL_FOR_SERVERS = "http://proxy-public/services/gpu-jobs/"
+#: Hub environment read here: the service's port, its full URL when the proxy runs in another pod
+#: (z2jh: http://hub:10101), and the URL the users' servers use.
+ENV_PORT, ENV_URL, ENV_URL_FOR_SERVERS = "GPUHUB_JOBS_PORT", "GPUHUB_JOBS_SERVICE_URL", "GPUHUB_JOBS_PUBLIC_URL"
+#: Managed services get a clean environment: what the service needs from the hub's to reach the cluster.
+PASSTHROUGH = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", ENV_PROFILES,
+               "GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "HOME")
 
 
-def configure(c, profiles_file: str, port: int = DEFAULT_PORT, environment: dict | None = None,
-              args: list[str] | None = None, url_for_servers: str | None = None,
-              options: dict | None = None) -> None:
-    """Add (or replace) the managed service, its role, and the users' access to it; tell servers
-    ($GPUHUB_JOBS_URL) where to reach it. `options`: the service's settings by their command-line names
-    (`{"storage-class": "azurefile-csi-retain", "max-timeout": "3d"}`; see jobs_service/options.py)."""
-    args = [*(args or []), *(f"--{k}={v}" for k, v in (options or {}).items())]
-    # $GPUHUB_JOBS_SERVICE_URL: where the proxy reaches the service when it runs in another pod (z2jh: http://hub:10101)
-    url = os.environ.get("GPUHUB_JOBS_SERVICE_URL") or f"http://127.0.0.1:{port}"
-    service = {"name": SERVICE_NAME, "url": url, "display": False,
-               "oauth_no_confirm": True,
+def passthrough(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    return {k: env[k] for k in PASSTHROUGH if k in env}
+
+
+def url_for_servers(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return env.get(ENV_URL_FOR_SERVERS) or DEFAULT_URL_FOR_SERVERS
+
+
+def jobs_service(profiles_file: str, *, port: int | None = None, host: str | None = None,
+                 options: Mapping[str, Any] | None = None, environment: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(service, role) for `c.JupyterHub.services` / `c.JupyterHub.load_roles`.
+
+    `options`: the service's settings by their command-line names (`{"storage-class": "azurefile-csi-retain",
+    "max-timeout": "3d"}`; see options.py). `host`: where the proxy reaches the service (default loopback;
+    z2jh: `hub`, and a host name makes the service listen on all interfaces). `env`: the hub's environment
+    (default os.environ), read for $GPUHUB_JOBS_PORT / $GPUHUB_JOBS_SERVICE_URL and the passthrough.
+    """
+    env = os.environ if env is None else env
+    port = port or int(env.get(ENV_PORT) or DEFAULT_PORT)
+    url = f"http://{host}:{port}" if host else env.get(ENV_URL) or f"http://127.0.0.1:{port}"
+    args = [f"--{k}={v}" for k, v in (options or {}).items()]
+    service = {"name": SERVICE_NAME, "url": url, "display": False, "oauth_no_confirm": True,
                "command": [sys.executable, "-m", "gpu_spawner.services.jobs", "--profiles", profiles_file, *args],
-               "environment": {**passthrough(), **(environment or {})}}
-    services = [s for s in _current(c, "services") if s.get("name") != SERVICE_NAME]
-    c.JupyterHub.services = services + [service]
-    roles = [r for r in _current(c, "load_roles") if r.get("name") not in (f"{SERVICE_NAME}-service", "user")]
-    roles.append({"name": f"{SERVICE_NAME}-service", "scopes": ["read:users"], "services": [SERVICE_NAME]})
-    roles.append({"name": "user", "scopes": ["self", ACCESS]})
-    c.JupyterHub.load_roles = roles
-    env = c.GPUSpawner["environment"] if "environment" in c.GPUSpawner else {}
-    env = dict(env) if isinstance(env, dict) else {}
-    env[ENV_JOBS_URL] = url_for_servers or os.environ.get("GPUHUB_JOBS_PUBLIC_URL", DEFAULT_URL_FOR_SERVERS)
-    c.GPUSpawner.environment = env
-    c.Spawner.server_token_scopes = ["access:servers!server", "users:activity!user", ACCESS]
+               "environment": {**passthrough(env), **(environment or {})}}
+    role = {"name": ROLE, "description": "gpu-jobs service (least privilege)",
+            "scopes": list(SCOPES), "services": [SERVICE_NAME]}
+    return service, role

@@ -1,16 +1,17 @@
 """The service's Kubernetes I/O (kubernetes_asyncio, raw JSON dicts), and where pod logs come from.
 
-Thin: every decision lives in `submission` and `status`. Log sources are pluggable: the pod log API
-in production, the dev node agent's (SIMULATOR) log files in dev, where no kubelet serves logs.
+Thin: every decision lives in `submission` and `status`. Where logs come from is pluggable
+(`GPUJobs.log_source_class`, any `LogSource`); the default is the kubelet's pod log API. Creating a
+submission and cleaning up after a half-created one is in `lifecycle`.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
+from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.contract import JOB_NAME_LABEL, JOB_LABEL, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.services.jobs.cache import KUEUE, JobsCache
@@ -20,14 +21,17 @@ LOG_TAIL_BYTES = 64 * 1024
 
 
 class LogSource(Protocol):
+    """Where the service reads a pod's log; built as `cls(api=ApiClient, parent=GPUJobs)`."""
+
     async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str: ...
 
 
-class PodLogs:
-    """Production: the kubelet's pod log API."""
+class PodLogs(LoggingConfigurable):
+    """The kubelet's pod log API (the default log source)."""
 
-    def __init__(self, core: client.CoreV1Api):
-        self.core = core
+    def __init__(self, api: client.ApiClient, **kwargs):
+        super().__init__(**kwargs)
+        self.core = client.CoreV1Api(api)
 
     async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -36,24 +40,6 @@ class PodLogs:
             if e.status in (400, 404):  # not started yet / gone
                 return ""
             raise
-
-
-class DevAgentLogs:
-    """DEV ONLY (SIMULATOR): the dev node agent writes each pod's output to <state>/pods/<ns>_<pod>.log."""
-
-    def __init__(self, state_dir: str | Path):
-        self.dir = Path(state_dir) / "pods"
-
-    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
-        path = self.dir / f"{namespace}_{pod}.log"
-        try:
-            with path.open("rb") as f:
-                f.seek(0, 2)
-                size = f.tell()
-                f.seek(max(0, size - tail_bytes))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
 
 async def _json(coro) -> dict[str, Any]:
@@ -82,7 +68,7 @@ class Kube:
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.namespaces = sorted(set(namespaces))
-        self.logs = logs or PodLogs(self.core)
+        self.logs = logs or PodLogs(api)
         self.cache = cache
 
     def _cached(self, namespaces: list[str]) -> bool:
@@ -202,67 +188,10 @@ class Kube:
                         out["free"][f"{flavor['name']}/{r['name']}"] = max(free, 0)
         return out
 
-    # ------------------------------------------------------------------ writing
-    async def create(self, objs: list[dict]) -> dict:
-        """[PV?] PVC (exists: fine), Job (suspended), then the ConfigMap owned by the Job. Returns the Job."""
-        from gpu_spawner.builders.jobs import owned_by
-
-        created_job = None
-        for obj in objs:
-            kind, ns = obj["kind"], obj["metadata"].get("namespace")
-            try:
-                if kind == "PersistentVolume":
-                    await _json(self.core.create_persistent_volume(obj, _preload_content=False))
-                elif kind == "PersistentVolumeClaim":
-                    if any(o["kind"] == "PersistentVolume" for o in objs):
-                        await self.dev_bind(obj)
-                    else:
-                        await _json(self.core.create_namespaced_persistent_volume_claim(ns, obj,
-                                                                                         _preload_content=False))
-                elif kind == "Job":
-                    created_job = await _json(self.batch.create_namespaced_job(ns, obj, _preload_content=False))
-                elif kind == "ConfigMap":
-                    try:
-                        await _json(self.core.create_namespaced_config_map(ns, owned_by(obj, created_job),
-                                                                           _preload_content=False))
-                    except Exception:
-                        await self.delete(created_job)  # no half-created submission
-                        raise
-            except client.ApiException as e:
-                if e.status == 409 and kind in ("PersistentVolume", "PersistentVolumeClaim"):
-                    continue
-                raise
-        if created_job and self._cached([created_job["metadata"]["namespace"]]):
-            ns, name = created_job["metadata"]["namespace"], created_job["metadata"]["name"]
-            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is not None)
-        return created_job
-
-    async def dev_bind(self, claim: dict) -> None:
-        """DEV ONLY (SIMULATOR): the dev cluster runs no PV binder; create the claim and bind it to its
-        pre-made volume the way the binder would (uid in claimRef, bind-completed annotation, Bound
-        phases), so the scheduler places the Job's pod; the dev agent maps the claim to the dev home."""
-        pv, ns, name = claim["spec"]["volumeName"], claim["metadata"]["namespace"], claim["metadata"]["name"]
-        spec = claim["spec"]
-        claim = {**claim, "metadata": {**claim["metadata"], "annotations": {
-            **claim["metadata"].get("annotations", {}), "pv.kubernetes.io/bind-completed": "yes",
-            "pv.kubernetes.io/bound-by-controller": "yes"}}}
-        try:
-            created = await _json(self.core.create_namespaced_persistent_volume_claim(ns, claim,
-                                                                                       _preload_content=False))
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
-            created = await _json(self.core.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False))
-        if (created.get("status") or {}).get("phase") == "Bound":
-            return
-        ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": name,
-               "uid": created["metadata"]["uid"], "resourceVersion": created["metadata"]["resourceVersion"]}
-        await _json(self.core.patch_persistent_volume(pv, {"spec": {"claimRef": ref}}, _preload_content=False))
-        await _json(self.core.patch_persistent_volume_status(pv, {"status": {"phase": "Bound"}},
-                                                             _preload_content=False))
-        await _json(self.core.patch_namespaced_persistent_volume_claim_status(
-            name, ns, {"status": {"phase": "Bound", "accessModes": spec["accessModes"],
-                                  "capacity": spec["resources"]["requests"]}}, _preload_content=False))
+    # ------------------------------------------------------------------ writing: see lifecycle.py
+    async def create(self, objs: list[dict], home_claim: str | None = None) -> dict:
+        from gpu_spawner.services.jobs.lifecycle import create_submission
+        return await create_submission(self, objs, home_claim)
 
     async def delete(self, job: dict) -> None:
         """Cancel: the Job (its pods go with it), and its ConfigMap (also owned, deleted now)."""

@@ -2,7 +2,7 @@
 
 The hub starts it (`jobs_service.hub.configure`); an admin sets options in `jupyterhub_config.py`:
 
-    configure_gpu_jobs(c, profiles_file, options={"storage-class": "azurefile-csi-retain",
+    configure_gpu_jobs(c, profiles_file, options={"home-claim": "gpuhub-home", "max-timeout": "3d",
                                                   "runner-image": "myregistry/jupyterhub-gpu/runner:0.1.0"})
 
 Every option can also come from the environment (GPUHUB_* below), which is how deploy/values.yaml
@@ -14,11 +14,12 @@ import asyncio
 import logging
 import os
 
-from traitlets import Bool, Int, Unicode, default
+from traitlets import Dict, Int, Type, Unicode, default
 from traitlets.config import Application
 
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, ephemeral_storage_bytes
 from gpu_spawner.builders.jobs import JobSettings
+from gpu_spawner.builders.storage import HomeStorage, StorageError, home_subpath
 from gpu_spawner.model.profiles import duration_seconds
 
 
@@ -30,33 +31,49 @@ class GPUJobs(Application):
     url = Unicode(help="Listen URL (default $JUPYTERHUB_SERVICE_URL, which the hub sets).").tag(config=True)
     runner_image = Unicode(help="Image of the Job's runner container when a profile names no image of its own "
                                 "($GPUHUB_RUNNER_IMAGE).").tag(config=True)
-    storage_class = Unicode(help="StorageClass of the per-user ReadWriteMany checkpoint volume; empty: the "
-                                 "cluster default. Use one with reclaimPolicy Retain, so checkpoints survive "
-                                 "a deleted claim ($GPUHUB_JOBS_STORAGE_CLASS).").tag(config=True)
-    storage_size = Unicode(JobSettings.storage_size, help="Size of each user's checkpoint volume.").tag(config=True)
+    home_claim = Unicode(HomeStorage.claim, help="The users' home share as a claim in each team namespace (bound to "
+                                                 "a PersistentVolume on the share the servers mount; labelled "
+                                                 "gpuhub.io/home-share=true; `gpuhub render storage`). A Job mounts "
+                                                 "the user's folder of it, so its output lands in their home.").tag(
+        config=True)
+    home_subpath = Unicode(HomeStorage.subpath, help="A user's folder on the share: the same KubeSpawner template as "
+                                                     "the servers' volume_mounts subPath (z2jh "
+                                                     "singleuser.storage.static.subPath).").tag(config=True)
+    home_mount_path = Unicode(HomeStorage.mount_path, help="Where the home is mounted in a Job's pod: the same as "
+                                                           "in the servers (z2jh singleuser.storage.homeMountPath).").tag(
+        config=True)
+    pod_labels = Dict(help="Labels added to every Job's pod (e.g. for cost allocation, or a policy that selects "
+                           "them).").tag(config=True)
+    log_source_class = Type("gpu_spawner.services.jobs.kube.PodLogs", klass=object,
+                            help="Where job logs are read: a class (or its import path) built as cls(api=ApiClient, "
+                                 "parent=this app) with an async read(namespace, pod, tail_bytes). Default: the "
+                                 "kubelet's pod log API.").tag(config=True)
+    orphan_grace = Unicode("2m", help="A half-created submission (a notebook ConfigMap without its Job, or a Job "
+                                      "without its ConfigMap) older than this is removed by the reconcile loop.").tag(
+        config=True)
     termination_grace = Unicode("10m", help="How long a stopped Job pod may take to checkpoint and save its "
                                             "output before it is killed (terminationGracePeriodSeconds).").tag(
         config=True)
     backoff_limit = Int(JobSettings.backoff_limit, help="Infrastructure failures (runner exit 4) a Job may retry; "
                                                         "preemptions and evictions do not count.").tag(config=True)
     default_timeout = Unicode("2h", help="A job's timeout when the user gives none.").tag(config=True)
+    max_jobs_per_user = Int(10, min=0, help="Unfinished jobs (queued or running) one user may have over all "
+                                            "profiles; 0: no limit. Enforced per user under a lock, so parallel "
+                                            "submissions cannot pass it together; a profile's max_per_user "
+                                            "applies as well.").tag(config=True)
     max_timeout = Unicode("7d", help="The longest timeout anyone may ask for (a profile's max_job_timeout "
                                      "can lower it).").tag(config=True)
     ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
                                 help="Scratch disk of each Job pod (request = limit: the writable layer, logs, "
                                      "non-memory emptyDirs); a pod that writes more is evicted instead of filling "
                                      f"the node's disk. At most {MAX_EPHEMERAL_STORAGE}.").tag(config=True)
-    dev = Bool(False, help="DEV ONLY: Job pods are run by the dev node agent (SIMULATOR) ($GPUHUB_JOBS_DEV=1).").tag(
-        config=True)
-    dev_state = Unicode(help="DEV ONLY: the dev agent's state folder: pod logs, homes ($GPUHUB_DEV_STATE).").tag(
-        config=True)
 
     aliases = {"profiles": "GPUJobs.profiles_file", "url": "GPUJobs.url", "runner-image": "GPUJobs.runner_image",
-               "storage-class": "GPUJobs.storage_class", "storage-size": "GPUJobs.storage_size",
+               "home-claim": "GPUJobs.home_claim", "home-subpath": "GPUJobs.home_subpath",
+               "home-mount-path": "GPUJobs.home_mount_path", "orphan-grace": "GPUJobs.orphan_grace",
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
-               "dev-state": "GPUJobs.dev_state", "ephemeral-storage": "GPUJobs.ephemeral_storage"}
-    flags = {"dev": ({"GPUJobs": {"dev": True}}, dev.help)}
+               "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user"}
 
     @default("profiles_file")
     def _profiles_file(self):
@@ -70,22 +87,10 @@ class GPUJobs(Application):
     def _runner_image(self):
         return os.environ.get("GPUHUB_RUNNER_IMAGE", JobSettings.runner_image)
 
-    @default("storage_class")
-    def _storage_class(self):
-        return os.environ.get("GPUHUB_JOBS_STORAGE_CLASS", "")
-
-    @default("dev")
-    def _dev(self):
-        return os.environ.get("GPUHUB_JOBS_DEV") == "1"
-
-    @default("dev_state")
-    def _dev_state(self):
-        return os.environ.get("GPUHUB_DEV_STATE", "")
-
     def job_settings(self) -> JobSettings:
         """The Job builder's settings; a bad duration stops the service with the option's name."""
         seconds = {}
-        for trait in ("termination_grace", "default_timeout", "max_timeout"):
+        for trait in ("termination_grace", "default_timeout", "max_timeout", "orphan_grace"):
             try:
                 seconds[trait] = duration_seconds(getattr(self, trait))
             except ValueError as e:
@@ -94,10 +99,18 @@ class GPUJobs(Application):
             ephemeral_storage_bytes(self.ephemeral_storage)
         except ValueError as e:
             raise SystemExit(f"gpu-jobs: --ephemeral-storage: {e}") from None
-        return JobSettings(runner_image=self.runner_image, storage_class=self.storage_class or None,
-                           storage_size=self.storage_size, termination_grace_seconds=seconds["termination_grace"],
+        home = HomeStorage(claim=self.home_claim, subpath=self.home_subpath, mount_path=self.home_mount_path)
+        try:
+            home_subpath(home.subpath, "someone")
+        except StorageError as e:
+            raise SystemExit(f"gpu-jobs: --home-subpath: {e}") from None
+        return JobSettings(runner_image=self.runner_image, home=home, pod_labels=dict(self.pod_labels),
+                           termination_grace_seconds=seconds["termination_grace"],
                            backoff_limit=self.backoff_limit, default_timeout=seconds["default_timeout"],
                            max_timeout=seconds["max_timeout"], ephemeral_storage=self.ephemeral_storage)
+
+    def orphan_grace_seconds(self) -> int:
+        return duration_seconds(self.orphan_grace)
 
     def start(self) -> None:
         from gpu_spawner.services.jobs.app import serve

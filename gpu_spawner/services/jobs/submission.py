@@ -3,26 +3,22 @@
 Every check runs before anything is created: the profile exists and the user's groups allow it, it
 has a GPU and the requested GPU count is the profile's, the user's active jobs on it stay within
 `max_per_user`, the timeout is within bounds, the parameters are identifiers with JSON values, the
-snapshot fits in a ConfigMap. Dev mode labels the Job's pods for the dev node agent (SIMULATOR).
+snapshot fits in a ConfigMap.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job, claim_name
+from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
 from gpu_spawner.model.profiles import ProfilesConfig, duration_seconds
 
-DEV_AGENT_LABEL = "gpuhub.io/dev-agent"
 FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name"}
 
 
 @dataclass(frozen=True)
 class ServiceSettings:
     job: JobSettings = field(default_factory=JobSettings)
-    #: Pods of Jobs are run by the dev node agent (SIMULATOR) and claims are bound to dev home folders.
-    dev: bool = False
-    dev_homes: str | None = None
 
 
 def parse_timeout(value: Any) -> int | None:
@@ -37,8 +33,7 @@ def parse_timeout(value: Any) -> int | None:
 def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dict[str, Any],
                     active_on_profile: int, settings: ServiceSettings = ServiceSettings(),
                     name: str | None = None) -> list[dict[str, Any]]:
-    """[PVC, Job, ConfigMap] (plus a dev PersistentVolume first in dev mode) for `body`, the JSON the
-    user posted; `active_on_profile`: the user's unfinished jobs on the requested profile."""
+    """[Job, ConfigMap] for `body`, the JSON the user posted; `active_on_profile`: the user's unfinished jobs on the requested profile."""
     if not isinstance(body, dict):
         raise JobRequestError("the request body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
@@ -74,28 +69,7 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
         raise JobRequestError(f"priority must be one of {', '.join(cfg.priorities)}")
     objs = build_job(cfg, profile, user, groups, nb_path, nb, params, priority, parse_timeout(body.get("timeout")),
                      settings.job, name)
-    if settings.dev:
-        objs = dev_objects(objs, user, settings)
     return objs
 
 
-def dev_objects(objs: list[dict[str, Any]], user: str, settings: ServiceSettings) -> list[dict[str, Any]]:
-    """DEV ONLY (SIMULATOR): pods run by the dev node agent; the user's claim pre-bound to a hostPath
-    volume in the dev home folder, since the dev cluster has no storage provisioner."""
-    claim, job = objs[0], objs[1]
-    job["spec"]["template"]["metadata"]["labels"][DEV_AGENT_LABEL] = "run"
-    ns = claim["metadata"]["namespace"]
-    pv_name = f"gpuhub-dev-{ns}-{claim['metadata']['name']}"[:253]
-    claim["spec"]["storageClassName"] = ""
-    claim["spec"]["volumeName"] = pv_name
-    homes = settings.dev_homes or "/tmp/gpuhub-dev/homes"
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume",
-          "metadata": {"name": pv_name, "labels": {DEV_AGENT_LABEL: "simulated"}},
-          "spec": {"capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
-                   "accessModes": ["ReadWriteMany"], "persistentVolumeReclaimPolicy": "Retain",
-                   "storageClassName": "", "hostPath": {"path": f"{homes}/{user}"},
-                   "claimRef": {"namespace": ns, "name": claim["metadata"]["name"]}}}
-    return [pv, *objs]
-
-
-__all__ = ["JobRequestError", "ServiceSettings", "plan_submission", "parse_timeout", "claim_name"]
+__all__ = ["JobRequestError", "ServiceSettings", "plan_submission", "parse_timeout"]

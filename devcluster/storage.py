@@ -1,0 +1,90 @@
+"""The dev cluster's home share, as Kubernetes objects only: a folder of this machine published as
+statically bound PersistentVolume/claim pairs (the same `share_objects` an admin renders for a real
+share), one in the hub namespace and one in each team namespace. The real controller-manager binds
+them; the dev node agent (SIMULATOR) mounts a pod's claims by resolving claim → bound PV → its path.
+
+hostPath appears only in these PersistentVolumes, never in a pod spec.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kubernetes import client, config
+
+from gpu_spawner.builders.storage import HomeStorage, share_objects
+from gpu_spawner.contract import HOME_SHARE_LABEL
+from gpu_spawner.model.profiles import load_profiles
+
+
+def dev_share_objects(share: Path, namespaces: list[str], storage: HomeStorage = HomeStorage()) -> list[dict]:
+    return share_objects(namespaces, {"hostPath": {"path": str(share), "type": "Directory"}}, size="10Gi",
+                         storage=storage)
+
+
+def _wait_gone(read, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            read()
+        except client.ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.3)
+    raise RuntimeError(f"a claim or volume of the old dev home share did not go within {timeout:.0f} s "
+                       "(a pod still uses it?)")
+
+
+def ensure_home_share(kubeconfig: Path, profiles: Path, share: Path, hub_namespace: str,
+                      storage: HomeStorage = HomeStorage(), timeout: float = 60) -> list[dict]:
+    """Create (or move to `share`) the home share's PV/claim pairs and wait until every claim is Bound."""
+    share.mkdir(parents=True, exist_ok=True)
+    namespaces = [hub_namespace, *(t.namespace for t in load_profiles(profiles).teams.values())]
+    objs = dev_share_objects(share, namespaces, storage)
+    api = config.new_client_from_config(str(kubeconfig))
+    core = client.CoreV1Api(api)
+    try:
+        for ns in namespaces:
+            try:
+                core.create_namespace({"metadata": {"name": ns}})
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+        wanted = {o["metadata"]["name"] for o in objs if o["kind"] == "PersistentVolume"}
+        for pvc in objs[1::2]:  # a claim bound to another share (an earlier dev hub's): replace it
+            ns, name = pvc["metadata"]["namespace"], pvc["metadata"]["name"]
+            try:
+                old = core.read_namespaced_persistent_volume_claim(name, ns)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+                continue
+            if old.spec.volume_name != pvc["spec"]["volumeName"]:
+                core.delete_namespaced_persistent_volume_claim(name, ns)
+                _wait_gone(lambda: core.read_namespaced_persistent_volume_claim(name, ns), timeout)
+        for pv in core.list_persistent_volume(label_selector=f"{HOME_SHARE_LABEL}=true").items:
+            if pv.metadata.name not in wanted or pv.status.phase == "Released":  # Released: never binds again
+                core.delete_persistent_volume(pv.metadata.name)
+                if pv.metadata.name in wanted:
+                    _wait_gone(lambda: core.read_persistent_volume(pv.metadata.name), timeout)
+        for obj in objs:
+            try:
+                if obj["kind"] == "PersistentVolume":
+                    core.create_persistent_volume(obj)
+                else:
+                    core.create_namespaced_persistent_volume_claim(obj["metadata"]["namespace"], obj)
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+        deadline = time.monotonic() + timeout
+        for pvc in objs[1::2]:
+            ns, name = pvc["metadata"]["namespace"], pvc["metadata"]["name"]
+            while core.read_namespaced_persistent_volume_claim(name, ns).status.phase != "Bound":
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"claim {ns}/{name} was not bound within {timeout:.0f} s: is the "
+                                       "controller-manager's persistentvolume-binder-controller running?")
+                time.sleep(0.2)
+    finally:
+        api.close()
+    return objs

@@ -1,0 +1,110 @@
+"""Where users' files live: one ReadWriteMany share holds every user's home in its own folder (pure).
+
+Servers mount the share through a claim in the hub namespace with `subPath: {username}` (what z2jh's
+`singleuser.storage.type: static` sets in KubeSpawner); `%gpu_submit` Jobs mount the same share through a
+claim of the same name in their team namespace (a pod can only mount a claim of its own namespace), bound
+to a PersistentVolume on the same share, with the same subPath. So a job reads the user's files and
+writes its output notebook and checkpoints where the user's JupyterLab sees them. `share_objects` builds
+those statically bound PV/claim pairs (`gpuhub render storage`; the dev cluster uses it too).
+"""
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from kubespawner.slugs import escape_slug, safe_slug
+
+from gpu_spawner.contract import HOME_DIR, HOME_SHARE_LABEL, MANAGED_BY
+
+HOME_CLAIM = "gpuhub-home"
+HOME_VOLUME = "home"
+#: KubeSpawner's own slug length for user names in templates (kubespawner.spawner._expand_user_properties).
+_SLUG_MAX = 48
+
+
+class StorageError(ValueError):
+    """A storage setting that cannot work; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class HomeStorage:
+    """The shared home share as servers and Jobs see it."""
+
+    claim: str = HOME_CLAIM           # the claim's name, in the hub namespace and in every team namespace
+    subpath: str = "{username}"       # KubeSpawner template of a user's folder on the share
+    mount_path: str = HOME_DIR
+
+
+def home_subpath(template: str, user: str) -> str:
+    """A user's folder on the share, expanded as KubeSpawner (slug scheme "safe", z2jh's default)
+    expands `volume_mounts`, so a Job finds the very folder the user's server mounts."""
+    fields = {"username": safe_slug(user, max_length=_SLUG_MAX), "safe_username": safe_slug(user, max_length=_SLUG_MAX),
+              "escaped_username": escape_slug(user), "unescaped_username": user}
+    used = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    if unknown := used - set(fields):
+        raise StorageError(f"home subPath {template!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+                           f"use {', '.join('{' + f + '}' for f in fields)}")
+    path = template.format(**fields)
+    if not path or path.startswith("/") or ".." in path.split("/") or posixpath.normpath(path) != path:
+        raise StorageError(f"home subPath {template!r} gives {path!r} for {user!r}: it must be a plain relative path")
+    return path
+
+
+def spawner_settings(storage: HomeStorage = HomeStorage()) -> dict[str, Any]:
+    """KubeSpawner settings that mount a user's home from the share, as z2jh's `singleuser.storage`
+    `type: static` (`static.pvcName`, `static.subPath`, `homeMountPath`) sets them."""
+    return {"volumes": [{"name": HOME_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim}}],
+            "volume_mounts": [{"name": HOME_VOLUME, "mountPath": storage.mount_path, "subPath": storage.subpath}],
+            "storage_pvc_ensure": False}
+
+
+def job_home(storage: HomeStorage, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount) that give a Job's pod the user's home at the same path as their server."""
+    return ({"name": HOME_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim}},
+            {"name": HOME_VOLUME, "mountPath": storage.mount_path, "subPath": home_subpath(storage.subpath, user)})
+
+
+def _expand(value: Any, namespace: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{namespace}", namespace)
+    if isinstance(value, dict):
+        return {k: _expand(v, namespace) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, namespace) for v in value]
+    return value
+
+
+def pv_name(namespace: str, source: dict[str, Any]) -> str:
+    """Cluster-wide PV name per namespace; a short hash of the source tells two shares apart."""
+    digest = hashlib.sha256(repr(sorted(source.items())).encode()).hexdigest()[:8]
+    return f"{HOME_CLAIM}-{namespace}-{digest}"[:253]
+
+
+def share_objects(namespaces: list[str], source: dict[str, Any], size: str = "1Ti",
+                  storage: HomeStorage = HomeStorage(), access_modes: tuple[str, ...] = ("ReadWriteMany",),
+                  mount_options: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """[PV, claim] per namespace, statically bound to each other (claimRef ↔ volumeName), all on one share.
+
+    `source`: the PV's volume source, e.g. `{"nfs": {"server": ..., "path": ...}}` or an Azure Files CSI
+    source whose `volumeHandle` contains `{namespace}` (the CSI driver needs one handle per PV)."""
+    out: list[dict[str, Any]] = []
+    for ns in sorted(set(namespaces)):
+        src = _expand(source, ns)
+        name = pv_name(ns, src)
+        labels = {HOME_SHARE_LABEL: "true", **MANAGED_BY}
+        spec: dict[str, Any] = {"capacity": {"storage": size}, "accessModes": list(access_modes),
+                                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                             "namespace": ns, "name": storage.claim}, **src}
+        if mount_options:
+            spec["mountOptions"] = list(mount_options)
+        out.append({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name, "labels": labels},
+                    "spec": spec})
+        out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": storage.claim, "namespace": ns, "labels": labels},
+                    "spec": {"accessModes": list(access_modes), "storageClassName": "", "volumeName": name,
+                             "resources": {"requests": {"storage": size}}}})
+    return out

@@ -1,0 +1,151 @@
+"""A submission is all or nothing: created in an order that never leaves a Job able to hold quota
+without being able to run, and a reconcile loop that removes what a crash or a lost response left.
+
+Order: the notebook ConfigMap first, then the Job (suspended; Kueue admits it), then the ConfigMap is
+made owned by the Job (garbage-collected with it). A failure before the Job exists deletes the
+ConfigMap; whatever survives a failed rollback or a lost response is found by `reconcile`:
+  - a ConfigMap of ours whose Job does not exist, older than the grace period: deleted;
+  - a ConfigMap whose Job exists but which is not owned by it yet: owned;
+  - an unfinished Job of ours whose ConfigMap is gone (its pod could never start, yet Kueue would
+    admit it and hold GPU quota): deleted.
+The Job mounts the team's home-share claim: before anything is created, the claim must exist, be
+Bound, be ReadWriteMany and carry the home-share label (a claim someone else made under that name is
+never used).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+
+from kubernetes_asyncio import client
+
+from gpu_spawner.builders.jobs import owner_reference
+from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
+
+log = logging.getLogger("gpuhub.jobs")
+
+
+class StorageNotReady(RuntimeError):
+    """The team's home-share claim cannot be used; nothing was created. The message says what to fix."""
+
+
+def _age(obj: dict, now: datetime) -> float:
+    ts = obj["metadata"].get("creationTimestamp")
+    if not ts:
+        return 0.0
+    return (now - datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds()
+
+
+def _finished(job: dict) -> bool:
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def _ours(obj: dict) -> bool:
+    meta = obj["metadata"]
+    return bool((meta.get("labels") or {}).get(JOB_LABEL)) and bool((meta.get("annotations") or {}).get(USER_ANNOTATION))
+
+
+async def check_home_claim(kube, namespace: str, claim: str) -> None:
+    """The claim a Job will mount: present, Bound, ReadWriteMany, labelled as the home share."""
+    from gpu_spawner.services.jobs.kube import _json
+
+    fix = "ask an admin to create it (`gpuhub render storage`; `gpuhub doctor` checks it)"
+    try:
+        pvc = await _json(kube.core.read_namespaced_persistent_volume_claim(claim, namespace, _preload_content=False))
+    except client.ApiException as e:
+        if e.status == 404:
+            raise StorageNotReady(f"your team's home-share claim {namespace}/{claim} does not exist; {fix}") from None
+        raise
+    labels = pvc["metadata"].get("labels") or {}
+    status = pvc.get("status") or {}
+    if labels.get(HOME_SHARE_LABEL) != "true":
+        raise StorageNotReady(f"the claim {namespace}/{claim} is not labelled {HOME_SHARE_LABEL}=true, so it is not "
+                              f"taken for the users' home share; {fix}")
+    if status.get("phase") != "Bound":
+        raise StorageNotReady(f"the claim {namespace}/{claim} is {status.get('phase') or 'not bound'}, not Bound; {fix}")
+    if "ReadWriteMany" not in (status.get("accessModes") or []):
+        raise StorageNotReady(f"the claim {namespace}/{claim} is {status.get('accessModes')}, not ReadWriteMany: a job "
+                              f"on another node than your server could not mount it; {fix}")
+
+
+async def create_submission(kube, objs: list[dict], home_claim: str | None = None) -> dict:
+    """[Job, ConfigMap] → created all or nothing (see the module). Returns the created Job."""
+    from gpu_spawner.services.jobs.kube import _json
+
+    job = next(o for o in objs if o["kind"] == "Job")
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    if home_claim:
+        await check_home_claim(kube, ns, home_claim)
+    await _json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
+    try:
+        created = await _json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
+    except BaseException:
+        try:  # the Job was refused: no ConfigMap without it (if this fails too, reconcile removes it)
+            await _json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
+        except Exception as e:  # noqa: BLE001 - the original error is the one to report
+            log.warning("rollback of ConfigMap %s/%s failed (%s); the reconcile loop will remove it", ns, name, e)
+        raise
+    try:
+        await _json(kube.core.patch_namespaced_config_map(
+            name, ns, {"metadata": {"ownerReferences": [owner_reference(created)]}}, _preload_content=False))
+    except Exception as e:  # noqa: BLE001 - the Job can run; reconcile adopts the ConfigMap later
+        log.warning("could not make ConfigMap %s/%s owned by its Job (%s); the reconcile loop will", ns, name, e)
+    if kube._cached([ns]):
+        await kube.cache.wait_for(lambda: kube.cache.get("jobs", ns, name) is not None)
+    return created
+
+
+async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> list[str]:
+    """One pass over the team namespaces (read from the API, not the cache); returns what it did."""
+    from gpu_spawner.services.jobs.kube import _json
+
+    now = now or datetime.now(timezone.utc)
+    done: list[str] = []
+    for ns in kube.namespaces:
+        jobs = {j["metadata"]["name"]: j for j in (await _json(kube.batch.list_namespaced_job(
+            ns, label_selector=JOB_LABEL, _preload_content=False))).get("items", []) if _ours(j)}
+        cms = {c["metadata"]["name"]: c for c in (await _json(kube.core.list_namespaced_config_map(
+            ns, label_selector=JOB_LABEL, _preload_content=False))).get("items", []) if _ours(c)}
+        for name, cm in cms.items():
+            job = jobs.get(name)
+            owners = [r for r in cm["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"]
+            if job is None and _age(cm, now) >= grace_seconds and not owners:
+                await _ignore_404(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
+                done.append(f"deleted ConfigMap {ns}/{name}: its Job was never created")
+            elif job is not None and not owners:
+                await _json(kube.core.patch_namespaced_config_map(
+                    name, ns, {"metadata": {"ownerReferences": [owner_reference(job)]}}, _preload_content=False))
+                done.append(f"ConfigMap {ns}/{name} now owned by its Job")
+        for name, job in jobs.items():
+            if name not in cms and not _finished(job) and _age(job, now) >= grace_seconds:
+                await _ignore_404(kube.batch.delete_namespaced_job(name, ns, propagation_policy="Background",
+                                                                   _preload_content=False))
+                done.append(f"deleted Job {ns}/{name}: its notebook ConfigMap is missing, so it could never start")
+    for line in done:
+        log.warning("reconcile: %s", line)
+    return done
+
+
+async def _ignore_404(coro) -> None:
+    from gpu_spawner.services.jobs.kube import _json
+
+    try:
+        await _json(coro)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def reconcile_forever(kube, grace_seconds: float, interval: float) -> None:
+    """Run `reconcile` every `interval` seconds; an API error is logged and tried again next time."""
+    while True:
+        try:
+            await reconcile(kube, grace_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - keep the loop alive through apiserver outages
+            log.warning("reconcile pass failed: %s", e)
+        await asyncio.sleep(interval)
