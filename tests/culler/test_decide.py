@@ -328,12 +328,15 @@ def test_service_registration_has_exactly_the_least_scopes():
     assert service["url"] == "http://127.0.0.1:1234"
 
 
-def test_hub_config_registers_the_culler():
+def test_hub_config_registers_the_culler(monkeypatch):
     """The repo's jupyterhub_config.py, loaded the way JupyterHub loads it."""
     from pathlib import Path
 
     from jupyterhub.app import JupyterHub
 
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+    monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
     app = JupyterHub()
     app.load_config_file(str(Path(__file__).resolve().parents[2] / "jupyterhub_config.py"))
     service = next(s for s in app.config.JupyterHub.services if s["name"] == "gpu-culler")
@@ -345,13 +348,14 @@ def test_hub_config_registers_the_culler():
 def test_configure_works_on_an_unset_config():
     from traitlets.config import Config
 
-    from gpu_spawner.services.culler import configure
+    from gpu_spawner.config import configure
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
     c = Config()
-    configure(c, "/p.yaml")
-    configure(c, "/p.yaml")  # idempotent
-    assert [s["name"] for s in c.JupyterHub.services] == ["gpu-culler"]
-    assert [r["name"] for r in c.JupyterHub.load_roles] == ["gpu-culler-role"]
+    configure(c, str(EXAMPLE_PROFILES))
+    configure(c, str(EXAMPLE_PROFILES))  # idempotent
+    assert [s["name"] for s in c.JupyterHub.services].count("gpu-culler") == 1
+    assert [r["name"] for r in c.JupyterHub.load_roles].count("gpu-culler-role") == 1
 
 
 def test_cli_help_lists_gpu_options():
