@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster.simulator_keys import DEV_AGENT_LABEL
+from devcluster.storage import ensure_home_share
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "jhub"
@@ -108,6 +109,10 @@ c.GPUSpawner.events_enabled = True
 # pods the dev node agent (SIMULATOR) runs as local processes; KWOK leaves their status to it
 c.GPUSpawner.extra_labels = {{{DEV_AGENT_LABEL!r}: "run"}}
 c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
+# homes on the dev home share (devcluster/storage.py), mounted as z2jh's `singleuser.storage.type: static` does
+from gpu_spawner.builders.storage import spawner_settings as _home
+for _k, _v in _home().items():
+    setattr(c.GPUSpawner, _k, _v)
 {s.extra}
 ''')
     return path
@@ -150,6 +155,8 @@ class DevHub:
     def __init__(self, settings: HubSettings):
         self.settings = settings
         self.log_path = settings.state_dir / "jupyterhub.log"
+        #: the dev home share: every user's home is its {username} folder (PersistentVolumes point here)
+        self.share = settings.state_dir / "homes"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90) -> "DevHub":
@@ -157,6 +164,7 @@ class DevHub:
         (s.state_dir / "cookie_secret").write_text(secrets.token_hex(32))
         (s.state_dir / "cookie_secret").chmod(0o600)
         ensure_namespace(s.kubeconfig)
+        ensure_home_share(s.kubeconfig, s.profiles, self.share, NAMESPACE)
         config_path = write_config(s)
         env = dict(os.environ, KUBECONFIG=str(s.kubeconfig), GPUHUB_PROFILES=str(s.profiles))
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -184,16 +192,10 @@ class DevHub:
         except OSError:
             return ""
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # the hub stops its proxy, its services and (cleanup_servers) the users' pods
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc:
-            try:  # anything of its session still alive (a proxy or service orphaned by a crash) goes too
-                os.killpg(self.proc.pid, 9)
-            except ProcessLookupError:
-                pass
+    def stop(self, grace: float = 30) -> None:
+        """SIGTERM: the hub stops its proxy, its services and (cleanup_servers) the users' pods; after
+        `grace` (sooner once stopping.hurry is set) it and every process it started are killed: the
+        proxy and services run in sessions of their own, so its process group alone would miss them."""
+        from devcluster import procs
+
+        procs.stop_tree(self.proc, grace)
