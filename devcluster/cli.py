@@ -37,6 +37,13 @@ def _status(_args) -> int:
         pid = f"pid {c['pid']}" if "pid" in c else ""
         print(f"{name:<{width}}  {pid:<12} {c['state']}")
     print(f"logs: {st['logs']}")
+    if st["busy"]:
+        print("a `gpuhub cluster up` or `down` (or `gpuhub dev`) is starting or stopping it right now")
+    if st["leftovers"]:
+        print("left over from a run that ended without stopping them (stop them with `gpuhub cluster down`):")
+        for line in st["leftovers"]:
+            print(f"  {line}")
+        return EXIT_FAILED
     if not st["running"]:
         print(f"no dev cluster is running in {st['state_dir']}")
         return EXIT_NOT_RUNNING
@@ -47,7 +54,7 @@ def _status(_args) -> int:
 def _down(_args) -> int:
     from . import cluster
 
-    stopped = cluster.down()
+    stopped = cluster.down(say=_say)
     if stopped:
         print("stopped: " + ", ".join(stopped))
     else:
@@ -62,10 +69,14 @@ def run(action: str, args: argparse.Namespace) -> int:
     """Entry point shared by `gpuhub cluster ACTION` and `python -m devcluster ACTION`."""
     from gpu_spawner.model.validation import ProfilesError
 
+    from . import stopping
     from .binaries import BuildError
     from .cluster import ClusterError
     from .components import SetupError
 
+    stopping.install(_say)  # a second Ctrl-C hurries the cleanup instead of aborting it
+    if action == "down":
+        stopping.begin()  # already stopping: a signal only hurries it
     try:
         return ACTIONS[action](args)
     except ProfilesError as e:

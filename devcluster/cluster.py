@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import binaries, components, kueue_setup, nodes, procs
+from . import binaries, components, kueue_setup, leftovers, nodes, procs
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
@@ -164,8 +164,7 @@ class _Starter:
     def start(self, *names: str) -> None:
         for name in names:
             c = self.comps[name]
-            rec, proc = procs.spawn(name, c.argv, c.log, self.layout.root, c.health_url)
-            rec.save(self.layout.run)
+            rec, proc = procs.spawn(name, c.argv, c.log, self.layout.root, c.health_url, self.layout.run)
             self.started.append((rec, proc))
 
     def wait_healthy(self, *names: str) -> None:
@@ -226,6 +225,11 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
                 f"a dev cluster is already running in {layout.root} ("
                 + ", ".join(f"{r.name} pid {r.pid}" for r in running)
                 + "); stop it with `gpuhub cluster down`, or set GPUHUB_CLUSTER_DIR to run another one")
+        stray = leftovers.unrecorded(layout)
+        if stray:
+            raise ClusterError(f"processes an earlier run started for {layout.root} still run ("
+                               + ", ".join(procs.describe(p) for p in stray)
+                               + "); stop them with `gpuhub cluster down`")
         t0 = time.monotonic()
         bins = binaries.build(verbose=True)
         ports = pick_ports()
@@ -357,7 +361,8 @@ def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, ti
 
 # ---------------------------------------------------------------------------------------------- status / down
 def status(root: Path | None = None) -> dict[str, Any]:
-    """Each recorded component with its pid, whether it runs and whether its health endpoint answers."""
+    """Each recorded component with its pid, whether it runs and whether its health endpoint answers;
+    and what is left over from a run that ended without stopping it."""
     layout = Layout(Path(root or state_dir()))
     records = procs.Record.load_all(layout.run)
     ctx = None
@@ -365,7 +370,8 @@ def status(root: Path | None = None) -> dict[str, Any]:
     if pki.ca_cert.is_file():
         ctx = _ssl_context(pki)
     out: dict[str, Any] = {"state_dir": str(layout.root), "kubeconfig": str(layout.kubeconfig),
-                           "logs": str(layout.logs), "running": False, "healthy": False, "components": {}}
+                           "logs": str(layout.logs), "running": False, "healthy": False, "components": {},
+                           "busy": leftovers.busy(layout), "leftovers": []}
     for name in ORDER:
         rec = records.get(name)
         if rec is None:
@@ -377,27 +383,46 @@ def status(root: Path | None = None) -> dict[str, Any]:
                                    "running, not healthy" if running else "exited", "log": rec.log}
         out["running"] = out["running"] or running
     out["healthy"] = all(c["state"] == "healthy" for c in out["components"].values())
+    if not out["busy"]:
+        out["leftovers"] = [procs.describe(p) for p in leftovers.find(layout)]
     return out
 
 
-def down(root: Path | None = None) -> list[str]:
-    """Stop every component this state folder recorded (newest first); returns the names stopped."""
+def down(root: Path | None = None, say: Callable[[str], None] = lambda msg: None) -> list[str]:
+    """Stop what `gpuhub dev` left (hub, proxy, services, agent, pods: by mark or recorded port), then
+    every recorded component (newest first); returns the names stopped."""
     layout = Layout(Path(root or state_dir()))
     if not layout.run.is_dir():
         return []
     with _locked(layout.root):
-        stopped = stop_in_order(procs.Record.load_all(layout.run), layout.run)
+        ports = leftovers.recorded_ports(layout)
+        others = leftovers.unrecorded(layout)
+        stopped = []
+        if others:
+            say("stopping what `gpuhub dev` started: " + ", ".join(procs.describe(p) for p in others))
+            stopped += [f"pid {p.pid}" for p in procs.terminate(others, grace=10)]
+        stopped += stop_in_order(procs.Record.load_all(layout.run), layout.run, say)
         (layout.run / "cluster.json").unlink(missing_ok=True)
+        leftovers.forget_dev_info(layout.root)
+        for line in leftovers.strangers_on_ports(layout, ports):
+            say(line)
     return stopped
 
 
-def stop_in_order(records: dict[str, procs.Record], run_dir: Path) -> list[str]:
+def stop_in_order(records: dict[str, procs.Record], run_dir: Path,
+                  say: Callable[[str], None] = lambda msg: None) -> list[str]:
     """API clients first (together), then the API server, then etcd: an API server whose etcd is gone
     spends its shutdown retrying etcd instead of exiting."""
     tiers = [[r for n, r in records.items() if n not in ("kube-apiserver", "etcd")],
              [records[n] for n in ("kube-apiserver",) if n in records],
              [records[n] for n in ("etcd",) if n in records]]
-    return [name for tier in tiers for name in procs.stop(tier, run_dir)]
+    stopped = []
+    for tier in tiers:
+        live = [r for r in tier if procs.alive(r)]
+        if live:
+            say("stopping " + ", ".join(r.name for r in live))
+        stopped += procs.stop(tier, run_dir)
+    return stopped
 
 
 def ensure_ready(cluster: Cluster) -> None:
