@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Callable
 
 import yaml
@@ -55,6 +56,15 @@ def cmd_render_kueue(args) -> int:
     from gpu_spawner.builders.kueue import render_kueue
 
     print(yaml.safe_dump_all(render_kueue(_load(args.file)), sort_keys=False), end="")
+    return 0
+
+
+def cmd_render_deploy(args) -> int:
+    from gpu_spawner.builders.deploy import write_generated
+
+    cfg = _load(args.file)
+    for path in write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image):
+        print(path)
     return 0
 
 
@@ -141,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     rk = rsub.add_parser("kueue", help="ResourceFlavors, ClusterQueues, LocalQueues, priority classes (YAML)")
     rk.add_argument("file")
     rk.set_defaults(run=cmd_render_kueue)
+    rd = rsub.add_parser("deploy", help="write the deploy files: RBAC, NetworkPolicies per team, the gpu-jobs "
+                                        "Deployment, GPU operator values, device plugin and MIG configs, AKS pools")
+    rd.add_argument("file")
+    from gpu_spawner.builders.deploy import add_arguments as deploy_arguments
+
+    deploy_arguments(rd)
+    rd.set_defaults(run=cmd_render_deploy)
     rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its claim and ConfigMap (YAML)")
     rj.add_argument("file")
     rj.add_argument("--profile", required=True)

@@ -70,6 +70,8 @@ class Snapshot:
     kueue: dict[str, list[dict[str, Any]]] | None = None     # kind → live objects
     access: dict[tuple[str, str, str, str | None], bool] = field(default_factory=dict)  # (verb, group, res, ns)
     identity: str = "the kubeconfig's user"
+    #: Whose rights were reviewed, per account of `deploy.Permission` ("hub", "gpu-jobs"); else `identity`.
+    identities: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -369,15 +371,22 @@ def access_requests(cfg: ProfilesConfig, hub_namespace: str) -> list[tuple[str, 
     return [(v, p.group, p.resource, p.namespace) for p in hub_permissions(cfg, hub_namespace) for v in p.verbs]
 
 
+def request_accounts(cfg: ProfilesConfig, hub_namespace: str) -> dict[tuple[str, str, str, str | None], str]:
+    """Which account (the hub's, gpu-jobs') each access review is for."""
+    return {(v, p.group, p.resource, p.namespace): p.account for p in hub_permissions(cfg, hub_namespace)
+            for v in p.verbs}
+
+
 def check_rbac(cfg: ProfilesConfig, snap: Snapshot, hub_namespace: str) -> list[Check]:
     out = []
     for p in hub_permissions(cfg, hub_namespace):
         denied = [v for v in p.verbs if not snap.access.get((v, p.group, p.resource, p.namespace), False)]
         name = f"{p.what} {p.where}"
         if denied:
-            out.append(Check("rbac", name, FAIL, f"{snap.identity} may not {', '.join(denied)} ({p.why})",
-                             "kubectl apply -f deploy/rbac.yaml (regenerate it for your namespaces and service "
-                             "account: python -m gpu_spawner.builders.deploy FILE)"))
+            who = snap.identities.get(p.account, snap.identity)
+            out.append(Check("rbac", name, FAIL, f"{who} may not {', '.join(denied)} ({p.why})",
+                             "kubectl apply -f deploy/rbac.yaml -f deploy/gpu-jobs.yaml (regenerate them for your "
+                             "namespaces and service accounts: gpuhub render deploy FILE)"))
         else:
             out.append(Check("rbac", name, OK, f"{', '.join(p.verbs)} ({p.why})"))
     if snap.errors.get("access"):

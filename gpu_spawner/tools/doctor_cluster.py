@@ -108,6 +108,15 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
         except ApiException as e:
             snap.errors["kueue"] = _why(e)
 
+    from gpu_spawner.builders.deploy import HUB_ACCOUNT
+    from gpu_spawner.tools.doctor import request_accounts
+
+    accounts = request_accounts(cfg, hub_namespace)
+
+    def account_sa(account: str) -> str:
+        """The hub's account is the one given; gpu-jobs' is `gpu-jobs` next to it (deploy/gpu-jobs.yaml)."""
+        return service_account if account == HUB_ACCOUNT else f"{service_account.split('/', 1)[0]}/{account}"
+
     def review(req) -> tuple[tuple, bool]:
         verb, group, resource, ns = req
         res, _, sub = resource.partition("/")
@@ -117,7 +126,7 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
         if ns:
             attrs["namespace"] = ns
         if service_account:
-            sa_ns, sa = service_account.split("/", 1)
+            sa_ns, sa = account_sa(accounts[req]).split("/", 1)
             body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                     "spec": {"resourceAttributes": attrs, "user": f"system:serviceaccount:{sa_ns}:{sa}",
                              "groups": ["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}",
@@ -130,6 +139,8 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
         return req, bool(json.loads(r.data).get("status", {}).get("allowed"))
 
     snap.identity = f"service account {service_account}" if service_account else "the kubeconfig's user"
+    if service_account:
+        snap.identities = {a: f"service account {account_sa(a)}" for a in set(accounts.values())}
     try:
         with ThreadPoolExecutor(8) as pool:
             snap.access = dict(pool.map(review, access_requests(cfg, hub_namespace)))

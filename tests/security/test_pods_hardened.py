@@ -113,3 +113,102 @@ def test_kueue_quota_covers_the_scratch_disk_so_gpus_decide(cfg):
             res = {r["name"]: r for r in flavor["resources"]}
             slots = max(int(r["nominalQuota"]) for n, r in res.items() if n.startswith("nvidia.com/"))
             assert parse_quantity(res["ephemeral-storage"]["nominalQuota"]) == slots * parse_quantity(MAX_EPHEMERAL_STORAGE)
+
+
+# ---------------------------------------------------------------------------------------------- network
+def test_every_team_namespace_blocks_job_pod_ingress_and_metadata_egress(cfg):
+    from gpu_spawner.builders.network import METADATA_CIDRS, render_network_policies
+    from gpu_spawner.contract import JOB_LABEL
+
+    assert set(METADATA_CIDRS) == {"169.254.169.254/32", "168.63.129.16/32"}
+    pols = [p for p in render_network_policies(cfg, "jhub") if p["metadata"]["name"] == "gpuhub-job-pods"]
+    assert {p["metadata"]["namespace"] for p in pols} == {t.namespace for t in cfg.teams.values()}
+    labels = build_job(cfg, cfg.by_slug["t4-shared"], "alice", ["data-science"], "a.ipynb", NB)[0][
+        "spec"]["template"]["metadata"]["labels"]
+    for pol in pols:
+        spec = pol["spec"]
+        assert spec["podSelector"] == {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]}
+        assert JOB_LABEL in labels  # the product's job pods are the ones selected
+        assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+        blocks = [b["ipBlock"] for rule in spec["egress"] for b in rule["to"] if "ipBlock" in b]
+        v4 = [b for b in blocks if ":" not in b["cidr"]]
+        assert v4 == [{"cidr": "0.0.0.0/0", "except": list(METADATA_CIDRS)}]
+        # no other rule opens a way to the metadata addresses
+        assert all("ipBlock" in b or "podSelector" in b for rule in spec["egress"] for b in rule["to"])
+    # the generated file is what deploy/ ships (tests/unit/test_deploy.py checks it is current)
+    shipped = [d for d in yaml.safe_load_all((ROOT / "deploy" / "networkpolicy.yaml").read_text()) if d]
+    assert [p for p in shipped if p["metadata"]["name"] == "gpuhub-job-pods"] == pols
+
+
+# ---------------------------------------------------------------------------------------------- gpu-jobs' account
+#: kubernetes client method name → (API group, resource) for the kinds gpu-jobs touches.
+KINDS = {"job": ("batch", "jobs"), "config_map": ("", "configmaps"), "pod": ("", "pods"), "pod_log": ("", "pods/log"),
+         "persistent_volume_claim": ("", "persistentvolumeclaims"), "event": ("", "events"),
+         "persistent_volume": ("", "persistentvolumes"), "secret": ("", "secrets")}
+CALL = re.compile(r"\.(create|delete|read|list|patch|replace|get)_(namespaced_|cluster_)?([a-z_]+?)\s*[(,]"
+                  r"([^)]{0,160})")
+KUEUE_PLURALS = ("workloads", "localqueues", "clusterqueues", "resourceflavors", "workloadpriorityclasses")
+
+
+def calls_in_code() -> set[tuple[str, str, str, str]]:
+    """(group, resource, scope, verb) of every Kubernetes API call in services/jobs/; a list made by the
+    watch-fed cache (cache.py, through an Informer) also watches."""
+    found = set()
+    for path in sorted((ROOT / "gpu_spawner" / "services" / "jobs").glob("*.py")):
+        text = path.read_text()
+        for verb, scope, kind, args in CALL.findall(text):
+            if kind.endswith("custom_object"):
+                plural = next((p for p in KUEUE_PLURALS if f'"{p}"' in args), None)
+                assert plural, f"{path.name}: a custom-object call whose resource this test cannot read: {args!r}"
+                group, resource = "kueue.x-k8s.io", plural
+            elif kind in KINDS:
+                group, resource = KINDS[kind]
+            else:
+                continue  # not a Kubernetes call (create_task, get_argument, ...)
+            where = "cluster" if scope == "cluster_" else "team"
+            verb = {"read": "get"}.get(verb, verb)
+            found.add((group, resource, where, verb))
+            if path.name == "cache.py" and verb == "list":
+                found.add((group, resource, where, "watch"))
+    return found
+
+
+def test_gpu_jobs_account_has_exactly_the_verbs_its_code_uses(cfg):
+    from gpu_spawner.builders.deploy import JOBS_ACCOUNT, jobs_permissions
+
+    granted = {(p.group, p.resource, "cluster" if p.namespace is None else "team", v)
+               for p in jobs_permissions(cfg) for v in p.verbs}
+    assert all(p.account == JOBS_ACCOUNT for p in jobs_permissions(cfg))
+    used = calls_in_code()
+    assert used - granted == set(), "gpu-jobs calls the API without the right (add it to deploy.jobs_permissions)"
+    assert granted - used == set(), "gpu-jobs is granted rights it never uses (remove them from deploy.jobs_permissions)"
+
+
+def test_gpu_jobs_runs_under_its_own_hardened_account():
+    from gpu_spawner.builders.workloads import render_gpu_jobs
+
+    objs = {o["kind"]: o for o in render_gpu_jobs("jhub")}
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert objs["ServiceAccount"]["metadata"]["name"] == pod["serviceAccountName"] == "gpu-jobs"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == JOB_UID
+    (c,) = pod["containers"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]} and c["securityContext"]["readOnlyRootFilesystem"]
+    assert not pod.get("tolerations")  # never on a GPU pool
+    rbac = deploy.render_rbac(load_profiles(EXAMPLE_PROFILES))
+    jobs_bindings = [b for b in rbac if b["kind"].endswith("Binding") and b["subjects"][0]["name"] == "gpu-jobs"]
+    assert {b["metadata"].get("namespace") for b in jobs_bindings} == {None, "team-ds", "team-mlr"}
+
+
+def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
+    """NFD's worker labels the NVIDIA PCI device the operator keys on: it must tolerate every GPU taint too."""
+    from gpu_spawner.builders.workloads import render_gpu_operator_values
+
+    values = render_gpu_operator_values(cfg)
+    want = [t.toleration() for t in cfg.gpu_taints()]
+    assert {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",
+            "effect": "NoSchedule"} in want
+    assert values["daemonsets"]["tolerations"] == want
+    assert values["node-feature-discovery"]["worker"]["tolerations"] == want
+    assert values["devicePlugin"]["config"] == {"name": deploy.DEVICE_PLUGIN_CONFIG, "default": "default"}
+    assert {"name": "WITH_REBOOT", "value": "true"} in values["migManager"]["env"]

@@ -1,5 +1,5 @@
 """deploy/: the z2jh values, RBAC, NetworkPolicies, AKS node pools and NVIDIA configs. The generated files
-must equal what the example profiles file renders now (regenerate: python -m gpu_spawner.builders.deploy)."""
+must equal what the example profiles file renders now (regenerate: gpuhub render deploy gpu_spawner/examples/profiles.yaml)."""
 from __future__ import annotations
 
 import shlex
@@ -34,63 +34,79 @@ def docs(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", deploy.GENERATED)
 def test_generated_files_are_current(cfg, name):
     want = deploy.generated_files(cfg, EXAMPLE_REL)[name]
-    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run python -m gpu_spawner.builders.deploy"
+    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run gpuhub render deploy gpu_spawner/examples/profiles.yaml"
 
 
-@pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml",
-                                  "nvidia-device-plugin-config.yaml", "mig-parted-config.yaml"])
+@pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml", "gpu-jobs.yaml",
+                                  "gpu-operator-values.yaml", "nvidia-device-plugin-config.yaml",
+                                  "mig-parted-config.yaml"])
 def test_yaml_parses(name):
     assert docs(name)
 
 
-def test_rbac_is_the_minimal_set(cfg):
-    objs = docs("rbac.yaml")
-    rules = {}
-    for o in objs:
-        if o["kind"] in ("Role", "ClusterRole"):
-            ns = o["metadata"].get("namespace")
-            for r in o["rules"]:
-                assert len(r["apiGroups"]) == 1 and len(r["resources"]) == 1
-                assert "*" not in r["verbs"] + r["resources"] + r["apiGroups"]
-                rules[(ns, r["apiGroups"][0], r["resources"][0])] = set(r["verbs"])
+def rules_by_subject(objs: list[dict]) -> dict[tuple, set]:
+    """(service account, namespace, apiGroup, resource) → verbs, through the bindings."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objs
+             if o["kind"] in ("Role", "ClusterRole")}
+    out: dict[tuple, set] = {}
+    for b in (o for o in objs if o["kind"].endswith("Binding")):
+        ns = b["metadata"].get("namespace")
+        role = roles[(b["roleRef"]["kind"], ns, b["roleRef"]["name"])]
+        (subject,) = b["subjects"]
+        for r in role["rules"]:
+            assert len(r["apiGroups"]) == 1 and len(r["resources"]) == 1
+            assert "*" not in r["verbs"] + r["resources"] + r["apiGroups"]
+            out[(subject["name"], ns, r["apiGroups"][0], r["resources"][0])] = set(r["verbs"])
+    return out
+
+
+def test_rbac_is_the_minimal_set_per_account(cfg):
+    """The hub's account: server pods and the picker's reads; gpu-jobs' own account: its Jobs and what goes
+    with them in the team namespaces (the verbs are checked against the code in tests/security)."""
+    rules = rules_by_subject(docs("rbac.yaml"))
     read = {"get", "list", "watch"}
     assert rules == {
-        (None, "", "nodes"): read,
-        (None, "", "pods"): read,
-        (None, "kueue.x-k8s.io", "clusterqueues"): read,
-        ("jhub", "", "pods"): read | {"create", "delete"},
-        ("jhub", "", "events"): read,
+        ("hub", None, "", "nodes"): read,
+        ("hub", None, "", "pods"): read,
+        ("hub", "jhub", "", "pods"): read | {"create", "delete"},
+        ("hub", "jhub", "", "events"): read,
+        ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
-            (ns, "batch", "jobs"): read | {"create", "delete"},
-            (ns, "", "configmaps"): {"get", "create", "delete"},
-            (ns, "", "persistentvolumeclaims"): {"get", "create", "delete"},
-            (ns, "", "pods/log"): {"get"},
-            (ns, "kueue.x-k8s.io", "workloads"): read,
-            (ns, "kueue.x-k8s.io", "localqueues"): read,
+            ("gpu-jobs", ns, "batch", "jobs"): read | {"create", "delete"},
+            ("gpu-jobs", ns, "", "configmaps"): {"create", "delete", "list", "patch"},
+            ("gpu-jobs", ns, "", "persistentvolumeclaims"): {"get"},
+            ("gpu-jobs", ns, "", "pods"): {"list", "watch"},
+            ("gpu-jobs", ns, "", "pods/log"): {"get"},
+            ("gpu-jobs", ns, "kueue.x-k8s.io", "workloads"): {"list", "watch"},
+            ("gpu-jobs", ns, "kueue.x-k8s.io", "localqueues"): {"get"},
         }.items()},
     }
-    # nothing may write secrets, nodes, RBAC or anything cluster-wide
-    assert not any(ns is None and verbs - read for (ns, _, _), verbs in rules.items())
-    assert not any(res in ("secrets", "roles", "rolebindings", "clusterroles") for (_, _, res) in rules)
+    # nothing may write secrets, nodes, RBAC or anything cluster-wide; the hub has no rights on Jobs
+    assert not any(ns is None and verbs - read for (_, ns, _, _), verbs in rules.items())
+    assert not any(res in ("secrets", "roles", "rolebindings", "clusterroles") for (*_, res) in rules)
+    assert not any(sa == "hub" and ns in ("team-ds", "team-mlr") for (sa, ns, _, _) in rules)
 
 
-def test_rbac_binds_every_role_to_the_hub_service_account():
+def test_rbac_binds_every_role_to_exactly_one_account():
     objs = docs("rbac.yaml")
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs
              if o["kind"] in ("Role", "ClusterRole")}
-    bound = set()
+    bound = {}
     for o in objs:
         if o["kind"].endswith("Binding"):
-            assert o["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
-            bound.add((o["roleRef"]["kind"], o["metadata"].get("namespace"), o["roleRef"]["name"]))
-    assert bound == roles
+            (subject,) = o["subjects"]
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == "jhub"
+            assert subject["name"] in ("hub", "gpu-jobs")
+            bound[(o["roleRef"]["kind"], o["metadata"].get("namespace"), o["roleRef"]["name"])] = subject["name"]
+    assert set(bound) == roles
 
 
 def test_rbac_rendered_for_other_namespaces(cfg):
-    objs = deploy.render_rbac(cfg, hub_namespace="hub-prod", service_account="jh")
+    objs = deploy.render_rbac(cfg, hub_namespace="hub-prod", service_account="jh", jobs_service_account="jobs")
     assert {o["metadata"].get("namespace") for o in objs} == {None, "hub-prod", "team-ds", "team-mlr"}
-    assert all(o["subjects"][0] == {"kind": "ServiceAccount", "name": "jh", "namespace": "hub-prod"}
-               for o in objs if "subjects" in o)
+    subjects = {o["subjects"][0]["name"] for o in objs if "subjects" in o}
+    assert subjects == {"jh", "jobs"}
+    assert all(o["subjects"][0]["namespace"] == "hub-prod" for o in objs if "subjects" in o)
 
 
 def test_values_wire_gpuspawner_profiles_services_and_roles():
@@ -106,10 +122,15 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     mount = next(x for x in hub["extraVolumeMounts"] if x["name"] == "gpuhub-profiles")
     assert vol["configMap"]["name"] == "gpuhub-profiles" and mount["readOnly"]
     assert hub["extraEnv"]["GPUHUB_PROFILES"] == mount["mountPath"] + "/profiles.yaml"
-    # services: the names the code registers, reachable through the hub Service on their default ports
+    # the culler inside the hub pod, reachable through the hub Service on its default port; gpu-jobs is its
+    # own Deployment (deploy/gpu-jobs.yaml), registered with a token from its Secret
     ports = {p["name"]: p["port"] for p in hub["service"]["extraPorts"]}
-    assert ports == {GPU_JOBS: JOBS_PORT, CULLER: CULLER_PORT}
+    assert ports == {CULLER: CULLER_PORT}
     assert all(p["targetPort"] == p["port"] for p in hub["service"]["extraPorts"])
+    env = hub["extraEnv"]
+    assert env["GPUHUB_JOBS_SERVICE_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
+    assert env["GPUHUB_JOBS_PUBLIC_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}/services/{GPU_JOBS}/"
+    assert env["GPUHUB_JOBS_API_TOKEN"] == {"valueFrom": {"secretKeyRef": {"name": "gpu-jobs-api-token", "key": "token"}}}
     assert v["cull"]["enabled"] is False  # our culler, not z2jh's
     assert v["singleuser"]["cmd"] == "gpuhub-singleuser"
 
@@ -162,16 +183,55 @@ def test_services_listen_on_all_interfaces_behind_the_hub_service(monkeypatch):
     assert GPUCuller.listen_ip() == "127.0.0.1"
 
 
-def test_networkpolicy_admits_only_the_proxy_to_the_services(cfg):
-    pols = docs("networkpolicy.yaml")
-    hub = next(p for p in pols if p["metadata"]["name"] == "gpuhub-hub-services")
-    assert hub["spec"]["podSelector"]["matchLabels"]["component"] == "hub"
-    (rule,) = hub["spec"]["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}]
-    assert sorted(p["port"] for p in rule["ports"]) == [10101, 10102]
-    jobs = [p for p in pols if p["metadata"]["name"] == "gpuhub-jobs-no-ingress"]
-    assert {p["metadata"]["namespace"] for p in jobs} == {t.namespace for t in cfg.teams.values()}
-    assert all(p["spec"]["ingress"] == [] for p in jobs)
+def test_values_with_gpu_jobs_in_its_own_deployment(tmp_path, monkeypatch):
+    """The extraConfig as it runs in the hub pod of deploy/values.yaml (hub.extraEnv set): gpu-jobs is an
+    external service at its own Service with the Secret's token, kernels get its in-cluster URL, the culler
+    stays a managed service at the hub Service."""
+    from traitlets.config import Config
+
+    hub = docs("values.yaml")[0]["hub"]
+    for k, v in hub["extraEnv"].items():
+        monkeypatch.setenv(k, "s3cret" if isinstance(v, dict) else str(v))
+    monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
+    monkeypatch.chdir(tmp_path)
+    c = Config()
+    c.KubeSpawner.environment = {"FROM_SINGLEUSER_EXTRAENV": "1"}
+    exec(hub["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    jobs = services[GPU_JOBS]
+    assert "command" not in jobs and jobs["api_token"] == "s3cret"
+    assert jobs["url"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
+    assert "command" in services[CULLER] and services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
+    env = c.GPUSpawner.environment
+    assert env["GPUHUB_JOBS_URL"] == hub["extraEnv"]["GPUHUB_JOBS_PUBLIC_URL"] and env["FROM_SINGLEUSER_EXTRAENV"] == "1"
+    # the Deployment listens where the hub sends the proxy, under the service's prefix, with the same token
+    (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert f"--url=http://0.0.0.0:{JOBS_PORT}" in container["command"]
+    token = next(e for e in container["env"] if e["name"] == "JUPYTERHUB_API_TOKEN")
+    assert token["valueFrom"] == hub["extraEnv"]["GPUHUB_JOBS_API_TOKEN"]["valueFrom"]
+    assert {"name": "JUPYTERHUB_SERVICE_PREFIX", "value": f"/services/{GPU_JOBS}/"} in container["env"]
+
+
+def test_networkpolicies_select_by_z2jh_component_labels(cfg):
+    pols = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in docs("networkpolicy.yaml")}
+    hub = pols[("jhub", "gpuhub-hub-services")]["spec"]
+    assert hub["podSelector"] == {"matchLabels": {"component": "hub"}}
+    (rule,) = hub["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
+    assert [p["port"] for p in rule["ports"]] == [CULLER_PORT]
+    jobs = pols[("jhub", "gpuhub-gpu-jobs")]["spec"]
+    (rule,) = jobs["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}},
+                            {"podSelector": {"matchLabels": {"component": "singleuser-server"}}}]
+    assert [p["port"] for p in rule["ports"]] == [JOBS_PORT]
+    (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert jobs["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert pod_labels["hub.jupyter.org/network-access-hub"] == "true"  # z2jh's hub policy admits it to the API
+    # z2jh's legacy labels are never selected on
+    text = (DEPLOY / "networkpolicy.yaml").read_text() + (DEPLOY / "values.yaml").read_text()
+    assert "app: jupyterhub" not in text and "release:" not in text
 
 
 def test_aks_script_creates_the_example_pools(cfg):
@@ -199,7 +259,9 @@ def test_aks_script_creates_the_example_pools(cfg):
 def test_device_plugin_config_matches_the_pools(cfg):
     (cm,) = docs("nvidia-device-plugin-config.yaml")
     entries = {k: yaml.safe_load(v) for k, v in cm["data"].items()}
-    assert set(entries) == {n for n, p in cfg.pools.items() if p.is_gpu}
+    assert set(entries) == {"default"} | {n for n, p in cfg.pools.items() if p.is_gpu}
+    # a GPU node without the per-pool label (a pool added by hand) gets whole GPUs, not a crash loop
+    assert entries["default"] == {"version": "v1", "flags": {"migStrategy": "none"}}
     ts = entries["gput4"]["sharing"]["timeSlicing"]
     assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert ts["renameByDefault"] is False and ts["failRequestsGreaterThanOne"] is True
@@ -273,15 +335,30 @@ def test_docs_exist_and_link_what_exists():
         assert symptom in trouble
 
 
-def test_singleuser_may_reach_the_services_through_the_proxy():
+def test_singleuser_and_proxy_may_reach_gpu_jobs_on_its_port_only():
     v = docs("values.yaml")[0]
-    (rule,) = v["singleuser"]["networkPolicy"]["egress"]
-    assert rule["to"] == [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    for rules in (v["singleuser"]["networkPolicy"]["egress"], v["proxy"]["chp"]["networkPolicy"]["egress"]):
+        (rule,) = rules
+        (to,) = rule["to"]
+        assert to["podSelector"]["matchLabels"].items() <= labels.items()
+        assert rule["ports"] == [{"protocol": "TCP", "port": JOBS_PORT}]
 
 
-def test_kernels_find_gpu_jobs_through_the_proxy():
-    service_url = pytest.importorskip("extension.client", reason="the %gpu_submit client is not there yet").service_url
-    env = docs("values.yaml")[0]["singleuser"]["extraEnv"]
-    url = service_url({**env, "JUPYTERHUB_API_URL": "http://hub:8081/hub/api"})
-    assert url == f"http://proxy-public/services/{GPU_JOBS}/"
+def test_kernels_find_gpu_jobs_inside_the_cluster(monkeypatch, tmp_path):
+    """%gpu_submit calls the gpu-jobs Service directly (plain HTTP inside the cluster), not through the proxy,
+    whose scheme (HTTPS) and address are the outside world's."""
+    from traitlets.config import Config
+
+    from extension.client import service_url
+
+    hub = docs("values.yaml")[0]["hub"]
+    for k, val in hub["extraEnv"].items():
+        monkeypatch.setenv(k, "t" if isinstance(val, dict) else str(val))
+    monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
+    monkeypatch.chdir(tmp_path)
+    c = Config()
+    exec(hub["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
+    url = service_url({**c.GPUSpawner.environment, "JUPYTERHUB_API_URL": "http://hub:8081/hub/api"})
+    assert url == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}/services/{GPU_JOBS}/"

@@ -24,6 +24,9 @@ DEFAULT_URL_FOR_SERVERS = "http://proxy-public/services/gpu-jobs/"
 #: Hub environment read here: the service's port, its full URL when the proxy runs in another pod
 #: (z2jh: http://hub:10101), and the URL the users' servers use.
 ENV_PORT, ENV_URL, ENV_URL_FOR_SERVERS = "GPUHUB_JOBS_PORT", "GPUHUB_JOBS_SERVICE_URL", "GPUHUB_JOBS_PUBLIC_URL"
+#: Set when gpu-jobs runs in its own Deployment under its own ServiceAccount (deploy/gpu-jobs.yaml): the
+#: token it shares with the hub. The hub then registers it as an external service at $GPUHUB_JOBS_SERVICE_URL.
+ENV_API_TOKEN = "GPUHUB_JOBS_API_TOKEN"
 #: Managed services get a clean environment: what the service needs from the hub's to reach the cluster.
 PASSTHROUGH = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", ENV_PROFILES,
                "GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "HOME")
@@ -53,9 +56,12 @@ def jobs_service(profiles_file: str, *, port: int | None = None, host: str | Non
     port = port or int(env.get(ENV_PORT) or DEFAULT_PORT)
     url = f"http://{host}:{port}" if host else env.get(ENV_URL) or f"http://127.0.0.1:{port}"
     args = [f"--{k}={v}" for k, v in (options or {}).items()]
+    role = {"name": ROLE, "description": "gpu-jobs service (least privilege)",
+            "scopes": list(SCOPES), "services": [SERVICE_NAME]}
+    if env.get(ENV_API_TOKEN):  # its own Deployment: the hub only routes to it (options: its own env)
+        return {"name": SERVICE_NAME, "url": env.get(ENV_URL) or url, "api_token": env[ENV_API_TOKEN],
+                "display": False, "oauth_no_confirm": True}, role
     service = {"name": SERVICE_NAME, "url": url, "display": False, "oauth_no_confirm": True,
                "command": [sys.executable, "-m", "gpu_spawner.services.jobs", "--profiles", profiles_file, *args],
                "environment": {**passthrough(env), **(environment or {})}}
-    role = {"name": ROLE, "description": "gpu-jobs service (least privilege)",
-            "scopes": list(SCOPES), "services": [SERVICE_NAME]}
     return service, role
