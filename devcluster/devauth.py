@@ -1,19 +1,58 @@
 """DevAuthenticator: for `gpuhub dev` and tests only — any name logs in, groups come from a YAML file.
 
 Production hubs use a real authenticator (e.g. OAuthenticator with groups from the identity
-provider; see README). Groups matter here because profiles and teams are chosen by group.
+provider; see README). Groups matter here because profiles and teams are chosen by group. Anyone
+who can reach a hub using it can log in as anyone, so it refuses to load unless the hub (its public
+side and its internal API) listens on loopback only.
 """
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from urllib.parse import urlparse
 
 import yaml
 from jupyterhub.auth import Authenticator
 from traitlets import Unicode, default
 
 
+class NotLoopbackError(RuntimeError):
+    """The DevAuthenticator was configured on a hub reachable from other machines."""
+
+
+def _loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+def bind_hosts(app) -> dict[str, str]:
+    """Where a JupyterHub app listens: its public URL (the proxy) and its internal hub API."""
+    hub = urlparse(app.hub_bind_url).hostname if app.hub_bind_url else app.hub_ip
+    return {"the public URL (JupyterHub.ip / bind_url)": urlparse(app.bind_url).hostname or "",
+            "the hub API (JupyterHub.hub_ip / hub_bind_url)": hub or ""}
+
+
 class DevAuthenticator(Authenticator):
-    """Any user name logs in (no password); JupyterHub groups are read from `groups_file`."""
+    """DEV ONLY. Any user name logs in (no password); JupyterHub groups are read from `groups_file`."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        app = self.parent
+        if app is None or not hasattr(app, "bind_url"):
+            raise NotLoopbackError("DevAuthenticator is for `gpuhub dev` and tests only and loads only in a "
+                                   "JupyterHub that listens on loopback")
+        exposed = {k: v for k, v in bind_hosts(app).items() if not _loopback(v)}
+        if exposed:
+            raise NotLoopbackError(
+                "DevAuthenticator lets anyone log in as anyone without a password; it is for `gpuhub dev` and "
+                "tests only and refuses to run on a hub that listens beyond loopback ("
+                + ", ".join(f"{k} listens on {v or 'all interfaces'}" for k, v in exposed.items())
+                + "). Use a real authenticator (README: Production authentication).")
+        self.log.warning("DevAuthenticator: DEV ONLY, any name logs in without a password (loopback only)")
 
     groups_file = Unicode(
         "",

@@ -106,9 +106,19 @@ def cmd_render_job(args) -> int:
 
 def cmd_dev(args) -> int:
     from devcluster import dev
+    from devcluster.devsetup import UsersError, load_users
 
     _load(args.profiles) if args.profiles else None  # a bad file: exit 2 before anything starts
-    return dev.run(args.profiles, args.port, args.nodes_per_pool)
+    if args.users:
+        try:
+            load_users(args.users)
+        except UsersError as e:
+            raise CLIError(str(e)) from None
+    if not 0 < args.port < 65536:
+        raise CLIError(f"--port {args.port} is not a TCP port (1-65535)")
+    if not 1 <= args.nodes_per_pool <= 50:
+        raise CLIError(f"--nodes-per-pool {args.nodes_per_pool}: give 1 to 50")
+    return dev.run(args.profiles, args.port, args.nodes_per_pool, args.users)
 
 
 def cmd_doctor(args) -> int:
@@ -193,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--profiles", help="profiles file (default: the example)")
     dev.add_argument("--port", type=int, default=8000, help="the hub's port (default 8000)")
     dev.add_argument("--nodes-per-pool", type=int, default=2)
+    dev.add_argument("--users", metavar="FILE", help="YAML mapping of user name to groups, e.g. "
+                     "`research-user: [research]` (default: one `<group>-user` per team and group of the "
+                     "profiles file, and `admin` in all of them)")
     dev.set_defaults(run=cmd_dev)
     return p
 
