@@ -21,15 +21,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
+import requests
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from devcluster import binaries
 from devcluster import cluster as dc
 from devcluster.kube import Kube
+
+if TYPE_CHECKING:
+    from devcluster.dev import AgentProcess
+    from devcluster.devhub import DevHub
 
 NODES_PER_POOL = 2
 LOG_TAIL = 20
@@ -251,3 +256,56 @@ def hub_log_sections(dev, agent, lines: int = 80) -> list[tuple[str, str]]:
     """The hub's and the agent's log tails, for a failed test's report."""
     return [("jupyterhub log (tail)", dev.log_tail(lines)),
             ("dev agent log", agent.log_path.read_text(errors="replace")[-4000:])]
+
+
+#: A two-cell notebook with a `parameters` cell (epochs = 1): what JobsHub.submit sends by default.
+PARAMETERS_NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                 "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
+                            "outputs": [], "execution_count": None},
+                           {"cell_type": "code", "id": "b", "metadata": {}, "source": "print(epochs * 2)", "outputs": [],
+                            "execution_count": None}]}
+
+
+@dataclass
+class JobsHub:
+    """A dev hub with its gpu-jobs service, driven as users do: their own hub tokens, through the proxy."""
+
+    url: str
+    admin_token: str
+    process: DevHub
+    agent: AgentProcess
+    state: Path
+    tokens: dict
+
+    def token(self, user: str) -> str:
+        """A token of `user` with just what the kernel's server token has for this service."""
+        if user not in self.tokens:
+            self.login(user)  # the DevAuthenticator sets the user's groups at login
+            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers=self.auth(self.admin_token),
+                              json={"scopes": ["access:services!service=gpu-jobs"], "note": "jobs tests"}, timeout=30)
+            assert r.status_code == 201, r.text
+            self.tokens[user] = r.json()["token"]
+        return self.tokens[user]
+
+    def login(self, name: str) -> requests.Session:
+        from .devhub import login
+
+        return login(self.url, name)
+
+    @staticmethod
+    def auth(token: str) -> dict:
+        return {"Authorization": f"token {token}"}
+
+    def call(self, user: str, method: str, path: str, **kw) -> requests.Response:
+        kw.setdefault("timeout", 30)
+        return requests.request(method, f"{self.url}/services/gpu-jobs{path}", headers=self.auth(self.token(user)),
+                                **kw)
+
+    def submit(self, user: str, **kw) -> requests.Response:
+        body = {"profile": "a100-mig-1g10gb", "notebook_path": "work/train.ipynb", "notebook": PARAMETERS_NB, **kw}
+        return self.call(user, "POST", "/jobs", json=body)
+
+    def status(self, user: str, name: str) -> dict:
+        r = self.call(user, "GET", f"/jobs/{name}")
+        assert r.status_code == 200, r.text
+        return r.json()

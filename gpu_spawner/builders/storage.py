@@ -108,3 +108,24 @@ def share_objects(namespaces: list[str], source: dict[str, Any], size: str = "1T
                     "spec": {"accessModes": list(access_modes), "storageClassName": "", "volumeName": name,
                              "resources": {"requests": {"storage": size}}}})
     return out
+
+
+def share_source(nfs: str | None = None, azure_files: str | None = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """(PV volume source, mount options) for the share: `nfs` "SERVER:/EXPORT" (an NFS server, Azure
+    NetApp Files), or `azure_files` "RESOURCE_GROUP/ACCOUNT/SHARE" (an Azure Files premium NFS share,
+    through the AKS Azure Files CSI driver; one volumeHandle per namespace, as the driver requires)."""
+    if bool(nfs) == bool(azure_files):
+        raise StorageError("give the share as exactly one of --nfs SERVER:/EXPORT or --azure-files RG/ACCOUNT/SHARE")
+    if nfs:
+        server, sep, path = nfs.partition(":")
+        if not sep or not server or not path.startswith("/"):
+            raise StorageError(f"--nfs {nfs!r}: write SERVER:/EXPORT, e.g. 10.0.0.4:/homes")
+        return {"nfs": {"server": server, "path": path}}, ("nfsvers=4.1", "hard")
+    parts = azure_files.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise StorageError(f"--azure-files {azure_files!r}: write RESOURCE_GROUP/STORAGE_ACCOUNT/SHARE")
+    rg, account, share = parts
+    return ({"csi": {"driver": "file.csi.azure.com", "volumeHandle": f"{rg}#{account}#{share}#{{namespace}}",
+                     "volumeAttributes": {"resourceGroup": rg, "storageAccount": account, "shareName": share,
+                                          "protocol": "nfs"}}},
+            ("nconnect=4", "noresvport", "actimeo=30"))

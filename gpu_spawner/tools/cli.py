@@ -72,6 +72,20 @@ def parse_params(items: list[str]) -> dict:
     """`--param k=v`: the rule `%gpu_submit` uses (gpu_spawner.parameters): a Python literal, else the string."""
     from gpu_spawner.parameters import parse_assignments
 
+def cmd_render_storage(args) -> int:
+    from gpu_spawner.builders.storage import StorageError, share_objects, share_source
+
+    cfg = _load(args.file)
+    try:
+        source, options = share_source(args.nfs, args.azure_files)
+    except StorageError as e:
+        raise CLIError(str(e)) from None
+    namespaces = [args.hub_namespace, *(t.namespace for t in cfg.teams.values())]
+    print(yaml.safe_dump_all(share_objects(namespaces, source, args.size, mount_options=options), sort_keys=False),
+          end="")
+    return 0
+
+
     try:
         return parse_assignments(items)
     except ValueError as e:
@@ -168,7 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     deploy_arguments(rd)
     rd.set_defaults(run=cmd_render_deploy)
-    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its claim and ConfigMap (YAML)")
+    rs = rsub.add_parser("storage", help="the users' home share: a PersistentVolume and claim `gpuhub-home` for the "
+                                         "hub namespace and each team namespace, all on one ReadWriteMany share")
+    rs.add_argument("file")
+    rs.add_argument("--nfs", metavar="SERVER:/EXPORT", help="an NFS export (e.g. Azure NetApp Files)")
+    rs.add_argument("--azure-files", metavar="RG/ACCOUNT/SHARE", help="an Azure Files premium NFS share")
+    rs.add_argument("--hub-namespace", default="jhub", help="where servers run (default jhub)")
+    rs.add_argument("--size", default="1Ti", help="the claims' size (the share's quota is set on the share)")
+    rs.set_defaults(run=cmd_render_storage)
+    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its ConfigMap (YAML)")
     rj.add_argument("file")
     rj.add_argument("--profile", required=True)
     rj.add_argument("--user", required=True)

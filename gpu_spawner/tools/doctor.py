@@ -73,6 +73,9 @@ class Snapshot:
     #: Whose rights were reviewed, per account of `deploy.Permission` ("hub", "gpu-jobs"); else `identity`.
     identities: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    #: The home-share claim per namespace (hub + teams; None: absent) and the PVs they are bound to.
+    home_claims: dict[str, dict[str, Any] | None] | None = None
+    home_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -398,7 +401,7 @@ def check_rbac(cfg: ProfilesConfig, snap: Snapshot, hub_namespace: str) -> list[
 # ---------------------------------------------------------------------------------------------- all
 def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
                hub_namespace: str | None = None) -> list[Check]:
-    """Every check, in table order: pools, Kueue, the hub's RBAC (when `hub_namespace` is given)."""
+    """Every check, in table order: pools, Kueue, the hub's RBAC (when `hub_namespace` is given), storage."""
     out: list[Check] = []
     if snap.nodes is None:
         out.append(Check("cluster", "nodes", FAIL, f"cannot list nodes: {snap.errors.get('nodes')}",
@@ -409,6 +412,11 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
             dp = check_device_plugin(name, pool, snap.nodes, snap)
             if dp:
                 out.append(dp)
+    from gpu_spawner.tools.doctor_storage import check_storage
+
+    if snap.home_claims is not None or "storage" in snap.errors:  # fetched (doctor_cluster always does)
+        out += check_storage(cfg, snap.home_claims, snap.home_volumes, hub_namespace or "jhub", file,
+                             snap.errors.get("storage", ""))
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file)
     if hub_namespace is not None:

@@ -138,6 +138,24 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
             r = authz.create_self_subject_access_review(body, _preload_content=False, _request_timeout=20)
         return req, bool(json.loads(r.data).get("status", {}).get("allowed"))
 
+    from gpu_spawner.builders.storage import HOME_CLAIM
+
+    try:  # the users' home share: the claim in the hub namespace and in each team's, and their volumes
+        snap.home_claims = {}
+        for ns in {hub_namespace, *(t.namespace for t in cfg.teams.values())}:
+            try:
+                snap.home_claims[ns] = _raw(core.read_namespaced_persistent_volume_claim, HOME_CLAIM, ns)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                snap.home_claims[ns] = None
+        for c in filter(None, snap.home_claims.values()):
+            if name := (c.get("spec") or {}).get("volumeName"):
+                snap.home_volumes[name] = _raw(core.read_persistent_volume, name)
+    except ApiException as e:
+        snap.home_claims = None
+        snap.errors["storage"] = _why(e)
+
     snap.identity = f"service account {service_account}" if service_account else "the kubeconfig's user"
     if service_account:
         snap.identities = {a: f"service account {account_sa(a)}" for a in set(accounts.values())}

@@ -8,7 +8,6 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ import requests
 import yaml
 
 from devcluster import cluster as dc
-from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, login
-from devcluster.testing import hub_with_agent
+from devcluster.testing import JobsHub, hub_with_agent
 
 from extension.widgets import view
 
@@ -31,47 +28,6 @@ TINY = {"namespace": "team-tiny", "quota": {"gput4": 1}}
 GROUPS = {"alice": ["data-science"], "dave": ["data-science"], "rita": ["ml-research"], "tina": ["tiny"],
           "admin": ["data-science", "ml-research"]}
 TEAM_NS = ("team-ds", "team-mlr", "team-tiny")
-
-
-@dataclass
-class JobsHub:
-    url: str
-    admin_token: str
-    process: DevHub
-    agent: AgentProcess
-    state: Path
-    tokens: dict
-
-    def token(self, user: str) -> str:
-        """A token of `user` with just what the kernel's server token has for this service."""
-        if user not in self.tokens:
-            self.login(user)  # the DevAuthenticator sets the user's groups at login
-            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers=self.auth(self.admin_token),
-                              json={"scopes": ["access:services!service=gpu-jobs"], "note": "jobs tests"}, timeout=30)
-            assert r.status_code == 201, r.text
-            self.tokens[user] = r.json()["token"]
-        return self.tokens[user]
-
-    def login(self, name: str) -> requests.Session:
-        return login(self.url, name)
-
-    @staticmethod
-    def auth(token: str) -> dict:
-        return {"Authorization": f"token {token}"}
-
-    def call(self, user: str, method: str, path: str, **kw) -> requests.Response:
-        kw.setdefault("timeout", 30)
-        return requests.request(method, f"{self.url}/services/gpu-jobs{path}", headers=self.auth(self.token(user)),
-                                **kw)
-
-    def submit(self, user: str, **kw) -> requests.Response:
-        body = {"profile": "a100-mig-1g10gb", "notebook_path": "work/train.ipynb", "notebook": NB, **kw}
-        return self.call(user, "POST", "/jobs", json=body)
-
-    def status(self, user: str, name: str) -> dict:
-        r = self.call(user, "GET", f"/jobs/{name}")
-        assert r.status_code == 200, r.text
-        return r.json()
 
 
 @pytest.fixture(scope="module")
