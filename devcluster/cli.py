@@ -74,7 +74,7 @@ def run(action: str, args: argparse.Namespace) -> int:
     from .cluster import ClusterError
     from .components import SetupError
 
-    stopping.install(_say)  # a second Ctrl-C hurries the cleanup instead of aborting it
+    saved = stopping.install(_say)  # a second Ctrl-C hurries the cleanup instead of aborting it
     if action == "down":
         stopping.begin()  # already stopping: a signal only hurries it
     try:
@@ -88,6 +88,8 @@ def run(action: str, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted; everything this command started was stopped", file=sys.stderr)
         return 130
+    finally:
+        stopping.restore(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -198,7 +198,7 @@ def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: st
     users = devsetup.load_users(users_file) if users_file else devsetup.demo_users(cfg)
     for group in devsetup.unknown_groups(users, cfg):
         _say(f"note: group {group!r} of the users file is named nowhere in {profiles_path.name}")
-    stopping.install(_say)
+    saved = stopping.install(_say)
     stopping.become_subreaper()
     dev = DevRun(profiles_path, port, nodes_per_pool, users)
     code = 0
@@ -221,4 +221,5 @@ def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: st
                 break
             except KeyboardInterrupt:
                 continue
+        stopping.restore(saved)
     return code

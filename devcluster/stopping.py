@@ -29,9 +29,10 @@ _say: list[Callable[[str], None]] = [lambda msg: print(msg, file=sys.stderr, flu
 def _handler(signum: int, frame) -> None:
     name = signal.Signals(signum).name
     if stopping.is_set():
-        first = not hurry.is_set()
-        hurry.set()
-        if first:
+        if hurry.is_set():
+            _say[0](f"{name}: still stopping; it finishes on its own (nothing is left running)")
+        else:
+            hurry.set()
             _say[0](f"{name} again: stopping faster (not waiting for orderly exits, killing what is left)")
         return
     stopping.set()
@@ -42,14 +43,19 @@ def _handler(signum: int, frame) -> None:
     raise KeyboardInterrupt(name)
 
 
-def install(say: Callable[[str], None]) -> None:
-    """Take over SIGINT, SIGTERM and SIGHUP in this (main) thread for the rest of the command."""
+def install(say: Callable[[str], None]) -> dict:
+    """Take over SIGINT, SIGTERM and SIGHUP in this (main) thread; returns the old handlers for `restore`."""
     _say[0] = say
     stopping.clear()
     hurry.clear()
     _state.update(depth=0, deferred=False)
-    for sig in SIGNALS:
-        signal.signal(sig, _handler)
+    return {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+
+
+def restore(saved: dict) -> None:
+    """The handlers `install` replaced (a command run in-process, e.g. from a test, leaves no trace)."""
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 def begin() -> None:

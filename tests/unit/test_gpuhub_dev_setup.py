@@ -103,12 +103,12 @@ def test_dev_authenticator_loads_on_loopback_only_hubs():
 
 @pytest.fixture
 def handlers():
-    saved = {sig: signal.getsignal(sig) for sig in stopping.SIGNALS}
+    before = {sig: signal.getsignal(sig) for sig in stopping.SIGNALS}
     said: list[str] = []
-    stopping.install(said.append)
+    saved = stopping.install(said.append)
     yield said
-    for sig, h in saved.items():
-        signal.signal(sig, h)
+    stopping.restore(saved)
+    assert {sig: signal.getsignal(sig) for sig in stopping.SIGNALS} == before
     stopping.stopping.clear()
     stopping.hurry.clear()
 
@@ -118,10 +118,10 @@ def test_first_signal_interrupts_later_ones_only_hurry(handlers):
         os.kill(os.getpid(), signal.SIGTERM)
     assert stopping.stopping.is_set() and not stopping.hurry.is_set()
     os.kill(os.getpid(), signal.SIGINT)  # no exception: the cleanup goes on
-    os.kill(os.getpid(), signal.SIGINT)
     assert stopping.hurry.is_set()
+    os.kill(os.getpid(), signal.SIGINT)
     assert handlers[0].startswith("SIGTERM: stopping") and handlers[1].startswith("SIGINT again: stopping faster")
-    assert len(handlers) == 2
+    assert handlers[2].startswith("SIGINT: still stopping") and len(handlers) == 3
 
 
 def test_a_signal_inside_critical_waits_for_the_block_to_end(handlers):

@@ -1,0 +1,102 @@
+"""`gpuhub cluster status`/`down` after a crash, on a state folder written as a crashed run leaves it (no
+cluster needed): they find and stop what is provably ours (its pid record, the owner mark, a command
+line recorded for a recorded port) and leave strangers alone, even ones that name the folder or
+listen on a recorded port."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from devcluster import cluster, leftovers, procs
+from devcluster.components import Layout
+
+LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def started():
+    procs_: list[subprocess.Popen] = []
+
+    def start(argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        procs_.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}, start_new_session=True))
+        return procs_[-1]
+
+    yield start
+    for p in procs_:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _listening(port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        assert time.monotonic() < deadline, f"nothing listens on {port}"
+        time.sleep(0.05)
+
+
+def test_down_stops_ours_and_leaves_strangers_alone(tmp_path, started):
+    root = tmp_path / "cluster"
+    layout = Layout(root)
+    layout.run.mkdir(parents=True)
+    ours_port, stranger_port = _free_port(), _free_port()
+    # ours: a marked process (a hub left by a killed `gpuhub dev`), and a recorded component
+    marked = started([sys.executable, "-c", "import time; time.sleep(600)"], procs.owner_mark(root))
+    comp_argv = [sys.executable, "-c", LISTEN, str(ours_port)]
+    comp, proc = procs.spawn("kwok", comp_argv, layout.log("kwok"), root, "http://127.0.0.1:1/", layout.run)
+    # strangers: one names the folder on its command line (a `tail -f` of a log), one listens on a recorded port
+    tail = started([sys.executable, "-c", "import time,sys; time.sleep(600)", str(layout.logs / "kwok.log")])
+    stranger = started([sys.executable, "-c", LISTEN, str(stranger_port)])
+    _listening(ours_port)
+    _listening(stranger_port)
+    (layout.run / "cluster.json").write_text(json.dumps({"ports": {"kwok": ours_port, "kueue-metrics": stranger_port}}))
+    leftovers.write_dev_info(root, started_cluster=True, state_dir=tmp_path / "dev")
+    info = json.loads((layout.run / leftovers.DEV_INFO).read_text())
+    info["pid"] = marked.pid + 10**6  # the `gpuhub dev` that wrote it is gone
+    (layout.run / leftovers.DEV_INFO).write_text(json.dumps(info))
+
+    st = cluster.status(root)
+    listed = " ".join(st["leftovers"])
+    assert f"pid {marked.pid} " in listed and f"pid {comp.pid} " in listed
+    assert f"pid {tail.pid} " not in listed and f"pid {stranger.pid} " not in listed
+
+    said: list[str] = []
+    cluster.down(root, say=said.append)
+    proc.wait(5)
+    assert marked.wait(5) is not None and not procs.alive(comp)
+    assert tail.poll() is None and stranger.poll() is None
+    assert any(f"port {stranger_port} (kueue-metrics) is in use by pid {stranger.pid}" in s and "left alone" in s
+               for s in said), said
+    assert not cluster.status(root)["leftovers"]
+    assert not (layout.run / leftovers.DEV_INFO).exists()
+
+
+def test_a_running_gpuhub_dev_owns_its_processes(tmp_path, started):
+    """While the `gpuhub dev` that recorded itself runs, its children are not leftovers."""
+    root = tmp_path / "cluster"
+    Layout(root).run.mkdir(parents=True)
+    leftovers.write_dev_info(root, started_cluster=True, state_dir=tmp_path / "dev")  # this test is that dev
+    child = started([sys.executable, "-c", "import time; time.sleep(600)"], procs.owner_mark(root))
+    assert cluster.status(root)["leftovers"] == []
+    assert [p.pid for p in leftovers.unrecorded(Layout(root))] == [child.pid]
+
+
+def test_up_refuses_while_an_earlier_runs_processes_live(tmp_path, started):
+    root = tmp_path / "cluster"
+    Layout(root).run.mkdir(parents=True)
+    stray = started([sys.executable, "-c", "import time; time.sleep(600)"], procs.owner_mark(root))
+    with pytest.raises(cluster.ClusterError, match=f"pid {stray.pid}.*gpuhub cluster down"):
+        cluster.up(root=Path(root))
