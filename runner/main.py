@@ -125,6 +125,12 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     ckpt = os.environ.get(ENV_CHECKPOINT_DIR)
+    if ckpt:  # the job's own folder in the user's home (~/gpu-jobs/<job>/checkpoints): there before any cell runs
+        try:
+            Path(ckpt).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            say(f"cannot create the checkpoint folder {ckpt}: {e}")
+            return EXIT_INFRASTRUCTURE
     say(f"running {code_cells} code cells; parameters {parameters}; output {output}"
         + (f"; checkpoints in {ckpt}" + (" (resuming: it has files)" if ckpt and any(Path(ckpt).glob("*")) else "")
            if ckpt else ""))

@@ -135,3 +135,19 @@ def test_bad_parameters_are_an_infrastructure_error(tmp_path, bad):
     r = subprocess.run(["gpuhub-runner", "--snapshot", str(tmp_path / "none.gz"), "--parameters", bad],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 4 and "--parameters must be a JSON object" in r.stdout
+
+
+def test_the_checkpoint_folder_is_made_and_relative_paths_are_the_working_directorys(tmp_path):
+    """In a Job, CHECKPOINT_DIR is a folder in the user's home that does not exist yet, and the pod's
+    working directory is the notebook's folder (relative paths work as in JupyterLab)."""
+    work = tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    (work / "input.txt").write_text("from home")
+    ckpt = tmp_path / "home" / "gpu-jobs" / "j1" / "checkpoints"
+    snap = snapshot(tmp_path, "print('read', open('input.txt').read())\nopen('written.txt', 'w').write('x')", TRAIN)
+    env = dict(os.environ, CHECKPOINT_DIR=str(ckpt), OUTPUT_DIR=str(tmp_path / "home" / "gpu-jobs" / "j1"))
+    proc = subprocess.run(["gpuhub-runner", "--snapshot", str(snap), "--name", "train", "--parameters", "{}"],
+                          env=env, cwd=work, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    assert (ckpt / "state.json").exists() and (work / "written.txt").exists()
+    assert "read from home" in outputs_text(tmp_path / "home" / "gpu-jobs" / "j1" / "train.ipynb")
