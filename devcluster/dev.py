@@ -160,12 +160,14 @@ class DevRun:
         keep = set()
         if not self.started_cluster:  # the reused cluster's components are not ours to stop
             keep = {r.pid for r in cluster.Cluster(self.root).records().values()}
-        rest = {p.pid: p for p in psutil.Process().children(recursive=True)}
+        reap_orphans(set())
+        rest = {p.pid: p for p in psutil.Process().children(recursive=True) if _live(p)}
         rest.update({p.pid: p for p in procs.owned(self.root) if p.pid not in keep})
         if rest:
             _say("stopping what is left: " + "; ".join(procs.describe(p) for p in rest.values()))
             procs.terminate(list(rest.values()), grace=2)
-        still = [p for p in rest.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        reap_orphans(set())
+        still = [p for p in rest.values() if _live(p)]
         if still:
             raise RuntimeError("could not stop " + "; ".join(procs.describe(p) for p in still))
         _say("stopped: nothing this command started is running")
@@ -177,6 +179,13 @@ class DevRun:
             action()
         except Exception as e:  # noqa: BLE001 - report, and go on with the next step
             _say(f"  {type(e).__name__}: {e}")
+
+
+def _live(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def reap_orphans(keep: set[int]) -> None:

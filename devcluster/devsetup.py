@@ -21,6 +21,7 @@ USER_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 MAX_USERS = 500
 MAX_GROUPS = 64
 MAX_GROUP_LEN = 128
+MAX_FILE_BYTES = 256 * 1024
 
 
 class UsersError(ValueError):
@@ -91,9 +92,13 @@ def parse_users(text: str, source: str = "--users") -> dict[str, list[str]]:
 
 def load_users(path: str | Path) -> dict[str, list[str]]:
     try:
+        if Path(path).stat().st_size > MAX_FILE_BYTES:
+            raise UsersError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; is it the right file?")
         text = Path(path).read_text()
     except OSError as e:
         raise UsersError(f"cannot read users file {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsersError(f"{path}: not a text (UTF-8) file") from None
     return parse_users(text, str(path))
 
 

@@ -73,6 +73,12 @@ def test_bad_users_file_exits_2_before_anything_starts(tmp_path, capsys):
     assert gpuhub(["dev", "--users", str(bad)]) == 2
     assert "users.yaml" in capsys.readouterr().err
     assert gpuhub(["dev", "--users", str(tmp_path / "missing.yaml")]) == 2
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"a: [b]\n" * 60000)
+    assert gpuhub(["dev", "--users", str(huge)]) == 2
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00a: [b]")
+    assert gpuhub(["dev", "--users", str(binary)]) == 2
     assert gpuhub(["dev", "--port", "70000"]) == 2
 
 
