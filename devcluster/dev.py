@@ -65,6 +65,7 @@ class DevRun:
         self.root = cluster.state_dir().resolve()
         self.state = state_dir()
         self.started_cluster = False
+        self.recorded = False  # dev.json is ours to remove (not another `gpuhub dev`'s)
         self.agent: AgentProcess | None = None
         self.hub: DevHub | None = None
 
@@ -73,13 +74,22 @@ class DevRun:
         st = cluster.status(self.root)
         if st["busy"]:
             raise cluster.ClusterError(f"a `gpuhub cluster up` or `down` is working on {self.root}; wait for it")
+        other = leftovers.dev_info(layout)
+        if leftovers.dev_alive(other) and other["pid"] != os.getpid():
+            raise cluster.ClusterError(f"another `gpuhub dev` (pid {other['pid']}) runs on the dev cluster in "
+                                       f"{self.root}; stop it first, or set GPUHUB_CLUSTER_DIR for a second cluster")
         if st["leftovers"]:
             _say("stopping what an earlier run left running: " + "; ".join(st["leftovers"]))
             cluster.down(self.root, say=_say)
             st = cluster.status(self.root)
         os.environ.update(procs.owner_mark(self.root))  # everything started from here on carries the mark
         reuse = st["running"]
+        if reuse and not st["healthy"]:
+            bad = ", ".join(f"{n} {c['state']}" for n, c in st["components"].items() if c["state"] != "healthy")
+            raise cluster.ClusterError(f"the dev cluster in {self.root} is not healthy ({bad}); "
+                                       "stop it with `gpuhub cluster down` and run `gpuhub dev` again")
         leftovers.write_dev_info(self.root, started_cluster=not reuse, state_dir=self.state)
+        self.recorded = True
         if reuse:
             _say(f"reusing the dev cluster already running in {self.root} (it stays up when you stop); "
                  "adding this file's node pools and queues")
@@ -146,7 +156,9 @@ class DevRun:
         if self.started_cluster:
             self._step("stopping the dev cluster", self._stop_cluster)
         self._step("checking that nothing this command started still runs", self._sweep)
-        leftovers.forget_dev_info(self.root)
+        if self.recorded:
+            leftovers.forget_dev_info(self.root)
+        os.environ.pop(procs.OWNER_ENV, None)
 
     def _stop_cluster(self) -> None:
         try:
@@ -157,12 +169,10 @@ class DevRun:
             cluster.stop_in_order(procs.Record.load_all(layout.run), layout.run, _say)
 
     def _sweep(self) -> None:
-        keep = set()
-        if not self.started_cluster:  # the reused cluster's components are not ours to stop
-            keep = {r.pid for r in cluster.Cluster(self.root).records().values()}
         reap_orphans(set())
         rest = {p.pid: p for p in psutil.Process().children(recursive=True) if _live(p)}
-        rest.update({p.pid: p for p in procs.owned(self.root) if p.pid not in keep})
+        if self.started_cluster:  # a reused cluster's marked processes are not ours to stop
+            rest.update({p.pid: p for p in procs.owned(self.root)})
         if rest:
             _say("stopping what is left: " + "; ".join(procs.describe(p) for p in rest.values()))
             procs.terminate(list(rest.values()), grace=2)
