@@ -12,8 +12,10 @@ import asyncio
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -88,6 +90,15 @@ def image_ipython_dir(state_dir: Path) -> dict[str, str]:
     return {"IPYTHONDIR": str(profile.parent)}
 
 
+def container_port(container: dict) -> int:
+    """The port the container serves on: its readiness probe's, else its first declared one, else 8888."""
+    probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("port")
+    if isinstance(probe, int):
+        return probe
+    ports = [p.get("containerPort") for p in container.get("ports") or [] if isinstance(p.get("containerPort"), int)]
+    return ports[0] if ports else 8888
+
+
 def container_env(pod: dict, container: dict) -> dict[str, str]:
     """The container's env with the downward-API fields a kubelet would fill in."""
     fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
@@ -117,17 +128,28 @@ class DevNodeAgent:
         self.state_dir = state_dir
         self.api = api
         self.running: dict[str, Running] = {}
-        self._next_ip = 1
+        # where this agent starts handing out pod IPs: random, so agents of parallel test sessions (each with
+        # its own cluster) rarely meet; allocate_ip still skips an address whose port is taken
+        self._next_ip = secrets.randbelow(250 * 200)
         self.ipython_env = image_ipython_dir(state_dir)  # written once; every local kernel reads it
         #: (namespace, claim) → {pod key: node} of the running pods that mount it (access modes)
         self.claim_users: dict[tuple[str, str], dict[str, str]] = {}
         self.starting: set[str] = set()
         self.retrying: set[str] = set()
 
-    def allocate_ip(self) -> str:
-        n = self._next_ip
-        self._next_ip += 1
-        return f"{IP_PREFIX}.{n // 250}.{n % 250 + 1}"
+    def allocate_ip(self, port: int = 8888) -> str:
+        """A loopback pod IP on which `port` is free (another agent's pod may hold it)."""
+        for _ in range(1000):
+            n = self._next_ip
+            self._next_ip = (self._next_ip + 1) % (250 * 250)
+            ip = f"{IP_PREFIX}.{n // 250}.{n % 250 + 1}"
+            with socket.socket() as probe:
+                try:
+                    probe.bind((ip, port))
+                    return ip
+                except OSError:
+                    continue
+        raise RuntimeError(f"no free loopback pod IP in {IP_PREFIX}.0.0/16 for port {port}")
 
     async def patch_status(self, key: str, status: dict) -> None:
         ns, name = key.split("/", 1)
@@ -193,7 +215,7 @@ class DevNodeAgent:
                 self.retrying.add(key)
                 asyncio.get_running_loop().call_later(3, lambda: asyncio.ensure_future(self.retry(key)))
             return
-        ip = self.allocate_ip()
+        ip = self.allocate_ip(container_port(container))
         pod["status"]["podIP"] = ip
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
         env = {**os.environ, **self.ipython_env, **container_env(pod, container),

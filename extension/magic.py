@@ -19,7 +19,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpu_spawner.contract import ENV_JOB
+from gpu_spawner.contract import CHECKPOINTS_FOLDER, ENV_JOB, JOBS_FOLDER
 from gpu_spawner.parameters import parse_assignments
 
 from .client import JobsClient, JobsError, current_notebook_path, read_notebook, saved_note
@@ -170,5 +170,6 @@ class GPUMagics(Magics):
         except JobsError as e:
             self._say(str(e), error=True)
             return None
-        self._say(f"cancelled {name}; its checkpoints stay in ~/checkpoints/{name}")
+        self._say(f"cancelled {name}; its output and checkpoints stay in "
+                  f"~/{JOBS_FOLDER}/{name}/ ({CHECKPOINTS_FOLDER}/)")
         return None

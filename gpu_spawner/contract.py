@@ -102,6 +102,7 @@ HOME_DIR = "/home/jovyan"
 #: On a claim of the shared home share (hub namespace and each team namespace): the claim a Job mounts
 #: must carry it, so a claim someone else made under that name is never used.
 HOME_SHARE_LABEL = f"{LABEL_PREFIX}/home-share"
-#: Inside the user's home: one folder per job, with the output notebook and a `checkpoints` folder.
+#: Inside the user's home: one folder per job, with the output notebook and a `checkpoint` folder (not
+#: "checkpoints": Jupyter's contents API reserves `<path>/checkpoints`, so JupyterLab could not open it).
 JOBS_FOLDER = "gpu-jobs"
-CHECKPOINTS_FOLDER = "checkpoints"
+CHECKPOINTS_FOLDER = "checkpoint"

@@ -125,7 +125,7 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     ckpt = os.environ.get(ENV_CHECKPOINT_DIR)
-    if ckpt:  # the job's own folder in the user's home (~/gpu-jobs/<job>/checkpoints): there before any cell runs
+    if ckpt:  # the job's own folder in the user's home (~/gpu-jobs/<job>/checkpoint): there before any cell runs
         try:
             Path(ckpt).mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -3,7 +3,7 @@
 A suspended batch/v1 Job in the user's team namespace, queued in the team's LocalQueue, with the
 profile's GPU, pool and tolerations (the same builders the spawner uses). Its pod mounts the user's
 home from the shared home share (`builders.storage`) at the same path as the user's server, runs in
-the notebook's folder, and writes `~/gpu-jobs/<job>/` (output notebook, `checkpoints/`). The notebook
+the notebook's folder, and writes `~/gpu-jobs/<job>/` (output notebook, `checkpoint/`). The notebook
 snapshot (outputs stripped, gzip) is in a ConfigMap that the service makes owned by the Job.
 """
 from __future__ import annotations

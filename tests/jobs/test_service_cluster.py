@@ -221,7 +221,7 @@ def test_submitted_notebook_runs_in_dev_and_the_output_lands_in_home(cluster, jo
     out = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "run me.ipynb"
     nb = json.loads(out.read_text())
     text = json.dumps(nb["cells"])
-    assert "total 10" in text and str(jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoints") in text
+    assert "total 10" in text and str(jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoint") in text
 
 
 def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_hub, clean_teams, tmp_path,
@@ -333,7 +333,7 @@ def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean
     r = jobs_hub.submit("alice", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 25})
     assert r.status_code == 201, r.text
     name = r.json()["name"]
-    step = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoints" / "step"
+    step = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoint" / "step"
     cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
                        interval=0.5)
     s = jobs_hub.status("alice", name)
@@ -450,7 +450,7 @@ def test_kueue_preempts_a_lower_priority_job_which_resumes_from_its_checkpoint(c
     r = jobs_hub.submit("tina", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 10}, priority="low")
     assert r.status_code == 201, r.text
     low = r.json()["name"]
-    step = jobs_hub.state / "homes" / "tina" / "gpu-jobs" / low / "checkpoints" / "step"
+    step = jobs_hub.state / "homes" / "tina" / "gpu-jobs" / low / "checkpoint" / "step"
     cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
                        interval=0.5)
     r = jobs_hub.submit("tina", profile="t4-shared", notebook=RUN_NB, parameters={"steps": 3}, priority="high")

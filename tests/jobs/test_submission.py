@@ -42,7 +42,7 @@ def test_the_job_mounts_the_users_home_folder_of_the_team_share_and_runs_in_the_
     assert mount == {"name": "home", "mountPath": "/home/jovyan", "subPath": "alice-smith---8ae10dfc"}
     assert container["workingDir"] == "/home/jovyan/work/exp 1"
     assert env["OUTPUT_DIR"] == "/home/jovyan/gpu-jobs/gpu-alice-nb-1"
-    assert env["CHECKPOINT_DIR"] == "/home/jovyan/gpu-jobs/gpu-alice-nb-1/checkpoints"
+    assert env["CHECKPOINT_DIR"] == "/home/jovyan/gpu-jobs/gpu-alice-nb-1/checkpoint"
     assert env["HOME"] == "/home/jovyan"
     assert job["spec"]["template"]["metadata"]["labels"]["cost-centre"] == "ds"
     assert not any("hostPath" in v for v in pod["volumes"])
