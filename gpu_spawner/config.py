@@ -58,7 +58,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
       $GPUHUB_CULLER_URL); z2jh: `"hub"`, the hub pod's Service, and the services then listen on all interfaces.
     - `ports`, `options`, `environment`: per service name (`"gpu-jobs"`, `"gpu-culler"`): its port (default
       $GPUHUB_JOBS_PORT / $GPUHUB_CULLER_PORT, else 10101 / 10102), its options by command-line name (or
-      `Class.trait`), e.g. `{"gpu-jobs": {"storage-class": "azurefile-csi-retain", "max-timeout": "3d"}}`,
+      `Class.trait`), e.g. `{"gpu-jobs": {"home-claim": "gpuhub-home", "max-timeout": "3d"}}`,
       and extra environment of its process (managed services get a clean one).
     - `jobs_url_for_servers`: where kernels reach gpu-jobs (default $GPUHUB_JOBS_PUBLIC_URL, else z2jh's
       `http://proxy-public/services/gpu-jobs/`).

@@ -29,7 +29,7 @@ ENV_PORT, ENV_URL, ENV_URL_FOR_SERVERS = "GPUHUB_JOBS_PORT", "GPUHUB_JOBS_SERVIC
 ENV_API_TOKEN = "GPUHUB_JOBS_API_TOKEN"
 #: Managed services get a clean environment: what the service needs from the hub's to reach the cluster.
 PASSTHROUGH = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", ENV_PROFILES,
-               "GPUHUB_RUNNER_IMAGE", "GPUHUB_JOBS_STORAGE_CLASS", "HOME")
+               "GPUHUB_RUNNER_IMAGE", "HOME")
 
 
 def passthrough(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -47,7 +47,7 @@ def jobs_service(profiles_file: str, *, port: int | None = None, host: str | Non
                  env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(service, role) for `c.JupyterHub.services` / `c.JupyterHub.load_roles`.
 
-    `options`: the service's settings by their command-line names (`{"storage-class": "azurefile-csi-retain",
+    `options`: the service's settings by their command-line names (`{"home-claim": "gpuhub-home",
     "max-timeout": "3d"}`; see options.py). `host`: where the proxy reaches the service (default loopback;
     z2jh: `hub`, and a host name makes the service listen on all interfaces). `env`: the hub's environment
     (default os.environ), read for $GPUHUB_JOBS_PORT / $GPUHUB_JOBS_SERVICE_URL and the passthrough.
