@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from kubernetes.utils.quantity import parse_quantity
 
 from gpu_spawner.contract import PROFILE_LABEL
+from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -100,16 +101,12 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodState] = {}
         self.version = 0
-        self._selectors = [(name, pool.node_selector.items()) for name, pool in cfg.pools.items()]
         self._by_pool: dict[str | None, dict[str, NodeState]] = {}
         self._memo: dict[str, tuple[int, ProfileCapacity]] = {}
 
     # ------------------------------------------------------------------ events
     def _pool_for_labels(self, labels: dict[str, str]) -> str | None:
-        for name, selector in self._selectors:
-            if all(labels.get(k) == v for k, v in selector):
-                return name
-        return None
+        return pool_of(self.cfg.pools, labels)
 
     def apply_node(self, kind: str, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]

@@ -22,6 +22,7 @@ from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissi
 from gpu_spawner.builders.kueue import render_kueue
 from gpu_spawner.contract import KUEUE_API, SIMULATED_NODE_LABEL as SIMULATED_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
+from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
 
 OK, FAIL, SIMULATED = "ok", "fail", "simulated"
@@ -90,13 +91,8 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 def pool_nodes(pool: Pool, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Nodes whose labels carry the pool's whole node_selector."""
-    return [n for n in nodes
-            if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in pool.node_selector.items())]
-
-
-def _labels(node: dict[str, Any]) -> dict[str, str]:
-    return node["metadata"].get("labels") or {}
+    """Nodes whose labels carry the pool's whole node_selector (model/node_pools.py, as capacity decides)."""
+    return [n for n in nodes if in_pool(pool, node_labels(n))]
 
 
 def expected_labels(pool: Pool) -> dict[str, str]:
@@ -130,7 +126,7 @@ def _num(v: Any) -> Decimal | None:
 def check_pool(name: str, pool: Pool, nodes: list[dict[str, Any]], file: str) -> list[Check]:
     sec = f"pool {name}"
     mine = pool_nodes(pool, nodes)
-    selector = ",".join(f"{k}={v}" for k, v in pool.node_selector.items())
+    selector = label_selector(pool)
     out: list[Check] = []
     if not mine:
         if pool.min_nodes == 0 and pool.max_nodes:
@@ -163,7 +159,7 @@ def _check_labels(sec: str, name: str, pool: Pool, nodes: list[dict[str, Any]]) 
     want = expected_labels(pool)
     bad = []
     for n in nodes:
-        labels = _labels(n)
+        labels = node_labels(n)
         diffs = [f"{k}={labels.get(k, '<missing>')} (want {v})" for k, v in want.items() if labels.get(k) != v]
         if diffs:
             bad.append(f"{_name(n)}: {'; '.join(diffs[:3])}")
@@ -191,7 +187,7 @@ def _check_taints(sec: str, name: str, pool: Pool, nodes: list[dict[str, Any]], 
         consequence = ("pods that do not tolerate it (any CPU pod) can land on these GPU nodes" if pool.is_gpu
                        else "the node is not tainted as the file says")
         return Check(sec, "taints", FAIL, f"{_some(missing, 2)}: {consequence}",
-                     f"kubectl taint nodes -l {','.join(f'{k}={v}' for k, v in pool.node_selector.items())} "
+                     f"kubectl taint nodes -l {label_selector(pool)} "
                      f"{taints} (and set it on the pool: az aks nodepool update --node-taints)")
     if extra:
         return Check(sec, "taints", FAIL, f"{_some(extra, 2)}, which the file does not list: this pool's "
@@ -220,14 +216,14 @@ def _check_allocatable(sec: str, pool: Pool, nodes: list[dict[str, Any]]) -> Che
 
 def _check_mig(sec: str, name: str, pool: Pool, nodes: list[dict[str, Any]]) -> list[Check]:
     want = pool.mig_config_name()
-    wrong = [f"{_name(n)}: {_labels(n).get('nvidia.com/mig.config', '<missing>')}" for n in nodes
-             if _labels(n).get("nvidia.com/mig.config") != want]
+    wrong = [f"{_name(n)}: {node_labels(n).get('nvidia.com/mig.config', '<missing>')}" for n in nodes
+             if node_labels(n).get("nvidia.com/mig.config") != want]
     out = [Check(sec, "MIG layout", OK, f"nvidia.com/mig.config={want}") if not wrong else
            Check(sec, "MIG layout", FAIL, f"want nvidia.com/mig.config={want}; {_some(wrong, 2)}",
-                 f"kubectl label nodes -l {','.join(f'{k}={v}' for k, v in pool.node_selector.items())} "
+                 f"kubectl label nodes -l {label_selector(pool)} "
                  f"nvidia.com/mig.config={want} --overwrite (mig-manager re-partitions; the config must exist in "
                  "deploy/mig-parted-config.yaml)")]
-    states = {_name(n): _labels(n).get("nvidia.com/mig.config.state", "<missing>") for n in nodes}
+    states = {_name(n): node_labels(n).get("nvidia.com/mig.config.state", "<missing>") for n in nodes}
     bad = {n: s for n, s in states.items() if s != "success"}
     out.append(Check(sec, "MIG state", OK, "nvidia.com/mig.config.state=success") if not bad else
                Check(sec, "MIG state", FAIL, _some(f"{n}: {s}" for n, s in bad.items()),
@@ -241,7 +237,7 @@ def check_device_plugin(name: str, pool: Pool, nodes: list[dict[str, Any]], snap
     mine = pool_nodes(pool, nodes)
     if not pool.is_gpu or not mine:
         return None
-    if all(_labels(n).get(SIMULATED_LABEL) == "true" for n in mine):
+    if all(node_labels(n).get(SIMULATED_LABEL) == "true" for n in mine):
         return Check(sec, "device plugin", SIMULATED,
                      f"simulated nodes ({SIMULATED_LABEL}=true): no real GPU, the dev cluster publishes "
                      "allocatable itself; a real cluster needs the NVIDIA device plugin here")
