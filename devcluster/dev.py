@@ -111,13 +111,14 @@ class DevRun:
         `gpuhub cluster status`/`down` should this process be killed)."""
         tree = []
         for proc in (self.hub.proc, self.agent.proc):
-            top = psutil.Process(proc.pid)
-            tree += [top, *top.children(recursive=True)]
-        pids = {p.pid: p for p in tree}
-        ports = {}
-        for c in psutil.net_connections(kind="tcp"):
-            if c.status == psutil.CONN_LISTEN and c.pid in pids:
-                ports[f"{pids[c.pid].name()} (pid {c.pid}) :{c.laddr.port}"] = c.laddr.port
+            try:
+                top = psutil.Process(proc.pid)
+                tree += [top, *top.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue  # `wait` reports it
+        pids = {p.pid for p in tree}
+        ports = {f"pid {c.pid} :{c.laddr.port}": c.laddr.port for c in psutil.net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids}
         leftovers.write_dev_info(self.root, self.started_cluster, self.state, tree, ports)
 
     def _summary(self, cfg, layout: Layout) -> None:
