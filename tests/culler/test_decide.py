@@ -107,10 +107,16 @@ def test_query_names_both_metrics_and_the_window():
     assert q.count(" or ") == 3
 
 
-def test_prof_metric_wins_over_util():
+def test_full_gpu_is_busy_when_either_metric_says_so():
     e = D.parse_evidence([series("prof_max", 0.02), series("prof_count", 100),
                           series("util_max", 0.9), series("util_count", 100)])[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.samples, e.metric) == (0.02, 100, D.PROF_METRIC)
+    assert (e.max_activity, e.samples, e.metric) == (0.9, 100, D.UTIL_METRIC)
+    e = D.parse_evidence([series("prof_max", 0.6), series("prof_count", 100),
+                          series("util_max", 0.0), series("util_count", 40)])[("jhub", "jupyter-alice")]
+    assert (e.max_activity, e.samples, e.metric) == (0.6, 100, D.PROF_METRIC)
+    e = D.parse_evidence([series("prof_max", 0.01), series("prof_count", 100),
+                          series("util_max", 0.0), series("util_count", 100)])[("jhub", "jupyter-alice")]
+    assert (e.max_activity, e.metric) == (0.01, D.PROF_METRIC) and e.state(0.05, 120, 0.8) == "idle"
 
 
 def test_util_is_the_fallback():

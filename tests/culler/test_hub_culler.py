@@ -14,7 +14,7 @@ import requests
 
 from devcluster.devhub import login
 
-from .conftest import GPU_IDLE, SCRAPE
+from .fixtures import GPU_IDLE, SCRAPE
 
 
 def idle_for(seconds: float, since: float) -> None:
@@ -73,8 +73,10 @@ def test_gpu_policy_culls_busy_kernel_idle_gpu_and_keeps_busy_gpu(fresh, exporte
     exporter.set_gpu("jupyter-gpu-quiet", activity=0.01, util=85, mig=("3", "1g.10gb"))
     exporter.set_gpu("jupyter-gpu-busy", util=85)
     hub.start({"gpu-quiet": "mig", "gpu-busy": "t4"})
+    t0 = time.monotonic()
     wait_gpu_coverage(prometheus, "jupyter-gpu-quiet", GPU_IDLE)
     wait_gpu_coverage(prometheus, "jupyter-gpu-busy", GPU_IDLE)
+    idle_for(GPU_IDLE + 2 * SCRAPE + 1, t0)  # GPU evidence counts once the window is all this server's
     hub.touch("gpu-quiet", "gpu-busy")  # both kernels busy
     run = hub.cull("--gpu-idle-policy=gpu", prometheus=prometheus)
     quiet, busy = run.decision("gpu-quiet"), run.decision("gpu-busy")
@@ -93,7 +95,9 @@ def test_both_policy_keeps_a_busy_kernel_on_an_idle_gpu(fresh, exporter, prometh
     hub = fresh
     exporter.set_gpu("jupyter-both-a", activity=0.0)
     hub.start({"both-a": "t4"})
+    t0 = time.monotonic()
     wait_gpu_coverage(prometheus, "jupyter-both-a", GPU_IDLE)
+    idle_for(GPU_IDLE + 2 * SCRAPE + 1, t0)  # GPU evidence counts once the window is all this server's
     hub.touch("both-a")
     d = hub.cull("--gpu-idle-policy=both", prometheus=prometheus).decision("both-a")
     assert (d["action"], d["gpu_state"]) == ("keep", "idle")
@@ -153,6 +157,8 @@ def test_hub_runs_the_service_and_users_read_their_warnings(fresh):
     hub.start({"warned": "t4", "other": "cpu"})
     token, other = hub.user_token("warned"), hub.user_token("other")
     assert requests.get(f"{base}/warnings/warned", timeout=10).status_code == 401
+    # the token travels in the Authorization header only: one in the URL would end up in access logs
+    assert requests.get(f"{base}/warnings/warned", params={"token": token}, timeout=10).status_code == 401
     assert requests.get(f"{base}/warnings/warned", headers={"Authorization": f"token {other}"},
                         timeout=10).status_code == 403
     seen = banner = None

@@ -10,10 +10,15 @@ Policies (`gpu_idle_policy`), for GPU servers when GPU evidence is available:
   both      conservative: idle only when there is no activity AND the GPU stayed idle.
 Missing evidence never culls: no Prometheus, no series for the pod or too few samples in the window
 (`coverage`) → the activity rule decides, and the decision says which fallback applied.
+Only samples from after the server's `started` count (a restarted server has its predecessor's pod name,
+so the same DCGM series): a server younger than the window is never GPU-idle (`lookback`).
+A full GPU is busy when EITHER metric says so; a MIG slice has only the profiling metric.
+Timestamps from the future (a server with a fast clock) count as "now", never as negative idleness.
 CPU servers always use the activity rule. `max_age` stops a server whatever its activity.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Literal
@@ -115,19 +120,50 @@ def pod_name(user: str, server_name: str, template: str = "jupyter-{user_server}
 # ---------------------------------------------------------------- GPU evidence
 
 
-def evidence_query(window: int) -> str:
+def evidence_query(window: int, selector: str = "") -> str:
     """One PromQL instant query: max and sample count over the window for both DCGM metrics.
 
     Each part is tagged with a `gpuhub_stat` label so `or` keeps all four and Python can tell them apart.
+    `selector` (`{pod="..."}`) narrows it to one pod's series.
     """
     w = f"{int(window)}s"
+    prof, util = PROF_METRIC + selector, UTIL_METRIC + selector
     parts = [
-        (f"max_over_time({PROF_METRIC}[{w}])", "prof_max"),
-        (f"count_over_time({PROF_METRIC}[{w}])", "prof_count"),
-        (f"max_over_time({UTIL_METRIC}[{w}]) / 100", "util_max"),
-        (f"count_over_time({UTIL_METRIC}[{w}])", "util_count"),
+        (f"max_over_time({prof}[{w}])", "prof_max"),
+        (f"count_over_time({prof}[{w}])", "prof_count"),
+        (f"max_over_time({util}[{w}]) / 100", "util_max"),
+        (f"count_over_time({util}[{w}])", "util_count"),
     ]
     return " or ".join(f'label_replace({expr}, "gpuhub_stat", "{tag}", "", "")' for expr, tag in parts)
+
+
+def _promql_string(value: str) -> str:
+    """A PromQL string literal (Go escapes, which JSON's are a subset of): pod names come from user names."""
+    return json.dumps(value)
+
+
+def pod_evidence_query(window: int, pod: str, namespace: str | None) -> str:
+    """`evidence_query` for one pod, matched as `_pod_of` does: `exported_pod`, else `pod`."""
+    parts = []
+    for pod_label, ns_label in (("exported_pod", "exported_namespace"), ("pod", "namespace")):
+        matchers = [f"{pod_label}={_promql_string(pod)}"]
+        if namespace is not None:
+            matchers.append(f"{ns_label}={_promql_string(namespace)}")
+        parts.append(evidence_query(window, "{" + ",".join(matchers) + "}"))
+    return " or ".join(parts)
+
+
+def lookback(window: int, started: datetime | None, now: datetime, scrape_interval: float) -> int:
+    """Seconds of GPU samples that belong to this server: the window, or less for a younger server.
+
+    The DCGM exporter labels samples with the pod's name, which a restarted server reuses, so samples from
+    before `started` are its predecessor's. One scrape interval more is left out: the exporter may still
+    report the old pod's GPU for a moment after it is gone. 0: no sample is surely this server's.
+    """
+    if started is None:
+        return 0
+    usable = (now - started).total_seconds() - scrape_interval
+    return int(window) if usable >= window else max(int(usable), 0)
 
 
 @dataclass(frozen=True)
@@ -173,9 +209,11 @@ def _device_of(labels: dict[str, str]) -> str:
 def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GPUEvidence]:
     """Prometheus vector result of `evidence_query` → evidence per (namespace, pod).
 
-    Per device (GPU, or MIG instance), PROF_GR_ENGINE_ACTIVE wins; GPU_UTIL/100 is the fallback, and is
-    ignored on MIG instances (it measures the whole GPU, not the slice). A pod with several devices is
-    as busy as its busiest one and as well covered as its worst-covered one.
+    Per device: a full GPU is as busy as the busier of PROF_GR_ENGINE_ACTIVE and GPU_UTIL/100 (either
+    one seeing work is work: the profiling metric can read ~0 while GPU_UTIL shows kernels running) and
+    as well covered as the better-covered one. On MIG instances GPU_UTIL is ignored: it measures the
+    whole GPU, not the slice. A pod with several devices is as busy as its busiest one and as well
+    covered as its worst-covered one.
     """
     devices: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
     mig: dict[tuple[str, str], dict[str, bool]] = {}
@@ -198,10 +236,14 @@ def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GP
     for key, devs in devices.items():
         maxes, counts, metrics = [], [], set()
         for dev, stats in devs.items():
-            if stats.get("prof_count", 0) > 0 and "prof_max" in stats:
-                maxes.append(stats["prof_max"]); counts.append(int(stats["prof_count"])); metrics.add(PROF_METRIC)
-            elif not mig[key][dev] and stats.get("util_count", 0) > 0 and "util_max" in stats:
-                maxes.append(stats["util_max"]); counts.append(int(stats["util_count"])); metrics.add(UTIL_METRIC)
+            seen = [(stats[f"{m}_max"], int(stats[f"{m}_count"]), metric)
+                    for m, metric in (("prof", PROF_METRIC), ("util", UTIL_METRIC))
+                    if stats.get(f"{m}_count", 0) > 0 and f"{m}_max" in stats
+                    and not (m == "util" and mig[key][dev])]
+            if not seen:
+                continue
+            top = max(seen, key=lambda s: s[0])  # ties: PROF (listed first)
+            maxes.append(top[0]); counts.append(max(s[1] for s in seen)); metrics.add(top[2])
         if not maxes:
             continue
         metric = metrics.pop() if len(metrics) == 1 else "mixed"
@@ -262,6 +304,7 @@ class Decision:
     gpu_state: str | None = None  # busy | idle | unknown (None: not looked at)
     fallback: str | None = None  # why the activity rule decided for a GPU server under a GPU policy
     evidence: dict[str, Any] | None = None
+    future_s: float | None = None  # how far in the future the server's last_activity / started was
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_log(self) -> dict[str, Any]:
@@ -289,14 +332,31 @@ def _seconds(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else (now - then).total_seconds()
 
 
+def admin_flag(user_model: Any) -> bool | None:
+    """The `admin` field of a hub user model; None when the answer does not carry it (scope too narrow)."""
+    if isinstance(user_model, dict) and isinstance(user_model.get("admin"), bool):
+        return user_model["admin"]
+    return None
+
+
 def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime,
-           gpu: GPUView = GPUView(), admin: bool = False) -> Decision:
-    """Keep, warn or cull one ready server, and why. Pure: `now` and the evidence are inputs."""
+           gpu: GPUView = GPUView(), admin: bool = False, activity_seen: datetime | None = None) -> Decision:
+    """Keep, warn or cull one ready server, and why. Pure: `now` and the evidence are inputs.
+
+    A last_activity or started in the future is not trusted: inactivity would go negative and the hub
+    (which only moves last_activity forward) would keep it there. Activity from the future counts as of
+    `activity_seen`, when the culler first saw that value (default: now); `future_s` records the skew.
+    """
     started = parse_time(server.get("started"))
-    age = _seconds(now, started)
     last = parse_time(server.get("last_activity"))
+    future = max((t - now).total_seconds() for t in (started, last, now) if t is not None)
+    if started is not None and started > now:
+        started = now
+    if last is not None and last > now:
+        last = min(activity_seen or now, now)
+    age = _seconds(now, started)
     inactive = _seconds(now, last) if last else age
-    base = dict(profile=rule.profile, inactive_s=inactive, age_s=age)
+    base = dict(profile=rule.profile, inactive_s=inactive, age_s=age, future_s=future or None)
 
     if admin and settings.exempt_admins:
         return Decision("keep", "admin-exempt", **base)
@@ -321,16 +381,20 @@ def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime
             fallback = "no-gpu-series"
         else:
             gpu_state = gpu.now.state(settings.threshold, settings.expected_samples(window), settings.min_coverage)
+            if gpu_state != "busy" and _young(age, window, settings):  # its own samples cannot span the window
+                gpu_state, fallback = "unknown", "younger-than-gpu-window"
             evidence = {"max_activity": gpu.now.max_activity, "samples": gpu.now.samples,
                         "expected_samples": settings.expected_samples(window), "metric": gpu.now.metric,
                         "window_s": window, "threshold": settings.threshold, "pod": gpu.now.pod,
                         "namespace": gpu.now.namespace, "devices": list(gpu.now.devices)}
-            if gpu_state == "unknown":
+            if gpu_state == "unknown" and fallback is None:
                 fallback = "short-gpu-coverage"
             soon_window = max(window - settings.warn_before, 1)
             if gpu.soon is not None:
                 gpu_soon = gpu.soon.state(settings.threshold, settings.expected_samples(soon_window),
                                           settings.min_coverage)
+                if gpu_soon == "idle" and _young(age, soon_window, settings):
+                    gpu_soon = "unknown"
     base.update(gpu_state=gpu_state, fallback=fallback, evidence=evidence)
 
     idle_limit = rule.idle_timeout
@@ -371,6 +435,11 @@ def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime
     return Decision("keep", reason, **base)
 
 
+def _young(age: float | None, window: int, settings: Settings) -> bool:
+    """Too young for GPU evidence over `window` to be only its own (see `lookback`)."""
+    return age is None or age < window + settings.scrape_interval
+
+
 def reclaimed(rule: Rule, decision: Decision, horizon_s: float) -> tuple[float, float, float]:
     """Estimates for one cull: (GPU-hours reclaimed, $ reclaimed, idle GPU-hours it had held).
 
@@ -383,5 +452,5 @@ def reclaimed(rule: Rule, decision: Decision, horizon_s: float) -> tuple[float, 
     if rule.max_age and decision.age_s is not None:
         remaining = min(remaining, max(rule.max_age - decision.age_s, 0.0))
     hours = remaining / 3600
-    idle_hours = (decision.inactive_s or 0.0) / 3600 if decision.reason != "max-age" else 0.0
+    idle_hours = max(decision.inactive_s or 0.0, 0.0) / 3600 if decision.reason != "max-age" else 0.0
     return rule.gpus * hours, rule.hourly_cost * hours, rule.gpus * idle_hours

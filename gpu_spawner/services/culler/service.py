@@ -5,7 +5,7 @@ DCGM evidence, then run jupyterhub-idle-culler's `cull_idle` (paginated `GET /us
 `DELETE` per cull) with `cull_arbiter_hook` bound to `decide()`. Its own global `max_age` is not used:
 each profile's `max_age` is part of the decision.
 
-Also serves, under its hub prefix (`/services/gpu-culler/`):
+Also serves (web.py), under its hub prefix (`/services/gpu-culler/`):
   GET warnings/<user>   that user's pending warnings and recent culls (the user's own token, or an admin's)
   GET warnings          all of them (admins only)
   GET metrics           Prometheus text format (culls by profile and reason, GPU-hours and $ reclaimed)
@@ -14,6 +14,7 @@ Also serves, under its hub prefix (`/services/gpu-culler/`):
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -26,8 +27,7 @@ from urllib.parse import quote, urlencode, urlparse
 
 import jupyterhub_idle_culler
 from jupyterhub_idle_culler import IdleCuller, cull_idle, utcnow
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
@@ -36,14 +36,21 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
 
-CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
-
 decision_log = logging.getLogger("gpuhub.culler.decisions")
 
 # jupyterhub-idle-culler parses each server's two timestamps with dateutil's general parser, which is
 # the slowest step of a cycle over thousands of servers; the hub writes ISO 8601, which
 # datetime.fromisoformat reads ~20x faster (same result; anything unusual still goes to dateutil).
 jupyterhub_idle_culler.parse_date = D.parse_time
+# jupyterhub-idle-culler builds its DELETE URLs with quote()'s default safe="/". The hub refuses "/" in
+# user and server names today; quoting every character keeps a name from ever becoming a second path
+# segment (another user's server) if that changes.
+jupyterhub_idle_culler.quote = functools.partial(quote, safe="")
+
+
+def user_url(api_url: str, user: str) -> str:
+    """The hub API URL of one user: the name is one path segment whatever it contains (`?`, `#`, `/`, `%`)."""
+    return f"{api_url}/users/{quote(user, safe='')}"
 
 
 def _json_logger() -> None:
@@ -159,6 +166,8 @@ class GPUCuller(IdleCuller):
         #: user → recent culls (newest last)
         self.culled: dict[str, list[dict[str, Any]]] = {}
         self.last_cycle: CycleResult | None = None
+        #: (user, server) → (the future last_activity it reported, when this culler first saw that value)
+        self.future_seen: dict[tuple[str, str], tuple[str, datetime]] = {}
 
     # ------------------------------------------------------------------ settings
 
@@ -179,19 +188,23 @@ class GPUCuller(IdleCuller):
 
     # ------------------------------------------------------------------ prometheus
 
+    async def prometheus_query(self, client: AsyncHTTPClient, query: str) -> list[dict]:
+        """One instant query's result vector (POST: a per-pod query names the pod twice per metric)."""
+        url = f"{self.prometheus_url.rstrip('/')}/api/v1/query"
+        resp = await client.fetch(HTTPRequest(url, method="POST", body=urlencode({"query": query}),
+                                              request_timeout=self.prometheus_timeout,
+                                              connect_timeout=self.prometheus_timeout))
+        body = json.loads(resp.body)
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus: {body.get('error')}")
+        return body["data"]["result"]
+
     async def gpu_evidence(self, windows: set[int]) -> dict[int, dict] | None:
         """Evidence per window, or None when Prometheus did not answer (logged)."""
         client = AsyncHTTPClient(force_instance=True)
-        base = self.prometheus_url.rstrip("/")
 
         async def one(window: int):
-            url = f"{base}/api/v1/query?" + urlencode({"query": D.evidence_query(window)})
-            resp = await client.fetch(HTTPRequest(url, request_timeout=self.prometheus_timeout,
-                                                  connect_timeout=self.prometheus_timeout))
-            body = json.loads(resp.body)
-            if body.get("status") != "success":
-                raise RuntimeError(f"Prometheus: {body.get('error')}")
-            return window, D.parse_evidence(body["data"]["result"])
+            return window, D.parse_evidence(await self.prometheus_query(client, D.evidence_query(window)))
 
         try:
             pairs = await asyncio.gather(*(one(w) for w in sorted(windows)))
@@ -227,14 +240,24 @@ class GPUCuller(IdleCuller):
         admins: dict[str, bool] = {}
         token = os.environ["JUPYTERHUB_API_TOKEN"]
         namespace = self.namespace or None
+        prometheus = AsyncHTTPClient(force_instance=True)
+        young_queries = asyncio.Semaphore(max(self.concurrency, 1))
+        future_seen, self.future_seen = self.future_seen, {}
 
         async def is_admin(user: str) -> bool:
+            """The user's admin flag (`list:users` implies `read:users:name`, whose model carries it)."""
             if user not in admins:
                 client = AsyncHTTPClient(force_instance=True)
                 try:
-                    resp = await client.fetch(HTTPRequest(f"{self.url}/users/{quote(user)}",
+                    resp = await client.fetch(HTTPRequest(user_url(self.url, user),
                                                           headers={"Authorization": f"token {token}"}))
-                    admins[user] = bool(json.loads(resp.body).get("admin"))
+                    model = json.loads(resp.body)
+                    flag = D.admin_flag(model)
+                    if flag is None:
+                        raise ValueError("the hub's answer has no admin flag (the culler's scopes are too narrow)")
+                    if model.get("name") != user:
+                        raise ValueError(f"the hub answered for {model.get('name')!r}")
+                    admins[user] = flag
                 except Exception as e:  # unknown → treat as admin: never cull on missing data
                     self.log.warning("Could not tell whether %s is an admin (%s); not culling", user, e)
                     admins[user] = True
@@ -242,22 +265,62 @@ class GPUCuller(IdleCuller):
                     client.close()
             return admins[user]
 
+        async def young_evidence(pod: str, seconds: int) -> D.GPUEvidence | None:
+            """Evidence from only this server's own samples (the last `seconds`), for a server younger than
+            its window; None when there are none. Raises when Prometheus does not answer."""
+            if seconds <= 0:
+                return None
+            async with young_queries:
+                result = await self.prometheus_query(prometheus, D.pod_evidence_query(seconds, pod, namespace))
+            return D.lookup_evidence(D.parse_evidence(result), pod, namespace)
+
+        async def gpu_view(user: str, sname: str, server: dict, rule: D.Rule) -> D.GPUView:
+            view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
+            w = settings.window(rule)
+            if not (gpu_on and evidence is not None and rule.is_gpu and w):
+                return view
+            pod = D.pod_name(user, sname, self.pod_name_template)
+            started = D.parse_time(server.get("started"))
+            views, own = [], {}
+            for window in (w, max(w - settings.warn_before, 1)):
+                seconds = D.lookback(window, started, now, settings.scrape_interval)
+                if seconds >= window:  # old enough: the cycle's shared query holds only its own samples
+                    views.append(D.lookup_evidence(evidence.get(window, {}), pod, namespace))
+                    continue
+                try:
+                    if seconds not in own:
+                        own[seconds] = await young_evidence(pod, seconds)
+                except Exception as e:
+                    self.log.warning("Prometheus did not answer for %s (%s): judged by activity", pod, e)
+                    return D.GPUView(prometheus=True, reachable=False)
+                views.append(own[seconds])
+            return D.GPUView(True, True, *views)
+
+        def activity_seen(user: str, sname: str, server: dict) -> datetime | None:
+            """When this culler first saw the server's last_activity, if that lies in the future."""
+            raw = server.get("last_activity")
+            last = D.parse_time(raw)
+            if last is None or last <= now:
+                return None
+            key = (user, sname)
+            previous = future_seen.get(key)
+            self.future_seen[key] = previous if previous and previous[0] == raw else (raw, now)
+            return self.future_seen[key][1]
+
         async def arbiter(inactive, inactive_limit, server, **kwargs):
             user, sname = D.server_names(server)
             rule = D.rule_for(server, rules, default)
-            view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
-            if gpu_on and evidence is not None and rule.is_gpu and settings.window(rule):
-                w = settings.window(rule)
-                pod = D.pod_name(user, sname, self.pod_name_template)
-                view = D.GPUView(True, True, D.lookup_evidence(evidence.get(w, {}), pod, namespace),
-                                 D.lookup_evidence(evidence.get(max(w - settings.warn_before, 1), {}), pod,
-                                                   namespace))
             if not (self.cull_named_servers if sname else self.cull_default_servers):
                 d = D.Decision("keep", "excluded-server-kind", rule.profile, None, None)
                 return self.record(user, sname, rule, d, warnings, decisions, now)
-            d = D.decide(server, rule, settings, now, view)
+            view = await gpu_view(user, sname, server, rule)
+            seen = activity_seen(user, sname, server)
+            d = D.decide(server, rule, settings, now, view, activity_seen=seen)
+            if d.future_s:
+                self.log.warning("%s/%s reports activity or a start %.0f s in the future (clock skew?); "
+                                 "counted as of %s", user, sname, d.future_s, (seen or now).isoformat())
             if d.action != "keep" and settings.exempt_admins and await is_admin(user):
-                d = D.decide(server, rule, settings, now, view, admin=True)
+                d = D.decide(server, rule, settings, now, view, admin=True, activity_seen=seen)
             return self.record(user, sname, rule, d, warnings, decisions, now)
 
         try:
@@ -271,6 +334,8 @@ class GPUCuller(IdleCuller):
         except Exception:
             self.metrics.cycles.labels("error").inc()
             self.log.exception("Cull cycle failed")
+        finally:
+            prometheus.close()
         self.warnings = warnings
         if self.warnings_file:
             banner.write_warnings(self.warnings_file, warnings)
@@ -320,18 +385,9 @@ class GPUCuller(IdleCuller):
     # ------------------------------------------------------------------ web
 
     def make_app(self) -> web.Application:
-        from jupyterhub.services.auth import HubAuth
+        from gpu_spawner.services.culler.web import make_app
 
-        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-culler/")
-        hub_auth = HubAuth(api_token=os.environ.get("JUPYTERHUB_API_TOKEN", ""), api_url=self.url,
-                           cache_max_age=60)
-        args = {"culler": self, "hub_auth": hub_auth}
-        return web.Application([
-            (prefix + r"warnings/([^/]+)/?", WarningsHandler, args),
-            (prefix + r"warnings/?", WarningsHandler, args),
-            (prefix + r"metrics", MetricsHandler, args),
-            (prefix + r"health", HealthHandler, args),
-        ])
+        return make_app(self)
 
     def listen_port(self) -> int | None:
         if self.port:
@@ -393,54 +449,6 @@ def _warning_text(sname: str, rule: D.Rule, d: D.Decision) -> str:
         why = "its GPU has been idle"
     return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}. "
             "Save your work; any activity (or GPU use) resets the idle timer.")
-
-
-class _Base(web.RequestHandler):
-    def initialize(self, culler: GPUCuller, hub_auth) -> None:
-        self.culler = culler
-        self.hub_auth = hub_auth
-
-    async def requester(self) -> dict | None:
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() not in ("token", "bearer") or not token:
-            token = self.get_argument("token", "")
-        if not token:
-            return None
-        return await self.hub_auth.user_for_token(token.strip(), sync=False)
-
-
-class WarningsHandler(_Base):
-    async def get(self, user: str | None = None):
-        who = await self.requester()
-        if who is None:
-            raise web.HTTPError(401, "send your hub token: Authorization: token <token>")
-        if who.get("kind", "user") != "user":
-            raise web.HTTPError(403)
-        if user is None and not who.get("admin"):
-            raise web.HTTPError(403, "only admins may list everyone's warnings")
-        if user is not None and user != who.get("name") and not who.get("admin"):
-            raise web.HTTPError(403, "you may only read your own warnings")
-        c = self.culler
-        if user is None:
-            body = {"warnings": c.warnings, "culled": c.culled}
-        else:
-            body = {"user": user, "warnings": list(c.warnings.get(user, {}).values()),
-                    "culled": c.culled.get(user, []), "dry_run": c.dry_run}
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(body))
-
-
-class MetricsHandler(_Base):
-    def get(self):
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(generate_latest(self.culler.metrics.registry))
-
-
-class HealthHandler(_Base):
-    def get(self):
-        self.finish({"ok": True, "last_cycle_seconds": self.culler.last_cycle.seconds
-                     if self.culler.last_cycle else None})
 
 
 def main(argv=None):
