@@ -75,15 +75,29 @@ def environment(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
     return env
 
 
-def spawner_overrides(cfg: ProfilesConfig, profile: Profile) -> dict[str, Any]:
-    """KubeSpawner trait values for one profile (its `kubespawner_override`)."""
+def resource_overrides(profile: Profile, admin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """CPU and memory traits: what the profile sets wins, what it does not set stays the admin's KubeSpawner
+    setting (`admin`: cpu_guarantee, cpu_limit, mem_guarantee, mem_limit). A limit the profile does not set
+    is the admin's, never below the profile's guarantee; memory counts the memory-backed /dev/shm."""
+    admin, given = admin or {}, profile.model_fields_set
+    out: dict[str, Any] = {}
+    if "cpu" in given:
+        out["cpu_guarantee"] = float(profile.cpu)
+    if profile.cpu_limit is not None:
+        out["cpu_limit"] = float(profile.cpu_limit)
+    elif "cpu" in given:
+        out["cpu_limit"] = max(float(profile.cpu), float(admin.get("cpu_limit") or 0))
+    if "memory" in given:
+        out["mem_guarantee"] = profile.memory_limit
+        out["mem_limit"] = max(profile.memory_limit, int(admin.get("mem_limit") or 0))
+    return out
+
+
+def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """KubeSpawner trait values for one profile (its `kubespawner_override`); `admin`: see resource_overrides."""
     gpus = gpu_resources(cfg, profile)
-    cpu = float(profile.cpu)
     overrides: dict[str, Any] = {
-        "cpu_guarantee": cpu,
-        "cpu_limit": float(profile.cpu_limit or profile.cpu),
-        "mem_guarantee": profile.memory_limit,
-        "mem_limit": profile.memory_limit,
+        **resource_overrides(profile, admin),
         "extra_resource_guarantees": {k: str(v) for k, v in gpus.items()},
         "extra_resource_limits": {k: str(v) for k, v in gpus.items()},
         "node_selector": node_selector(cfg, profile),

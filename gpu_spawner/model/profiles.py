@@ -237,6 +237,64 @@ class Pool(_Strict):
         return self.gpu.model
 
 
+class SpawnerOverride(_Strict):
+    """What a choice may set: KubeSpawner traits other than GPU, pool, resources and tolerations (the profile's)."""
+
+    image: str | None = Field(None, min_length=1, max_length=512, description="The server's image (and the "
+                              "image of the `%gpu_submit` jobs started from it).")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="KubeSpawner `image_pull_policy`.")
+    environment: dict[str, str] | None = Field(None, description="Environment variables, added to the admin's "
+                                                                 "and the profile's.")
+    default_url: str | None = Field(None, description="KubeSpawner `default_url`, e.g. `/lab`.")
+
+    def traits(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class OptionChoice(_Strict):
+    display_name: str = Field(min_length=1, description="What the picker shows.")
+    default: bool = Field(False, description="Preselected (default: the first choice); it must have no `groups`.")
+    groups: list[str] | None = Field(None, description="JupyterHub groups that may pick it (absent: everyone "
+                                                       "allowed the profile).")
+    kubespawner_override: SpawnerOverride = Field(SpawnerOverride(), description="What picking it sets.")
+
+
+class UnlistedChoice(_Strict):
+    """A value the user types (e.g. a custom image), for members of named groups only."""
+
+    groups: list[str] = Field(min_length=1, description="JupyterHub groups that may type a value (required: "
+                                                       "never everyone).")
+    validation_regex: str = Field(min_length=1, description="Python regular expression the whole typed value "
+                                                            "must match (at most 512 characters), e.g. "
+                                                            "`registry\\.example\\.com/[a-z0-9/-]+:[a-z0-9.-]+`.")
+    validation_message: str = Field("", description="Says what is allowed, shown when a value does not match.")
+    display_name: str = Field("Custom value", description="Label of the text field.")
+    display_name_in_choices: str = Field("Other...", description="The list entry that selects the text field.")
+    kubespawner_override: SpawnerOverride = Field(SpawnerOverride(image="{value}"), description=(
+        "What a typed value sets; `{value}` is replaced by it."))
+
+
+class ProfileOption(_Strict):
+    """A choice inside a profile (KubeSpawner `profile_options`), e.g. the image the server runs."""
+
+    display_name: str = Field(min_length=1, description="Label of the option in the picker.")
+    choices: dict[Slug, OptionChoice] = Field(min_length=1, description="Choice key → choice, in picker order; "
+                                                                         "the key is what `user_options` carry.")
+    unlisted_choice: UnlistedChoice | None = Field(None, description="Lets named groups type a value instead.")
+
+    @property
+    def default_choice(self) -> str:
+        return next((k for k, c in self.choices.items() if c.default), next(iter(self.choices)))
+
+    def choices_for(self, groups: set[str] | list[str]) -> dict[str, OptionChoice]:
+        return {k: c for k, c in self.choices.items() if c.groups is None or set(c.groups) & set(groups)}
+
+    def unlisted_for(self, groups: set[str] | list[str]) -> UnlistedChoice | None:
+        u = self.unlisted_choice
+        return u if u is not None and set(u.groups) & set(groups) else None
+
+
 class ProfileGPU(_Strict):
     kind: Literal["time-sliced", "mig", "full"]
     count: int = Field(1, ge=1, le=16)
@@ -263,6 +321,9 @@ class Profile(_Strict):
     priority: str | None = None
     max_per_user: int | None = Field(None, ge=1)
     default: bool = False
+    options: dict[Slug, ProfileOption] = Field({}, description=(
+        "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "
+        "`%gpu_submit` jobs from it use too. Option names are DNS labels other than `profile`."))
 
     @property
     def is_gpu(self) -> bool:

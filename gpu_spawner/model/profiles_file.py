@@ -10,6 +10,7 @@ from pathlib import Path
 from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
 
+#: The bundled example: for `gpuhub dev`, the tests and the docs only (never a default for a real hub).
 EXAMPLE_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles.yaml"
 PROFILES_ENV = ENV_PROFILES
 
@@ -19,8 +20,12 @@ _recent: dict[str, tuple[float, ProfilesConfig]] = {}
 RECHECK_SECONDS = 2.0
 
 
-def profiles_path() -> Path:
-    return Path(os.environ.get(PROFILES_ENV) or EXAMPLE_PROFILES)
+def profiles_path() -> Path | None:
+    """The file named by $GPUHUB_PROFILES, else None. Never the example file: a real hub without a
+    profiles file is a plain KubeSpawner hub, not one offering demo profiles on demo pools (`gpuhub dev`
+    and the tests name their file explicitly)."""
+    value = os.environ.get(PROFILES_ENV)
+    return Path(value) if value else None
 
 
 def cached_profiles(path: str | Path) -> ProfilesConfig:

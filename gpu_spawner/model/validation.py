@@ -194,6 +194,53 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
     return True
 
 
+def _check_options(at: str, p: Profile, out: list[Problem]) -> None:
+    """Each option has one default open to everyone allowed the profile, and a typed value is checked by a
+    regex that compiles and lands in the override through `{value}`."""
+    for name, option in p.options.items():
+        where = f"{at}.options.{name}"
+        if name == "profile" or "--" in name:
+            out.append(Problem(where, f"{name!r} is not a valid option name: 'profile' and names with '--' "
+                                      "are KubeSpawner's own form keys"))
+        defaults = [k for k, c in option.choices.items() if c.default]
+        if len(defaults) > 1:
+            out.append(Problem(f"{where}.choices.{defaults[1]}.default", f"only one choice may be the default; "
+                                                                          f"{defaults[0]!r} already is"))
+        first = option.default_choice
+        if option.choices[first].groups is not None:
+            out.append(Problem(f"{where}.choices.{first}.groups", f"{first!r} is the default choice, so everyone "
+                               "allowed the profile must be able to pick it; remove its groups or make another "
+                               "choice the default"))
+        unlisted = option.unlisted_choice
+        if unlisted is None:
+            continue
+        try:
+            re.compile(unlisted.validation_regex)
+        except re.error as e:
+            out.append(Problem(f"{where}.unlisted_choice.validation_regex",
+                               f"{unlisted.validation_regex!r} is not a regular expression: {e}"))
+        templates = _strings(unlisted.kubespawner_override.traits())
+        try:
+            for t in templates:
+                t.format(value="x")
+        except (KeyError, IndexError, ValueError) as e:
+            bad = f"unknown placeholder {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
+            out.append(Problem(f"{where}.unlisted_choice.kubespawner_override", f"{bad}; the only placeholder "
+                               "is {value}"))
+            continue
+        if not any("{value}" in t for t in templates):
+            out.append(Problem(f"{where}.unlisted_choice.kubespawner_override", "never uses the typed value; write "
+                               "{value} where it goes, e.g. image: '{value}'"))
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    return []
+
+
 def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: dict[str, int] | None,
                    out: list[Problem], broken: set[str] = frozenset()) -> None:
     at = f"profiles[{i}]"
@@ -206,6 +253,7 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
     if p.cpu_limit is not None and p.cpu_limit < p.cpu:
         out.append(Problem(f"{at}.cpu_limit", f"{float(p.cpu_limit):g} is below cpu {float(p.cpu):g}; "
                                               f"valid: at least {float(p.cpu):g}"))
+    _check_options(at, p, out)
     if p.pool in broken:
         return  # the pool's own problems are reported at pools.<name>; checking against it would mislead
     if p.gpu is None:

@@ -38,6 +38,10 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("NodeShape", P.NodeShape, "`pools.<name>.node`"),
     ("Profile", P.Profile, "`profiles[]`"),
     ("ProfileGPU", P.ProfileGPU, "`profiles[].gpu`"),
+    ("ProfileOption", P.ProfileOption, "`profiles[].options.<name>`"),
+    ("OptionChoice", P.OptionChoice, "`profiles[].options.<name>.choices.<key>`"),
+    ("UnlistedChoice", P.UnlistedChoice, "`profiles[].options.<name>.unlisted_choice`"),
+    ("SpawnerOverride", P.SpawnerOverride, "`kubespawner_override` of a choice"),
     ("Team", P.Team, "`teams.<name>`"),
 ]
 
@@ -181,7 +185,8 @@ def _default(model: type[BaseModel], name: str, field) -> str:
         n = int(value)
         return f"`{n // 2**30}Gi`" if n % 2**30 == 0 else f"`{n // 2**20}Mi`"
     if isinstance(value, BaseModel):
-        return "`" + ", ".join(f"{k}: {v}" for k, v in value.model_dump().items()) + "`"
+        return "`" + ", ".join(f"{k}: {v}" for k, v in value.model_dump(exclude_none=True).items()) + "`" \
+            if value.model_dump(exclude_none=True) else "—"
     if value == "":
         return '`""`'
     if isinstance(value, bool):
