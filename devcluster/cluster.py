@@ -183,7 +183,7 @@ class _Starter:
             self.say(f"{name} healthy (pid {proc.pid}, {time.monotonic() - t0:.1f} s)")
 
     def stop_all(self) -> None:
-        stop_in_order({r.name: r for r, _ in self.started}, self.layout.run)
+        stop_in_order({r.name: r for r, _ in self.started}, self.layout.run, self.say)
         for _, proc in self.started:
             try:
                 proc.wait(timeout=1)
