@@ -14,7 +14,7 @@ from typing import Any
 from devcluster.simulator_keys import SIMULATOR_ANNOTATION
 from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
-from gpu_spawner.model.profiles import Pool, ProfilesConfig
+from gpu_spawner.model.profiles import NodeShape, Pool, ProfilesConfig
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
 SIMULATED_LABEL = SIMULATED_NODE_LABEL
@@ -51,9 +51,15 @@ def pool_labels(name: str, pool: Pool) -> dict[str, str]:
     return labels
 
 
+#: SIMULATOR: the size of a dev node whose pool names neither a known instance_type nor `node`.
+UNKNOWN_SHAPE = NodeShape(cpu=16, memory="64Gi")
+
+
 def resources(pool: Pool) -> dict[str, str]:
-    """Allocatable (= capacity here): the node shape plus the GPU slots the device plugin advertises."""
-    shape = pool.shape()
+    """Allocatable (= capacity here): the node shape plus the GPU slots the device plugin advertises. A KWOK node
+    must be given some size: a pool whose size the file does not know gets UNKNOWN_SHAPE (a real node reports
+    its own; the product never assumes one)."""
+    shape = pool.shape() or UNKNOWN_SHAPE
     out = {"cpu": str(shape.cpu), "memory": str(int(shape.memory)), "pods": str(shape.max_pods),
            "ephemeral-storage": str(128 * 2**30)}
     out.update({k: str(v) for k, v in pool.slots_per_node().items()})

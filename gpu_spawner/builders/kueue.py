@@ -53,10 +53,17 @@ def resource_flavor(name: str, pool: Pool) -> dict[str, Any]:
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": spec}
 
 
-def _share(pool: Pool, gpus: int) -> tuple[Decimal, Decimal]:
-    """CPU and memory that `gpus` slots of a node carry (so a full quota fits the nodes it stands for)."""
-    per_node = sum(pool.slots_per_node().values()) or 1
+def _share(cfg: ProfilesConfig, pool_name: str, gpus: int) -> tuple[Decimal, Decimal]:
+    """CPU and memory that `gpus` slots of a node carry (so a full quota fits the nodes it stands for: the
+    node's allocatable, not its VM size). A pool of unknown size: what its largest profile asks per slot,
+    so the GPU quota alone decides."""
+    pool = cfg.pools[pool_name]
     shape = pool.shape()
+    if shape is None:
+        per_slot = [(p.cpu / p.gpu.count, Decimal(p.memory_limit) / p.gpu.count) for p in cfg.profiles
+                    if p.pool == pool_name and p.gpu is not None] or [(Decimal(0), Decimal(0))]
+        return max(c for c, _ in per_slot) * gpus, max(m for _, m in per_slot) * gpus
+    per_node = sum(pool.slots_per_node().values()) or 1
     return shape.cpu * gpus / per_node, shape.memory * gpus / per_node
 
 
@@ -83,7 +90,7 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
     for name in pools:
         pool = cfg.pools[name]
         gpus = team.quota.get(name, 0)
-        cpu, mem = _share(pool, gpus)
+        cpu, mem = _share(cfg, name, gpus)
         own = set(pool.slots_per_node())
         resources = [
             {"name": "cpu", "nominalQuota": cpu_quantity(cpu)},
@@ -91,7 +98,7 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
             {"name": EPHEMERAL, "nominalQuota": storage_quantity(_scratch(gpus))},
         ] + [{"name": r, "nominalQuota": gpus if r in own else 0} for r in gpu_resources]
         if team.cohort and team.borrowing_limit is not None:
-            b_cpu, b_mem = _share(pool, team.borrowing_limit)
+            b_cpu, b_mem = _share(cfg, name, team.borrowing_limit)
             resources[0]["borrowingLimit"] = cpu_quantity(b_cpu)
             resources[1]["borrowingLimit"] = memory_quantity(b_mem)
             resources[2]["borrowingLimit"] = storage_quantity(_scratch(team.borrowing_limit))

@@ -77,6 +77,8 @@ def never_fits(profile: Profile, state: ClusterState) -> str | None:
     if pool is None:
         return None
     cap = state.profile_capacity(profile)
+    if too_small := _nodes_too_small(profile, pool, state.pool_nodes(profile.pool)):
+        return too_small  # the nodes a growing pool adds are the same size
     if cap.can_grow:
         return None
     if cap.nodes == 0:
@@ -90,6 +92,20 @@ def never_fits(profile: Profile, state: ClusterState) -> str | None:
                     f"offers is {biggest}), so '{profile.display_name}' can never start. The nodes may not match "
                     "the profiles file: ask an admin to run `gpuhub doctor`.")
     return None
+
+
+def _nodes_too_small(profile: Profile, pool, nodes) -> str | None:
+    """The profile against the real allocatable of the pool's nodes (the file may not know their size)."""
+    if not nodes:
+        return None
+    cpu, mem = float(profile.cpu), float(profile.memory_limit)
+    if any(n.allocatable.get("cpu", 0) >= cpu and n.allocatable.get("memory", 0) >= mem for n in nodes):
+        return None
+    best = max(nodes, key=lambda n: (n.allocatable.get("cpu", 0), n.allocatable.get("memory", 0)))
+    return (f"'{profile.display_name}' needs {cpu:g} CPUs and {mem / 2**30:.1f} GiB (memory + /dev/shm), but the "
+            f"largest node of the {pool.label} pool offers pods {best.allocatable.get('cpu', 0):g} CPUs and "
+            f"{best.allocatable.get('memory', 0) / 2**30:.1f} GiB, so it can never start there. Choose a smaller "
+            "profile, or ask an admin to run `gpuhub doctor`.")
 
 
 def container_failure(pod: dict[str, Any] | None) -> str | None:

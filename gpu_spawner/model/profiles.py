@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from pytimeparse2 import parse as parse_duration
 
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
+from gpu_spawner.model.vm_sizes import allocatable_of
 
 #: The taint AKS puts on every spot node pool.
 SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
@@ -24,21 +25,6 @@ SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "
 DEFAULT_PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-
-#: Azure VM sizes we know: (vCPU, memory GiB) as allocatable-ish shape for simulated nodes.
-INSTANCE_SHAPES = {
-    "Standard_D4s_v5": (4, 16),
-    "Standard_D8s_v5": (8, 32),
-    "Standard_D16s_v5": (16, 64),
-    "Standard_NC4as_T4_v3": (4, 28),
-    "Standard_NC8as_T4_v3": (8, 56),
-    "Standard_NC24ads_A100_v4": (24, 220),
-    "Standard_NC48ads_A100_v4": (48, 440),
-    "Standard_NC40ads_H100_v5": (40, 320),
-    "Standard_ND96asr_v4": (96, 900),
-    "Standard_ND96isr_H100_v5": (96, 1900),
-}
-
 
 def duration_seconds(value: Any) -> int:
     """Seconds from `30m`, `2h`, `1h30m`, `90` (pytimeparse2), for durations admins write."""
@@ -221,12 +207,13 @@ class Pool(_Strict):
             return {mig_resource_name(sl): gpus * n for sl, n in self.mig_layout.items()}
         return {"nvidia.com/gpu": gpus}
 
-    def shape(self) -> NodeShape:
-        """CPU/memory of one node: explicit `node`, else the known instance type, else a small default."""
+    def shape(self) -> NodeShape | None:
+        """What one node offers pods: explicit `node`, else the known VM size's allocatable (model/vm_sizes.py),
+        else None: an unknown shape is unknown, never assumed small (the live checks read the nodes)."""
         if self.node:
             return self.node
-        cpu, mem = INSTANCE_SHAPES.get(self.instance_type or "", (8, 32))
-        return NodeShape(cpu=cpu, memory=f"{mem}Gi")
+        known = allocatable_of(self.instance_type)
+        return NodeShape(cpu=known[0], memory=known[1]) if known else None
 
     @property
     def label(self) -> str:

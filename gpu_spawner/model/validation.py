@@ -308,9 +308,9 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
 
 def _check_fits(at: str, p: Profile, pool: Pool | None, out: list[Problem]) -> None:
     """A profile bigger than one node of its pool could never be scheduled."""
-    if pool is None:
+    shape = pool.shape() if pool is not None else None
+    if shape is None:  # an unknown node size is unknown, not small: the live checks read the real nodes
         return
-    shape = pool.shape()
     if p.cpu > shape.cpu:
         out.append(Problem(f"{at}.cpu", f"{p.cpu} CPUs never fit: a node of pool {p.pool!r} has {shape.cpu}"))
     if p.memory_limit > shape.memory:

@@ -31,6 +31,10 @@ def cmd_validate(args) -> int:
     gpu_pools = sum(p.is_gpu for p in cfg.pools.values())
     print(f"ok: {args.file}: {len(cfg.pools)} pools ({gpu_pools} GPU), {len(cfg.profiles)} profiles, "
           f"{len(cfg.teams)} teams")
+    from gpu_spawner.model.fit import fit_warnings
+
+    for warning in fit_warnings(cfg):  # valid, but worth knowing: stderr, exit 0
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -155,6 +155,19 @@ def check_pool(name: str, pool: Pool, nodes: list[dict[str, Any]], file: str) ->
     return out
 
 
+def check_node_size(cfg: ProfilesConfig, name: str, pool: Pool, nodes: list[dict[str, Any]]) -> list[Check]:
+    """The profiles and the file's node size against the nodes' real allocatable (tools/doctor_size.py)."""
+    from gpu_spawner.tools.doctor_size import size_problems
+
+    mine = pool_nodes(pool, nodes)
+    if not mine:
+        return []
+    offer, problems, fix = size_problems(cfg, name, mine)
+    if problems:
+        return [Check(f"pool {name}", "node size", FAIL, "; ".join(problems), fix)]
+    return [Check(f"pool {name}", "node size", OK, f"every profile fits; nodes offer pods {offer}")]
+
+
 def _check_labels(sec: str, name: str, pool: Pool, nodes: list[dict[str, Any]]) -> Check:
     want = expected_labels(pool)
     bad = []
@@ -405,6 +418,7 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
     else:
         for name, pool in cfg.pools.items():
             out += check_pool(name, pool, snap.nodes, file)
+            out += check_node_size(cfg, name, pool, snap.nodes)
             dp = check_device_plugin(name, pool, snap.nodes, snap)
             if dp:
                 out.append(dp)

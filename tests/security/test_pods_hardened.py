@@ -212,3 +212,164 @@ def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
     assert values["node-feature-discovery"]["worker"]["tolerations"] == want
     assert values["devicePlugin"]["config"] == {"name": deploy.DEVICE_PLUGIN_CONFIG, "default": "default"}
     assert {"name": "WITH_REBOOT", "value": "true"} in values["migManager"]["env"]
+
+
+# ---------------------------------------------------------------------------------------------- cluster tier
+# The real API server of the dev cluster enforces Pod Security in the team namespaces `gpuhub render kueue`
+# made; the real gpu-jobs service, running with nothing but its own ServiceAccount's token and the rights
+# `render_rbac` gives it, runs a job to Succeeded there.
+
+def _team_pod(name: str, spec: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-ds"}, "spec": spec}
+
+
+PLAIN = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"],
+                                                   "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("what,spec", [
+    ("no securityContext", PLAIN),
+    ("root", {**harden(PLAIN, "1Gi"), "securityContext": {"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}}),
+    ("privilege escalation", {**harden(PLAIN, "1Gi"), "containers": [
+        {**harden(PLAIN, "1Gi")["containers"][0], "securityContext": {"allowPrivilegeEscalation": True,
+                                                                     "capabilities": {"drop": ["ALL"]}}}]}),
+    ("hostPath volume", {**harden(PLAIN, "1Gi"), "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}),
+])
+def test_api_server_refuses_a_pod_breaking_restricted_in_a_team_namespace(cluster, what, spec):
+    from devcluster.kube import KubeError
+
+    labels = cluster.core.read_namespace("team-ds").metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    with pytest.raises(KubeError) as refused:
+        cluster.create(_team_pod(f"bad-{re.sub('[^a-z]+', '-', what)}", spec))
+    assert refused.value.status == 403 and 'violates PodSecurity "restricted' in str(refused.value), what
+    assert not cluster.core.list_namespaced_pod("team-ds", label_selector="!gpuhub.io/job").items
+
+
+@pytest.mark.cluster
+def test_api_server_admits_the_hardened_pod(cluster):
+    """The same pod as above with `harden()` passes (server-side dry run: nothing is created)."""
+    from kubernetes.client import ApiClient
+
+    body = _team_pod("hardened", harden(PLAIN, "1Gi"))
+    created = cluster.core.create_namespaced_pod("team-ds", body, dry_run="All")
+    assert created.spec.security_context.run_as_user == JOB_UID
+    assert ApiClient().sanitize_for_serialization(created.spec).get("automountServiceAccountToken") is False
+
+
+@pytest.fixture(scope="module")
+def jobs_sa_kubeconfig(cluster, tmp_path_factory) -> Path:
+    """A kubeconfig holding only a token of the ServiceAccount jhub/gpu-jobs, with the rights `render_rbac`
+    gives that account (and nothing else)."""
+    from devcluster.kube import KubeError
+
+    cfg = load_profiles(cluster.profiles)
+    kube = cluster.kube()
+    try:
+        for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jhub"}},
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpu-jobs", "namespace": "jhub"}}):
+            try:
+                kube.create(obj)
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+        rbac = deploy.render_rbac(cfg, "jhub")
+        bound = {(b["roleRef"]["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"]) for b in rbac
+                 if b["kind"].endswith("Binding") and b["subjects"][0]["name"] == "gpu-jobs"}
+        for obj in rbac:
+            key = (obj["kind"].removesuffix("Binding"), obj["metadata"].get("namespace"),
+                   obj["roleRef"]["name"] if "roleRef" in obj else obj["metadata"]["name"])
+            if key in bound:
+                kube.apply(obj)
+    finally:
+        kube.close()
+    token = cluster.core.create_namespaced_service_account_token(
+        "gpu-jobs", "jhub", {"spec": {"expirationSeconds": 7200}}).status.token
+    kc = yaml.safe_load(cluster.kubeconfig.read_text())
+    kc["users"] = [{"name": "gpu-jobs", "user": {"token": token}}]
+    for ctx in kc["contexts"]:
+        ctx["context"]["user"] = "gpu-jobs"
+    path = tmp_path_factory.mktemp("gpu-jobs-sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hub_with_jobs_sa(cluster, jobs_sa_kubeconfig, tmp_path_factory):
+    """A real dev hub whose gpu-jobs service runs with the ServiceAccount's kubeconfig only."""
+    import secrets
+    import time as _time
+
+    import requests
+
+    from devcluster.testing import hub_with_agent
+    from jobs.test_service_cluster import GROUPS, JobsHub
+
+    state = tmp_path_factory.mktemp("hardenedhub")
+    token = secrets.token_hex(16)
+    extra = (f'c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{{"name": "hardened-tests", '
+             f'"scopes": ["tokens", "admin:users"], "services": ["hardened-tests"]}}]\n'
+             f'for _s in c.JupyterHub.services:\n'
+             f'    if _s["name"] == "gpu-jobs":\n'
+             f'        _s["environment"]["KUBECONFIG"] = {str(jobs_sa_kubeconfig)!r}\n')
+    with hub_with_agent(cluster, state, cluster.profiles, GROUPS, {"hardened-tests": token}, extra) as (dev, agent):
+        hub = JobsHub(dev.settings.url, token, dev, agent, state, {})
+        deadline = _time.monotonic() + 90
+        while requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
+            assert _time.monotonic() < deadline, "gpu-jobs did not come up:\n" + dev.log_tail(60)
+            _time.sleep(0.5)
+        yield hub
+
+
+RUN_NB = {"nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "cells": [{"cell_type": "code", "id": "r", "metadata": {}, "outputs": [], "execution_count": None,
+                     "source": "import os\nprint('uid-ok', os.environ['GPUHUB_JOB'])"}]}
+
+
+@pytest.mark.cluster
+def test_product_job_pod_is_admitted_and_succeeds_under_restricted_with_gpu_jobs_own_account(cluster, hub_with_jobs_sa):
+    hub = hub_with_jobs_sa
+    r = hub.submit("alice", profile="t4-shared", notebook=RUN_NB, notebook_path="hardened.ipynb")
+    assert r.status_code == 201, r.text
+    name = r.json()["name"]
+    try:
+        final = cluster.wait_until(lambda: (s := hub.status("alice", name))["state"] in ("Succeeded", "Failed") and s,
+                                   240, "the job to finish", interval=1)
+        logs = hub.call("alice", "GET", f"/jobs/{name}/logs")
+        assert final["state"] == "Succeeded", (final, logs.text, hub.process.log_tail(40))
+        assert logs.status_code == 200 and "uid-ok" in logs.text
+        assert name in [j["name"] for j in hub.call("alice", "GET", "/jobs").json()["jobs"]]
+        (pod,) = cluster.core.list_namespaced_pod("team-ds", label_selector=f"batch.kubernetes.io/job-name={name}").items
+        spec = cluster.api_client().sanitize_for_serialization(pod.spec)
+        assert spec["automountServiceAccountToken"] is False
+        assert not any(v["name"].startswith("kube-api-access") for v in spec["volumes"])  # no token was mounted
+        assert spec["securityContext"]["runAsUser"] == JOB_UID and spec["securityContext"]["runAsNonRoot"] is True
+        (c,) = spec["containers"]
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["resources"]["limits"]["ephemeral-storage"] == JobSettings().ephemeral_storage
+    finally:
+        assert hub.call("alice", "DELETE", f"/jobs/{name}").status_code in (200, 404)
+    cluster.wait_until(lambda: not cluster.batch.list_namespaced_job("team-ds", label_selector=f"gpuhub.io/job={name}").items,
+                       60, "the cancelled Job to go")
+
+
+@pytest.mark.cluster
+def test_gpu_jobs_has_nothing_but_its_bindings(cluster, hub_with_jobs_sa):
+    """Without its RoleBinding in team-ds the service cannot create a Job there: it acts with its own
+    account, not an admin's."""
+    from kubernetes import client
+
+    hub = hub_with_jobs_sa
+    rbac = client.RbacAuthorizationV1Api(cluster.api_client())
+    saved = rbac.read_namespaced_role_binding("gpuhub-jobs", "team-ds")
+    rbac.delete_namespaced_role_binding("gpuhub-jobs", "team-ds")
+    try:
+        before = {j.metadata.name for j in cluster.batch.list_namespaced_job("team-ds").items}
+        r = hub.submit("alice", profile="t4-shared", notebook=RUN_NB, notebook_path="denied.ipynb")
+        assert r.status_code >= 400 and "system:serviceaccount:jhub:gpu-jobs" in r.text, r.text
+        assert {j.metadata.name for j in cluster.batch.list_namespaced_job("team-ds").items} == before
+    finally:
+        saved.metadata.resource_version = None
+        rbac.create_namespaced_role_binding("team-ds", saved)

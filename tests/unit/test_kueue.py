@@ -37,7 +37,8 @@ def test_team_quota_in_the_pools_resource_name_with_cpu_memory_share():
     assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-ds"}}
     assert quota(cq, "gpumig", "nvidia.com/mig-1g.10gb") == {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 14,
                                                              "borrowingLimit": 4}
-    assert quota(cq, "gpumig", "cpu")["nominalQuota"] == "48"  # 14 of 7 slices per 24-CPU node
+    # 14 of 7 slices per NC24ads_A100_v4, whose pods get 23.66 of its 24 vCPUs (AKS reserves the rest)
+    assert quota(cq, "gpumig", "cpu")["nominalQuota"] == "47320m"
     assert quota(cq, "gpumig", "nvidia.com/gpu")["nominalQuota"] == 0
     assert quota(cq, "gput4", "nvidia.com/gpu")["nominalQuota"] == 8
     # data-science has no H100 quota but shares a cohort with ml-research, so it may borrow
