@@ -99,6 +99,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     # each user sees their cull warnings as the banner of the hub's pages
     template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
     c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(warnings)}
+    exit_on_conflicts(c)
     return path, cfg
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.hub.capacity import ProfileCapacity
+from gpu_spawner.model.choices import default_choice_for
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 
 
@@ -42,8 +43,40 @@ def gpu_line(cfg: ProfilesConfig, profile: Profile) -> str:
     return f"{many}{name} · whole GPU · {model.memory_gib * n} GB GPU memory"
 
 
-def size_line(profile: Profile) -> str:
-    return f"{profile.cpu:g} CPU · {_gib(profile.memory)} RAM · {_gib(profile.shm)} /dev/shm"
+def size_line(profile: Profile, traits: dict[str, Any] | None = None) -> str:
+    """'2 CPU · 8 GiB RAM · 512 MiB /dev/shm'; CPU and RAM as the server gets them (`traits`: the admin's
+    settings with the profile's on top), left out when neither sets them."""
+    traits = traits if traits is not None else podspec.resource_overrides(profile)
+    parts = []
+    if traits.get("cpu_guarantee"):
+        parts.append(f"{float(traits['cpu_guarantee']):g} CPU")
+    if traits.get("mem_guarantee") or traits.get("mem_limit"):
+        mem = traits.get("mem_guarantee") or traits["mem_limit"]
+        parts.append(f"{_gib(int(mem) - int(profile.shm) if 'memory' in profile.model_fields_set else mem)} RAM")
+    return " · ".join(parts + [f"{_gib(profile.shm)} /dev/shm"])
+
+
+def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:
+    """KubeSpawner `profile_options` for this user: the choices their groups allow, one default, and the
+    typed value only for the groups named in `unlisted_choice`."""
+    out = {}
+    for name, option in profile.options.items():
+        allowed = option.choices_for(groups)
+        default = default_choice_for(option, groups)
+        entry: dict[str, Any] = {"display_name": option.display_name, "choices": {
+            key: {"display_name": c.display_name, "default": key == default,
+                  "kubespawner_override": c.kubespawner_override.traits()} for key, c in allowed.items()}}
+        unlisted = option.unlisted_for(groups)
+        entry["unlisted_choice"] = {"enabled": False}
+        if unlisted is not None:
+            entry["unlisted_choice"] = {
+                "enabled": True, "display_name": unlisted.display_name,
+                "display_name_in_choices": unlisted.display_name_in_choices,
+                "validation_regex": unlisted.validation_regex,  # the hub checks it with fullmatch first
+                "validation_message": unlisted.validation_message or f"must match {unlisted.validation_regex}",
+                "kubespawner_override": unlisted.kubespawner_override.traits()}
+        out[name] = entry
+    return out
 
 
 def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
@@ -56,19 +89,19 @@ def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
         share = profile.gpu.count / slots
     else:
         shape = pool.shape()
-        if shape is None:  # node size unknown to the file: no share, no made-up price
-            return 0.0
         share = max(float(profile.cpu / shape.cpu), float(profile.memory_limit / shape.memory))
     return round(pool.cost_per_node_hour * share, 3)
 
 
-def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool,
-                  capacity: ProfileCapacity | None) -> dict[str, Any]:
+def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,
+                  groups: list[str] = (), admin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings."""
     cost = hourly_cost(cfg, profile)
+    overrides = podspec.spawner_overrides(cfg, profile, admin)
     info: dict[str, Any] = {
         "gpu": gpu_line(cfg, profile),
         "kind": profile.gpu.kind if profile.gpu else "cpu",
-        "size": size_line(profile),
+        "size": size_line(profile, {**(admin or {}), **overrides}),
         "cost": f"${cost:.2f}/hour" if cost else "",
         "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
     }
@@ -80,6 +113,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool,
         "display_name": profile.display_name,
         "description": profile.description,
         "default": default,
-        "kubespawner_override": podspec.spawner_overrides(cfg, profile),
+        "kubespawner_override": overrides,
+        **({"profile_options": option_entries(profile, list(groups))} if profile.options else {}),
         "gpuhub": info,
     }

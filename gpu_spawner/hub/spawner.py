@@ -1,13 +1,15 @@
 """GPUSpawner: KubeSpawner whose profiles come from the admin's profiles file.
 
 It only plugs into KubeSpawner's own extension points: `profile_list` (a callable filtered by the
-user's groups), `options_from_form` / `load_user_options` (refuse a profile the user may not
-use, before anything is created) and `get_pod_manifest` (a last guard on tolerations).
+user's groups, with each profile's `options` as KubeSpawner `profile_options`), `options_from_form` /
+`load_user_options` (refuse a profile or choice the user may not make, before anything is created) and
+`get_pod_manifest` (a last guard on tolerations). Without a profiles file it is exactly KubeSpawner.
 """
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from urllib.parse import urlencode
 from typing import Any
 
 from kubespawner import KubeSpawner
@@ -21,11 +23,26 @@ from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
+from gpu_spawner.contract import ENV_PROFILE_OPTIONS
+from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 
 #: Trait values that are lists: a profile adds to what the admin configured instead of replacing it.
 _APPENDED_LISTS = ("volumes", "volume_mounts", "tolerations")
+#: Our picker template (form.html), used unless the admin sets `profile_form_template`.
+FORM_TEMPLATES = Path(__file__).parent / "templates"
+#: The admin's KubeSpawner settings a profile falls back to when it does not set them (see README).
+_ADMIN_RESOURCES = ("cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_limit")
+
+
+def profile_list_conflict(profiles_file, profile_list) -> str | None:
+    """Why a profiles file and an admin's `profile_list` cannot be configured together (None if they are not)."""
+    if not profiles_file or not profile_list:
+        return None
+    return (f"both GPUSpawner.profiles_file ({profiles_file}, also $GPUHUB_PROFILES) and KubeSpawner.profile_list "
+            "are set. The profiles file makes the profile list; move your profiles into the file (options inside "
+            "a profile map onto KubeSpawner's profile_options) or unset one of the two settings.")
 
 
 class SpawnImpossible(web.HTTPError):
@@ -54,14 +71,15 @@ class GPUSpawner(KubeSpawner):
         config=True,
         help="""Path of the profiles file (pools, profiles, teams).
 
-        Defaults to $GPUHUB_PROFILES, else the example file shipped with jupyterhub-gpu.
-        The hub refuses to start when the file has problems; `gpuhub validate FILE` lists them.
+        Defaults to $GPUHUB_PROFILES. Without one GPUSpawner is exactly a KubeSpawner (its own
+        `profile_list` and every other option). The hub refuses to start when the file has problems
+        (`gpuhub validate FILE` lists them) or when `profile_list` is set as well.
         """,
     )
 
     @default("profiles_file")
     def _profiles_file_default(self) -> str:
-        return str(profiles_path())
+        return str(profiles_path() or "")
 
     live_capacity = Bool(
         True,
@@ -75,6 +93,22 @@ class GPUSpawner(KubeSpawner):
 
     _informers: CapacityInformers | None = None
     _informers_lock: asyncio.Lock | None = None
+    _said_plain = False  # the "no profiles file" line is logged once per process
+    _profile_list_is_ours = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.profiles_file:
+            if not GPUSpawner._said_plain:
+                GPUSpawner._said_plain = True
+                self.log.info("GPUSpawner: no profiles file (GPUSpawner.profiles_file, $GPUHUB_PROFILES): running "
+                              "as a plain KubeSpawner")
+            return
+        self.refuse_admin_profile_list()
+
+    @property
+    def has_profiles_file(self) -> bool:
+        return bool(self.profiles_file)
 
     @property
     def profiles(self) -> ProfilesConfig:
@@ -82,16 +116,29 @@ class GPUSpawner(KubeSpawner):
 
     @default("profile_list")
     def _profile_list_default(self):
+        if not self.profiles_file:
+            return []  # KubeSpawner's own default
+        self._profile_list_is_ours = True
         return GPUSpawner.allowed_profile_list
+
+    def refuse_admin_profile_list(self) -> None:
+        """A profiles file and an admin's `profile_list` together: fail loudly, never accept-then-refuse."""
+        if self.trait_has_value("profile_list") and not self._profile_list_is_ours:
+            message = profile_list_conflict(self.profiles_file, self.profile_list)
+            if message:
+                raise ValueError(message)
 
     @default("additional_profile_form_template_paths")
     def _template_paths_default(self):
-        return [str(Path(__file__).parent / "templates")]
+        return [str(FORM_TEMPLATES)] if self.profiles_file else []
 
     _form_env = None
 
     def _render_options_form(self, profile_list):
-        """KubeSpawner's form render, with the template compiled once per process instead of per page."""
+        """KubeSpawner's form render, with our template compiled once per process instead of per page;
+        KubeSpawner's own when there is no profiles file or the admin set `profile_form_template`."""
+        if not self.profiles_file or self.profile_form_template:
+            return super()._render_options_form(profile_list)
         from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 
         cls = GPUSpawner
@@ -109,7 +156,7 @@ class GPUSpawner(KubeSpawner):
 
     async def cluster_state(self) -> ClusterState | None:
         """The hub's shared ClusterState, started on first use (None when live capacity is off)."""
-        if not self.live_capacity:
+        if not self.live_capacity or not self.profiles_file:
             return None
         cls = GPUSpawner
         if cls._informers_lock is None:
@@ -133,63 +180,61 @@ class GPUSpawner(KubeSpawner):
     def allowed_profiles(self) -> list[Profile]:
         return self.profiles.profiles_for(self.user_groups())
 
+    def admin_resources(self) -> dict[str, Any]:
+        """The admin's CPU and memory settings, before any profile applies (what a profile does not set)."""
+        return {k: getattr(self, k) for k in _ADMIN_RESOURCES}
+
     @staticmethod
     async def allowed_profile_list(spawner: "GPUSpawner") -> list[dict[str, Any]]:
-        """KubeSpawner's `profile_list`: this user's profiles, with live capacity for the picker."""
+        """KubeSpawner's `profile_list`: this user's profiles and option choices, with live capacity for the picker."""
+        groups, admin = spawner.user_groups(), spawner.admin_resources()
         chosen = getattr(spawner, "_loading_options", None)
         if chosen is not None:
             # starting a server: only the (already checked) choice matters, and no capacity is needed
-            return [picker.profile_entry(spawner.profiles, chosen, True, None)]
+            return [picker.profile_entry(spawner.profiles, chosen.profile, True, None, groups, admin)]
         allowed = spawner.allowed_profiles()
         has_default = any(p.default for p in allowed)
         state = await spawner.cluster_state()
         return [
             picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
-                                 state.profile_capacity(p) if state else None)
+                                 state.profile_capacity(p) if state else None, groups, admin)
             for i, p in enumerate(allowed)
         ]
 
-    def check_profile_choice(self, user_options: dict[str, Any]) -> Profile:
-        """The profile these options choose, if this user may use it; else ValueError saying why."""
-        unknown = sorted(k for k in user_options if k != "profile")
-        if unknown:
-            raise ValueError(f"Unknown server option(s) {', '.join(map(repr, unknown))}: profiles of this hub "
-                             "take no options besides 'profile'.")
-        allowed = self.allowed_profiles()
-        if not allowed:
-            raise ValueError(f"No profile is available to {self.user.name}; ask an admin to add you to a group.")
-        slug = user_options.get("profile")
-        if not slug:
-            return next((p for p in allowed if p.default), allowed[0])
-        if not isinstance(slug, str) or slug not in self.profiles.by_slug:
-            raise ValueError(f"There is no profile {slug!r}. Choose one of: "
-                             f"{', '.join(p.slug for p in allowed)}.")
-        profile = self.profiles.by_slug[slug]
-        if profile not in allowed:
-            raise ValueError(f"Profile {slug!r} is not available to {self.user.name}: it is for members of "
-                             f"{', '.join(profile.groups or [])}. Choose one of: "
-                             f"{', '.join(p.slug for p in allowed)}.")
-        return profile
+    def check_profile_choice(self, user_options: dict[str, Any]) -> Chosen:
+        """The profile and option choices these options make, if this user may make them; else ValueError."""
+        return choose(self.profiles, self.user.name, self.user_groups(), user_options)
 
     # ------------------------------------------------------------------ KubeSpawner hooks
     def _options_from_form(self, formdata):
         options = super()._options_from_form(formdata)
+        if not self.profiles_file:
+            return options
+        # without JavaScript the form sends both an option's <select> and its text field: keep the one meant
+        for key in [k for k in options if k.endswith(UNLISTED_SUFFIX)]:
+            option = key[: -len(UNLISTED_SUFFIX)]
+            if options.get(option) == UNLISTED_FORM_VALUE and options[key]:
+                del options[option]
+            elif options.get(option) is not None or not options[key]:
+                del options[key]
         try:
             self.check_profile_choice(options)
-        except ValueError as e:
+        except ChoiceError as e:
             raise ProfileNotAllowed(str(e)) from None
         return options
 
     async def load_user_options(self):
+        if not self.profiles_file:
+            return await super().load_user_options()
+        self.refuse_admin_profile_list()
         try:
-            self.gpu_profile = self.check_profile_choice(self.user_options or {})
-        except ProfileNotAllowed:
-            raise
-        except ValueError as e:
+            chosen = self.check_profile_choice(self.user_options or {})
+        except ChoiceError as e:
             raise ProfileNotAllowed(str(e)) from None
+        self.gpu_profile, self.gpu_choices = chosen.profile, chosen
         before = {k: list(getattr(self, k)) for k in _APPENDED_LISTS}
-        self._loading_options = self.gpu_profile
-        self.user_options = {**(self.user_options or {}), "profile": self.gpu_profile.slug}
+        self._loading_options = chosen
+        self.user_options = {**chosen.options, "profile": chosen.profile.slug}
         try:
             await super().load_user_options()
         finally:
@@ -198,9 +243,14 @@ class GPUSpawner(KubeSpawner):
             added = getattr(self, key)
             if added is not before[key]:
                 setattr(self, key, before[key] + [v for v in added if v not in before[key]])
+        if chosen.options:  # `%gpu_submit` in this server runs its jobs with the same choices (same image);
+            # a query string: KubeSpawner expands {braces} in env values
+            self.environment = {**self.environment, ENV_PROFILE_OPTIONS: urlencode(chosen.options)}
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
+        if not self.profiles_file:
+            return pod
         self.add_readiness_probe(pod)
         return self.guard_pod(pod)
 
@@ -233,6 +283,10 @@ class GPUSpawner(KubeSpawner):
 
     # ------------------------------------------------------------------ progress in plain language
     async def progress(self):
+        if not self.profiles_file:
+            async for event in super().progress():
+                yield event
+            return
         state = await self.cluster_state()
         profile = getattr(self, "gpu_profile", None)
         async for event in super().progress():
@@ -245,8 +299,9 @@ class GPUSpawner(KubeSpawner):
 
     def is_pod_running(self, pod):
         """KubeSpawner polls this until the pod runs; raising ends the wait early with a clear message."""
-        if super().is_pod_running(pod):
-            return True
+        running = super().is_pod_running(pod)
+        if running or not self.profiles_file:
+            return running
         failure = explain.container_failure(pod)
         if failure:
             raise SpawnImpossible(failure, status=503)
