@@ -7,11 +7,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 import requests
 
-from gpu_spawner.contract import ENV_JOBS_URL, JOBS_SERVICE
+from gpu_spawner.contract import ENV_JOBS_URL, ENV_PROFILE, ENV_PROFILE_OPTIONS, JOBS_SERVICE, UNLISTED_CHOICE_SUFFIX
 
 SERVICE = JOBS_SERVICE
 
@@ -40,6 +40,17 @@ class Notebook:
     content: dict
     saved_at: float | None
     source: str         # where it was read from, for messages
+
+
+def job_options(profile: str, chosen: dict | None = None, env: dict | None = None) -> dict:
+    """A job's profile options: on the server's own profile, the server's choices (so the job runs in the image
+    the server runs), with any option the user names (`%gpu_submit --option image=...`) instead."""
+    env = os.environ if env is None else env
+    same = env.get(ENV_PROFILE) == profile and env.get(ENV_PROFILE_OPTIONS)
+    server = dict(parse_qsl(env[ENV_PROFILE_OPTIONS])) if same else {}
+    named = {k.removesuffix(UNLISTED_CHOICE_SUFFIX) for k in chosen or {}}
+    return {**{k: v for k, v in server.items() if k.removesuffix(UNLISTED_CHOICE_SUFFIX) not in named},
+            **(chosen or {})}
 
 
 def current_notebook_path(env: dict | None = None) -> str | None:
@@ -114,9 +125,9 @@ class JobsClient:
         return self._call("GET", "profiles").json()
 
     def submit(self, profile: str, notebook_path: str, notebook: dict, parameters: dict | None = None,
-               priority: str | None = None, timeout: str | int | None = None) -> dict:
+               priority: str | None = None, timeout: str | int | None = None, options: dict | None = None) -> dict:
         body = {"profile": profile, "notebook_path": notebook_path, "notebook": notebook,
-                "parameters": parameters or {}}
+                "parameters": parameters or {}, "options": job_options(profile, options)}
         if priority:
             body["priority"] = priority
         if timeout:

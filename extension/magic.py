@@ -41,6 +41,9 @@ def parse_submit_args(line: str) -> dict[str, Any]:
     p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--priority")
     p.add_argument("--timeout")
+    p.add_argument("--option", "-o", action="append", default=[], metavar="NAME=CHOICE",
+                   help="a profile option (e.g. image=tensorflow; a typed value: image--unlisted-choice=REF); "
+                        "default: this server's own choices when the job uses the server's profile")
     p.add_argument("--notebook", help="notebook path (default: this kernel's notebook)")
     p.add_argument("--wait", action="store_true", help="block until the job finishes")
     try:
@@ -51,8 +54,14 @@ def parse_submit_args(line: str) -> dict[str, Any]:
         params = parse_assignments(a.param)  # the one rule: a Python literal, else the string
     except ValueError as e:
         raise UsageError(f"%gpu_submit: --param {e}") from None
+    options = {}
+    for item in a.option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"%gpu_submit: --option {item!r}: write NAME=CHOICE, e.g. image=tensorflow")
+        options[name] = value
     return {"profile": a.profile, "parameters": params, "priority": a.priority, "timeout": a.timeout,
-            "notebook": a.notebook, "wait": a.wait}
+            "notebook": a.notebook, "wait": a.wait, "options": options}
 
 
 @magics_class
@@ -70,7 +79,7 @@ class GPUMagics(Magics):
         display(HTML(f"<div style='color:{color}'>{html.escape(text)}</div>"))
 
     def submit(self, client: JobsClient, profile: str, parameters: dict, priority: str | None, timeout: str | None,
-               notebook: str | None = None):
+               notebook: str | None = None, options: dict | None = None):
         from .widgets import StatusWidget
 
         path = notebook or current_notebook_path()
@@ -79,7 +88,7 @@ class GPUMagics(Magics):
                             "pass --notebook PATH")
         nb = read_notebook(path)
         note = saved_note(nb)
-        status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout)
+        status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout, options)
         return StatusWidget(client, status["name"], status), note + f" Job {status['name']} submitted."
 
     @line_magic
@@ -100,7 +109,7 @@ class GPUMagics(Magics):
                 display(self.last_form)
                 return None
             widget, note = self.submit(client, args["profile"], args["parameters"], args["priority"],
-                                       args["timeout"], args["notebook"])
+                                       args["timeout"], args["notebook"], args["options"])
         except (UsageError, JobsError) as e:
             self._say(str(e), error=True)
             return None

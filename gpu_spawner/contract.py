@@ -44,6 +44,8 @@ CULLER_SERVICE = "gpu-culler"
 ENV_PROFILES = "GPUHUB_PROFILES"              # the profiles file (hub, services, CLI)
 ENV_PROFILE = "GPUHUB_PROFILE"                # a server's or job's profile slug
 ENV_PROFILE_OPTIONS = "GPUHUB_PROFILE_OPTIONS"  # a server's option choices (user_options as a query string), for %gpu_submit
+#: KubeSpawner's user_options key for a typed (unlisted) choice: `<option>--unlisted-choice`.
+UNLISTED_CHOICE_SUFFIX = "--unlisted-choice"
 ENV_POOL = "GPUHUB_POOL"
 ENV_GPU_KIND = "GPUHUB_GPU_KIND"
 ENV_GPU_COUNT = "GPUHUB_GPU_COUNT"

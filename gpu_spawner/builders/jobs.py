@@ -27,6 +27,7 @@ from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JO
                                   PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
+from gpu_spawner.model.choices import ChoiceError, check_options
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 RUNNER_CONTAINER = "runner"
@@ -101,8 +102,13 @@ def notebook_folder(notebook_path: str) -> str:
 def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
               notebook: dict[str, Any], parameters: dict[str, Any] | None = None, priority: str | None = None,
               timeout: int | None = None, settings: JobSettings = JobSettings(),
-              name: str | None = None) -> list[dict[str, Any]]:
-    """[Job, ConfigMap] for one submission, or JobRequestError saying why not."""
+              name: str | None = None, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """[Job, ConfigMap] for one submission, or JobRequestError saying why not. `options`: the profile's option
+    choices (as a server's user_options); the job runs in the image they choose, like the server."""
+    try:
+        image = check_options(profile, user, groups, {} if options is None else options).image
+    except ChoiceError as e:
+        raise JobRequestError(str(e)) from None
     if profile.gpu is None:
         raise JobRequestError(f"profile {profile.slug!r} has no GPU; GPU jobs need a GPU profile")
     if not profile.allowed_for(groups):
@@ -146,7 +152,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         "nodeSelector": podspec.node_selector(cfg, profile),
         "tolerations": podspec.tolerations(cfg, profile),
         "containers": [{
-            "name": RUNNER_CONTAINER, "image": profile.image or settings.runner_image,
+            "name": RUNNER_CONTAINER, "image": image or settings.runner_image,
             "args": ["gpuhub-runner"],  # args, not command: the image's tini entrypoint stays PID 1
             "workingDir": posixpath.join(home, folder) if folder else home,  # as in JupyterLab: relative paths work
             "env": [{"name": k, "value": v} for k, v in env.items()] + [

@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_spawner.contract import UNLISTED_CHOICE_SUFFIX
 from gpu_spawner.model.profiles import Profile, ProfileOption, ProfilesConfig
 
-UNLISTED_SUFFIX = "--unlisted-choice"
+UNLISTED_SUFFIX = UNLISTED_CHOICE_SUFFIX
 #: What the option's <select> sends for "Other..." (KubeSpawner's form uses the same value).
 UNLISTED_FORM_VALUE = "unlisted-choice"
 #: Longest typed value accepted (an image reference is far shorter).
@@ -95,6 +96,8 @@ def _check_option(profile: Profile, name: str, option: ProfileOption, user: str,
 
 def check_options(profile: Profile, user: str, groups: list[str], options: dict[str, Any]) -> Chosen:
     """The choices `options` (user_options without `profile`) make on `profile`, or ChoiceError saying why not."""
+    if not isinstance(options, dict):
+        raise ChoiceError(f"options must be a JSON object of option name to choice; got {_shorten(options)}")
     known = set(profile.options) | {n + UNLISTED_SUFFIX for n in profile.options}
     unknown = sorted(str(k) for k in options if k not in known)
     if unknown:

@@ -46,6 +46,8 @@ profiles:
           display_name: Your image
           validation_regex: 'reg\\.example/[a-z0-9-]+:[a-z0-9.-]+'
           validation_message: an image from reg.example, with a tag
+teams:
+  ds: {namespace: team-ds, default: true, quota: {t4: 1}}
 """
 ML = ["ml-research"]
 
@@ -308,3 +310,51 @@ def test_choose_is_the_one_rule_for_hub_and_jobs(profiles_file):
     assert choose(cfg, "rita", ML, {"profile": "t4", "image": "nightly"}).image == "reg.example/nightly:1"
     with pytest.raises(ChoiceError, match="is not available|is for members"):
         choose(cfg, "alice", [], {"profile": "t4", "image": "nightly"})
+
+
+# ---------------------------------------------------------------- %gpu_submit runs in the server's image
+NB = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def job_image(cfg, user, groups, options):
+    from gpu_spawner.services.jobs.submission import plan_submission
+
+    body = {"profile": "t4", "notebook_path": "nb.ipynb", "notebook": NB}
+    if options is not None:
+        body["options"] = options
+    job, _ = plan_submission(cfg, user, groups, body, 0)
+    return job["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_jobs_run_in_the_image_the_server_runs_unless_another_allowed_one_is_picked(profiles_file):
+    from gpu_spawner.builders.jobs import JobRequestError
+
+    cfg = cached_profiles(profiles_file)
+    assert job_image(cfg, "alice", [], None) == "reg.example/pytorch:2.4"  # the profile's default choice
+    assert job_image(cfg, "alice", [], {"image": "tensorflow"}) == "reg.example/tf:2.16"
+    assert job_image(cfg, "rita", ML, {"image--unlisted-choice": "reg.example/mine:4"}) == "reg.example/mine:4"
+    for user, groups, options, needle in (("alice", [], {"image": "nightly"}, "is for members of ml-research"),
+                                          ("alice", [], {"image--unlisted-choice": "reg.example/x:1"}, "typed values"),
+                                          ("rita", ML, {"image--unlisted-choice": "evil:1"}, "is not allowed"),
+                                          ("rita", ML, "image=x", "options must be a JSON object")):
+        with pytest.raises(JobRequestError, match=needle):
+            job_image(cfg, user, groups, options)
+
+
+def test_the_kernel_sends_the_servers_own_choices(monkeypatch):
+    from extension.client import job_options
+
+    env = {"GPUHUB_PROFILE": "t4", "GPUHUB_PROFILE_OPTIONS": "image--unlisted-choice=reg.example%2Fmine%3A4"}
+    assert job_options("t4", None, env) == {"image--unlisted-choice": "reg.example/mine:4"}
+    assert job_options("t4", {"image": "tensorflow"}, env) == {"image": "tensorflow"}  # the user's pick instead
+    assert job_options("other", None, env) == {}  # another profile: its own defaults
+    assert job_options("t4", None, {}) == {}
+
+
+def test_gpu_submit_option_flag():
+    from extension.magic import UsageError, parse_submit_args
+
+    assert parse_submit_args("--profile t4 -o image=tensorflow")["options"] == {"image": "tensorflow"}
+    assert parse_submit_args("--profile t4")["options"] == {}
+    with pytest.raises(UsageError, match="write NAME=CHOICE"):
+        parse_submit_args("--profile t4 --option tensorflow")

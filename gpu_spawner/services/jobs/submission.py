@@ -13,7 +13,7 @@ from typing import Any
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
 from gpu_spawner.model.profiles import ProfilesConfig, duration_seconds
 
-FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name"}
+FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
     if priority is not None and not isinstance(priority, str):
         raise JobRequestError(f"priority must be one of {', '.join(cfg.priorities)}")
     objs = build_job(cfg, profile, user, groups, nb_path, nb, params, priority, parse_timeout(body.get("timeout")),
-                     settings.job, name)
+                     settings.job, name, options=body.get("options"))
     return objs
 
 
