@@ -96,7 +96,9 @@ def test_singleuser_autoloads_the_extension():
     ins = instructions(IMAGES / "singleuser" / "Dockerfile")
     assert ("COPY", "images/singleuser/ipython_config.py /etc/ipython/ipython_config.py") in ins
     run = " ".join(rest for i, rest in ins if i == "RUN")
-    assert '"/src[singleuser]"' in run and "ipywidgets" in run
+    assert "--require-hashes --no-deps -r /tmp/requirements.lock" in run
+    pinned = locked()
+    assert {"ipywidgets", "jupyterlab", "ipykernel", "papermill"} <= set(pinned)
 
 
 def test_hub_image_is_z2jh_plus_the_package():
@@ -129,3 +131,90 @@ def test_hadolint(dockerfile):
     r = subprocess.run(["hadolint", "--no-color", "--config", str(IMAGES / ".hadolint.yaml"), str(dockerfile)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- reproducible, user-owned
+LOCK = IMAGES / "requirements" / "singleuser.lock"
+
+
+def locked() -> dict[str, str]:
+    """name → pinned version of every entry of the lock file, each checked to carry a sha256 hash."""
+    out, name = {}, None
+    for line in LOCK.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==([^ ;]+)", line)
+        if m:
+            name = m.group(1).lower().replace("_", "-")
+            out[name] = m.group(2)
+            assert line.rstrip().endswith("\\"), f"{name} has no hash in {LOCK.name}"
+        elif name and "--hash=sha256:" in line:
+            continue
+    return out
+
+
+def test_lock_pins_every_dependency_of_setup_cfg_with_hashes():
+    """Image builds are reproducible: every requirement of the package (and its [singleuser] extra and its build
+    backend) is in the lock, pinned to a version the requirement allows."""
+    from packaging.requirements import Requirement
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    reqs = cfg["options"]["install_requires"].split() + cfg["options.extras_require"]["singleuser"].split()
+    reqs += [line for line in (IMAGES / "requirements" / "build.in").read_text().splitlines()
+             if line and not line.startswith("#")]
+    pinned = locked()
+    for text in reqs:
+        req = Requirement(text)
+        name = req.name.lower().replace("_", "-")
+        assert name in pinned, f"{req.name} is not in {LOCK.name}: regenerate it (command in its header)"
+        assert req.specifier.contains(pinned[name], prereleases=True), f"{name}=={pinned[name]} breaks {text}"
+
+
+@pytest.mark.parametrize("name,user,uid,gid", [("singleuser", "NB_USER", "NB_UID", "NB_GID"),
+                                               ("runner", "RUN_USER", "RUN_UID", "RUN_GID")])
+def test_python_environment_belongs_to_the_user_and_installs_only_the_lock(name, user, uid, gid):
+    """`pip install` works in a notebook (the venv is the user's, as in z2jh's images), and nothing but the
+    lock's hashed packages and the package itself (no dependency resolution) goes in."""
+    from gpu_spawner.builders.hardening import JOB_GID, JOB_UID
+
+    path = IMAGES / name / "Dockerfile"
+    args, ins = args_of(path), instructions(path)
+    assert (args[uid], args[gid]) == (str(JOB_UID), str(JOB_GID))  # what Job pods and z2jh's servers run as
+    runs = [(i, rest) for i, rest in ins if i in ("RUN", "USER")]
+    first_user = next(k for k, (i, _) in enumerate(runs) if i == "USER")
+    assert runs[first_user][1] == f"${{{uid}}}"
+    setup = " ".join(rest for i, rest in runs[:first_user])
+    assert f'install -d -o "${{{uid}}}" -g "${{{gid}}}" /opt/venv' in setup and f'--gid "${{{gid}}}"' in setup
+    pips = [rest for i, rest in runs if i == "RUN" and "pip install" in rest]
+    assert pips and all(runs.index(("RUN", p)) > first_user for p in pips)  # as the user, not root
+    for cmd in (c.strip() for p in pips for c in p.split("&&") if "pip install" in c):
+        assert "--require-hashes" in cmd or "--no-deps --no-build-isolation /tmp/src" in cmd, cmd
+
+
+def test_python_the_dockerfiles_run_imports_what_exists():
+    import importlib
+
+    for path in DOCKERFILES:
+        for module, name in re.findall(r"from (gpu_spawner[\w.]*) import (\w+)", path.read_text()):
+            assert hasattr(importlib.import_module(module), name), f"{path}: {module}.{name} does not exist"
+
+
+def test_every_image_reference_is_one_the_docs_build():
+    """`deploy/`, the admin guide and the profiles example name only images and tags the build commands make
+    (a runner tag without its -cuda suffix fails every Job's image pull)."""
+    built = set()
+    docs = [ROOT / "docs" / "admin-guide.md", IMAGES / "README.md", *DOCKERFILES]
+    for path in docs:
+        built |= set(re.findall(r"-t \S*?jupyterhub-gpu/(\w+):([\w.-]+)", path.read_text()))
+    assert ("runner", "0.1.0-cuda") in built and ("singleuser", "0.1.0-cpu") in built
+    refs = set()
+    for path in [*sorted((ROOT / "deploy").glob("*.yaml")), ROOT / "docs" / "admin-guide.md",
+                 ROOT / "gpu_spawner" / "examples" / "profiles.yaml"]:
+        text = path.read_text()
+        refs |= {(m[0], m[1], path.name) for m in re.findall(r"myregistry\.azurecr\.io/jupyterhub-gpu/(\w+):([\w.-]+)", text)}
+        for image, tag in re.findall(r"name: myregistry\.azurecr\.io/jupyterhub-gpu/(\w+)\n\s+tag: \"?([\w.-]+)", text):
+            refs.add((image, tag, path.name))
+    assert refs
+    # the CPU profile of the example does not pull the CUDA image
+    assert ("singleuser", "0.1.0-cpu", "profiles.yaml") in refs
+    for image, tag, where in refs:
+        assert (image, tag) in built, f"{where} names jupyterhub-gpu/{image}:{tag}, which no documented build makes"
