@@ -63,6 +63,20 @@ async def test_pod_names_match_kubespawners_own_expansion(monkeypatch, template,
     assert D.pod_name(user, server_name, template or "jupyter-{user_server}") == expected
 
 
+def test_a_pod_name_template_the_culler_cannot_fill_stops_it_at_start(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+    env = dict(os.environ, JUPYTERHUB_API_TOKEN="x")
+    p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", "--url=http://127.0.0.1:9/hub/api",
+                        f"--profiles-file={EXAMPLE_PROFILES}", "--pod-name-template=jupyter-{userid}"],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "pod-name-template" in p.stderr and "userid" in p.stderr, p.stderr[-2000:]
+
+
 def test_hostile_names_never_share_a_pod_name():
     names = {D.pod_name(u, "") for u in HOSTILE}
     assert len(names) == len(HOSTILE)

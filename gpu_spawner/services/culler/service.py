@@ -422,6 +422,13 @@ class GPUCuller(IdleCuller):
         except (ProfilesError, OSError) as e:
             self.log.critical("gpu-culler: refusing to start: %s", e)
             sys.exit(2)
+        try:  # a field the culler cannot fill would fail every GPU server's decision, every cycle
+            D.pod_name("user", "server", self.pod_name_template)
+        except (KeyError, IndexError, ValueError) as e:
+            self.log.critical("gpu-culler: refusing to start: --pod-name-template %r: unknown field %s "
+                              "(the culler knows the user and server name fields, not e.g. {userid})",
+                              self.pod_name_template, e)
+            sys.exit(2)
         loop = IOLoop.current()
         if self.once:
             loop.run_sync(self.cycle)
