@@ -187,7 +187,7 @@ def main() -> int:
         culler_args = []
         if args.gpu_policy:
             sys.path.insert(0, str(REPO / "tests"))
-            from culler.conftest import Exporter  # the test suite's DCGM-format exporter
+            from culler.fixtures import Exporter  # the test suite's DCGM-format exporter
 
             exporter = Exporter()
             for i, u in enumerate(users[:n_gpu]):
