@@ -140,3 +140,31 @@ def test_activity_from_the_future_counts_as_now(fresh, exporter, prometheus):
     assert (cpu["action"], cpu["inactive_s"]) == ("keep", 0) and 2900 < cpu["future_s"] <= 3000, cpu
     assert "in the future" in run.stderr and "Cull cycle failed" not in run.stderr
     wait_gone(hub, "ahead")
+
+
+def test_the_running_service_still_culls_a_quiet_server_whose_clock_runs_ahead(fresh):
+    """The hub only moves last_activity forward, so a server that reported activity 50 min ahead and then
+    went quiet would look active for 50 min. The hub-managed culler (dry run, a cycle a second) counts that
+    activity from when it first saw it, and culls the server its idle timeout later."""
+    hub = fresh
+    base = f"{hub.url}/services/gpu-culler"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{base}/health", timeout=5).ok:
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    hub.start({"ahead-quiet": "t4"})
+    token = hub.user_token("ahead-quiet")
+    hub.touch("ahead-quiet", at=datetime.now(timezone.utc) + timedelta(minutes=50))
+    touched = time.monotonic()
+    culled = []
+    while not culled and time.monotonic() < touched + GPU_IDLE + 30:
+        time.sleep(0.5)
+        culled = requests.get(f"{base}/warnings/ahead-quiet", headers={"Authorization": f"token {token}"},
+                              timeout=10).json()["culled"]
+    assert culled, "a server quiet since its last (future) report was never culled"
+    assert (culled[-1]["reason"], culled[-1]["dry_run"]) == ("idle", True)
+    assert time.monotonic() - touched >= GPU_IDLE - 2  # its idle timeout, counted from the report
