@@ -37,9 +37,9 @@ az aks nodepool add \
   --labels nvidia.com/device-plugin.config=gpumig nvidia.com/mig.config=all-1g.10gb \
   --node-taints sku=gpu:NoSchedule \
   --enable-cluster-autoscaler \
-  --min-count 0 \
+  --min-count 1 \
   --max-count 4 \
-  --node-count 0 \
+  --node-count 1 \
   --gpu-driver none
 
 # pool 'gpuh100': NVIDIA H100 NVL

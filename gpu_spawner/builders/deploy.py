@@ -265,10 +265,12 @@ def _yaml_docs(objs: list[dict[str, Any]]) -> str:
 
 
 def generated_files(cfg: ProfilesConfig, source: str, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
-                    image: str | None = None) -> dict[str, str]:
+                    image: str | None = None, runner_image: str | None = None,
+                    jobs_options: dict[str, str] | None = None) -> dict[str, str]:
     """File name in deploy/ → content."""
     from gpu_spawner.builders.network import render_network_policies
-    from gpu_spawner.builders.workloads import DEFAULT_IMAGE, render_gpu_jobs, render_gpu_operator_values
+    from gpu_spawner.builders.workloads import (DEFAULT_IMAGE, DEFAULT_RUNNER_IMAGE, render_gpu_jobs,
+                                                render_gpu_operator_values)
 
     head = HEADER.format(source=source)
     return {
@@ -278,7 +280,8 @@ def generated_files(cfg: ProfilesConfig, source: str, hub_namespace: str = DEFAU
                               + _yaml_docs(render_network_policies(cfg, hub_namespace)),
         "gpu-jobs.yaml": head + "# The gpu-jobs service: its own ServiceAccount, Deployment (the hub image) and "
                          "Service. Needs the Secret gpu-jobs-api-token (docs/admin-guide.md).\n"
-                         + _yaml_docs(render_gpu_jobs(hub_namespace, image or DEFAULT_IMAGE)),
+                         + _yaml_docs(render_gpu_jobs(hub_namespace, image or DEFAULT_IMAGE,
+                                                      runner_image or DEFAULT_RUNNER_IMAGE, jobs_options)),
         "gpu-operator-values.yaml": head + "# helm upgrade --install gpu-operator nvidia/gpu-operator -n gpu-operator "
                                     "-f gpu-operator-values.yaml\n" + _yaml_docs([render_gpu_operator_values(cfg)]),
         "nvidia-device-plugin-config.yaml": head + _yaml_docs([render_device_plugin_config(cfg)]),
@@ -288,10 +291,11 @@ def generated_files(cfg: ProfilesConfig, source: str, hub_namespace: str = DEFAU
 
 
 def write_generated(cfg: ProfilesConfig, out: Path, source: str, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
-                    image: str | None = None) -> list[Path]:
+                    image: str | None = None, runner_image: str | None = None,
+                    jobs_options: dict[str, str] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in generated_files(cfg, source, hub_namespace, image).items():
+    for name, text in generated_files(cfg, source, hub_namespace, image, runner_image, jobs_options).items():
         path = out / name
         path.write_text(text)
         if name.endswith(".sh"):
@@ -314,6 +318,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hub-namespace", default=DEFAULT_HUB_NAMESPACE, help="the z2jh release namespace (default jhub)")
     p.add_argument("--image", help="the gpu-jobs image: your hub image (default "
                                    "myregistry.azurecr.io/jupyterhub-gpu/hub:0.1.0)")
+    p.add_argument("--runner-image", help="the image of Jobs whose profile names none (default "
+                                          "myregistry.azurecr.io/jupyterhub-gpu/runner:0.1.0-cuda)")
+    p.add_argument("--jobs-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a gpu-jobs setting by its command-line name, e.g. max-timeout=3d (repeatable)")
+
+
+def jobs_options(items: list[str]) -> dict[str, str]:
+    """`--jobs-option name=value` items; a malformed one is a ValueError naming it."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or name.startswith("-"):
+            raise ValueError(f"--jobs-option {item!r} must look like name=value (e.g. max-timeout=3d)")
+        out[name] = value
+    return out
 
 
 def write(args: argparse.Namespace) -> int:
@@ -325,7 +344,13 @@ def write(args: argparse.Namespace) -> int:
     except ProfilesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for path in write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image):
+    try:
+        options = jobs_options(args.jobs_option)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path in write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image, args.runner_image,
+                                options):
         print(path)
     return 0
 

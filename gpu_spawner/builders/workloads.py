@@ -25,6 +25,8 @@ PROFILES_DIR = "/etc/gpuhub"
 #: z2jh's label that its hub NetworkPolicy admits to the hub API (port 8081).
 HUB_ACCESS_LABEL = {"hub.jupyter.org/network-access-hub": "true"}
 DEFAULT_IMAGE = "myregistry.azurecr.io/jupyterhub-gpu/hub:0.1.0"
+#: What images/runner/Dockerfile's documented GPU build is tagged (a Job of a profile without `image`).
+DEFAULT_RUNNER_IMAGE = "myregistry.azurecr.io/jupyterhub-gpu/runner:0.1.0-cuda"
 
 
 def jobs_service_url(hub_namespace: str) -> str:
@@ -32,8 +34,12 @@ def jobs_service_url(hub_namespace: str) -> str:
     return f"http://{JOBS_SERVICE}.{hub_namespace}.svc:{JOBS_PORT}"
 
 
-def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, replicas: int = 1) -> list[dict[str, Any]]:
-    """ServiceAccount, Deployment and Service of the gpu-jobs service (image: the hub image, which has the package)."""
+def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE,
+                    options: dict[str, str] | None = None, replicas: int = 1) -> list[dict[str, Any]]:
+    """ServiceAccount, Deployment and Service of the gpu-jobs service (image: the hub image, which has the
+    package). `options`: the service's settings by command-line name (`python -m gpu_spawner.services.jobs
+    --help-all`), e.g. {"max-timeout": "3d"}."""
+    args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **(options or {})}.items()]
     meta = {"namespace": hub_namespace, "labels": {**MANAGED_BY, **GPU_JOBS_POD}}
     prefix = f"/services/{JOBS_SERVICE}/"
     env = {"JUPYTERHUB_SERVICE_NAME": JOBS_SERVICE, "JUPYTERHUB_SERVICE_PREFIX": prefix,
@@ -41,13 +47,11 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, replicas: in
            ENV_PROFILES: f"{PROFILES_DIR}/profiles.yaml", "HOME": "/tmp"}
     container = {
         "name": JOBS_SERVICE, "image": image,
-        "command": ["python3", "-m", "gpu_spawner.services.jobs", f"--url=http://0.0.0.0:{JOBS_PORT}"],
+        "command": ["python3", "-m", "gpu_spawner.services.jobs", f"--url=http://0.0.0.0:{JOBS_PORT}", *args],
         "env": [{"name": k, "value": v} for k, v in env.items()] + [
             {"name": "JUPYTERHUB_API_TOKEN",
              "valueFrom": {"secretKeyRef": {"name": JOBS_TOKEN_SECRET, "key": "token"}}},
-            # the service's settings (runner image, storage, limits) as GPUHUB_* variables: docs/admin-guide.md
         ],
-        "envFrom": [{"configMapRef": {"name": "gpu-jobs-settings", "optional": True}}],
         "ports": [{"name": "http", "containerPort": JOBS_PORT}],
         "readinessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 10},
         "livenessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 30,

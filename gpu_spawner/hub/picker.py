@@ -89,6 +89,8 @@ def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
         share = profile.gpu.count / slots
     else:
         shape = pool.shape()
+        if shape is None:  # node size unknown to the file: no share, no made-up price
+            return 0.0
         share = max(float(profile.cpu / shape.cpu), float(profile.memory_limit / shape.memory))
     return round(pool.cost_per_node_hour * share, 3)
 

@@ -4,13 +4,13 @@ Never errors: a pool whose size the file does not know (no `node:`, an instance 
 `model/vm_sizes.py`) is unknown, not small, so its profiles cannot be checked here; `gpuhub doctor` and
 the spawn-time check read the real nodes. And a GPU pool whose slots cannot all be used at once (4
 time-sliced sessions of 1 CPU on a node whose pods get 3.86) is legal but wasteful: the team's GPU quota
-promises more than the nodes hold.
+promises more than the nodes hold. And a mixed-strategy MIG pool cannot rely on scaling from zero on AKS.
 """
 from __future__ import annotations
 
 from decimal import Decimal
 
-from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.profiles import MIGSharing, ProfilesConfig
 
 GIB = Decimal(2**30)
 
@@ -19,6 +19,12 @@ def fit_warnings(cfg: ProfilesConfig) -> list[str]:
     out = []
     for name, pool in cfg.pools.items():
         profiles = [p for p in cfg.profiles if p.pool == name]
+        if isinstance(pool.sharing, MIGSharing) and pool.sharing.mig_strategy == "mixed" and pool.min_nodes == 0 \
+                and profiles:
+            out.append(f"pools.{name}: a mixed-strategy MIG pool with min_nodes 0 does not scale up from zero on AKS: "
+                       "the cluster autoscaler's template of a new node has no nvidia.com/mig-* resources, so a pod "
+                       "waiting for a slice never triggers one (and a new node offers slices only after mig-manager "
+                       f"has partitioned it, with a reboot). Set pools.{name}.min_nodes: 1 or more.")
         shape = pool.shape()
         if shape is None:
             if profiles:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Callable
 
 import yaml
@@ -64,12 +63,9 @@ def cmd_render_kueue(args) -> int:
 
 
 def cmd_render_deploy(args) -> int:
-    from gpu_spawner.builders.deploy import write_generated
+    from gpu_spawner.builders.deploy import write
 
-    cfg = _load(args.file)
-    for path in write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image):
-        print(path)
-    return 0
+    return write(args)  # the same as python -m gpu_spawner.builders.deploy
 
 
 def parse_params(items: list[str]) -> dict:

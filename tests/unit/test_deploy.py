@@ -362,3 +362,19 @@ def test_kernels_find_gpu_jobs_inside_the_cluster(monkeypatch, tmp_path):
     exec(hub["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
     url = service_url({**c.GPUSpawner.environment, "JUPYTERHUB_API_URL": "http://hub:8081/hub/api"})
     assert url == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}/services/{GPU_JOBS}/"
+
+
+def test_render_deploy_writes_the_files_with_images_and_jobs_options(tmp_path, capsys):
+    from gpu_spawner.tools.cli import main
+
+    out = tmp_path / "d"
+    assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out), "--hub-namespace", "hub-prod",
+                 "--image", "acr.example/hub:1", "--runner-image", "acr.example/runner:1-cuda",
+                 "--jobs-option", "max-timeout=3d"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(deploy.GENERATED)
+    (dep,) = [d for d in yaml.safe_load_all((out / "gpu-jobs.yaml").read_text()) if d and d["kind"] == "Deployment"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "acr.example/hub:1" and dep["metadata"]["namespace"] == "hub-prod"
+    assert "--runner-image=acr.example/runner:1-cuda" in c["command"] and "--max-timeout=3d" in c["command"]
+    assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out), "--jobs-option", "oops"]) == 2
+    assert "--jobs-option 'oops' must look like name=value" in capsys.readouterr().err

@@ -127,3 +127,15 @@ def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unk
     (row,) = doctor.check_node_size(cfg, "gput4", cfg.pools["gput4"], t4)
     assert row.status == doctor.FAIL and "the file assumes 3.86 CPUs / 24.8 GiB" in row.detail
     assert "only 3 fit" in row.detail and "pools.gput4.node" in row.fix
+
+
+def test_a_mixed_mig_pool_that_would_scale_from_zero_is_warned_about():
+    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+    data = yaml.safe_load(open(EXAMPLE_PROFILES).read())
+    assert data["pools"]["gpumig"]["min_nodes"] == 1  # the example follows the advice
+    data["pools"]["gpumig"]["min_nodes"] = 0
+    (w,) = fit_warnings(parse_profiles_text(yaml.safe_dump(data)))
+    assert w.startswith("pools.gpumig: a mixed-strategy MIG pool with min_nodes 0") and "min_nodes: 1" in w
+    assert fit_warnings(load_profiles(EXAMPLE_PROFILES)) == []
