@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from gpu_spawner.model import quantities
 
 JOB_UID, JOB_GID = 1000, 100
 
@@ -41,10 +41,10 @@ def container_security_context() -> dict[str, Any]:
 def ephemeral_storage_bytes(value: str) -> Decimal:
     """The setting as bytes, or ValueError naming the bounds (above zero, at most MAX_EPHEMERAL_STORAGE)."""
     try:
-        q = parse_quantity(value)
-    except (ValueError, TypeError):
+        q = quantities.parse(value)
+    except ValueError:
         raise ValueError(f"{value!r} is not a Kubernetes storage quantity; write e.g. 20Gi") from None
-    if not 0 < q <= parse_quantity(MAX_EPHEMERAL_STORAGE):
+    if not 0 < q <= quantities.parse(MAX_EPHEMERAL_STORAGE):
         raise ValueError(f"{value!r} is out of bounds: above 0 and at most {MAX_EPHEMERAL_STORAGE} (each GPU slot "
                          "of a team's Kueue quota carries that much ephemeral-storage quota)")
     return q

@@ -26,8 +26,9 @@ from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JO
                                   ENV_PARAMETERS, ENV_SNAPSHOT, JOB_LABEL, JOBS_FOLDER, NOTEBOOK_ANNOTATION,
                                   PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
-from gpu_spawner.builders.kueue import cpu_quantity, local_queue_name
+from gpu_spawner.builders.kueue import local_queue_name
 from gpu_spawner.model.choices import ChoiceError, check_options
+from gpu_spawner.model import quantities
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 RUNNER_CONTAINER = "runner"
@@ -136,7 +137,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
     labels = {**podspec.labels(profile), USER_LABEL: safe_slug(user, max_length=63), JOB_LABEL: name}
     annotations = {USER_ANNOTATION: user, NOTEBOOK_ANNOTATION: notebook_path}
     gpus = podspec.gpu_resources(cfg, profile)
-    res = {"cpu": cpu_quantity(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
+    res = {"cpu": quantities.cpu(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
     try:
         home_volume, home_mount = job_home(settings.home, user)
     except StorageError as e:

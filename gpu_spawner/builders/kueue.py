@@ -11,23 +11,14 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
 
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, TEAM_LABEL
+from gpu_spawner.model import quantities
 from gpu_spawner.model.profiles import Pool, ProfilesConfig, Team
 
 EPHEMERAL = "ephemeral-storage"
-
-
-def cpu_quantity(cores: Decimal) -> str:
-    millis = int(cores * 1000)
-    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
-
-
-def memory_quantity(num_bytes: Decimal) -> str:
-    return f"{int(num_bytes) // 2**20}Mi"
 
 
 def local_queue_name(team_name: str) -> str:
@@ -36,10 +27,6 @@ def local_queue_name(team_name: str) -> str:
 
 def cluster_queue_name(team_name: str) -> str:
     return f"team-{team_name}"
-
-
-def storage_quantity(num_bytes: Decimal) -> str:
-    return f"{int(num_bytes) // 2**30}Gi"
 
 
 def _meta(name: str, **extra: Any) -> dict[str, Any]:
@@ -70,7 +57,7 @@ def _share(cfg: ProfilesConfig, pool_name: str, gpus: int) -> tuple[Decimal, Dec
 def _scratch(gpus: int) -> Decimal:
     """Ephemeral-storage quota for `gpus` slots: the most one Job may ask for, per slot, so it never binds
     before the GPU quota does (Kueue refuses a workload asking for a resource its queue does not cover)."""
-    return parse_quantity(MAX_EPHEMERAL_STORAGE) * gpus
+    return quantities.parse(MAX_EPHEMERAL_STORAGE) * gpus
 
 
 def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
@@ -93,15 +80,15 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
         cpu, mem = _share(cfg, name, gpus)
         own = set(pool.slots_per_node())
         resources = [
-            {"name": "cpu", "nominalQuota": cpu_quantity(cpu)},
-            {"name": "memory", "nominalQuota": memory_quantity(mem)},
-            {"name": EPHEMERAL, "nominalQuota": storage_quantity(_scratch(gpus))},
+            {"name": "cpu", "nominalQuota": quantities.cpu(cpu)},
+            {"name": "memory", "nominalQuota": quantities.memory(mem)},
+            {"name": EPHEMERAL, "nominalQuota": quantities.memory(_scratch(gpus))},
         ] + [{"name": r, "nominalQuota": gpus if r in own else 0} for r in gpu_resources]
         if team.cohort and team.borrowing_limit is not None:
             b_cpu, b_mem = _share(cfg, name, team.borrowing_limit)
-            resources[0]["borrowingLimit"] = cpu_quantity(b_cpu)
-            resources[1]["borrowingLimit"] = memory_quantity(b_mem)
-            resources[2]["borrowingLimit"] = storage_quantity(_scratch(team.borrowing_limit))
+            resources[0]["borrowingLimit"] = quantities.cpu(b_cpu)
+            resources[1]["borrowingLimit"] = quantities.memory(b_mem)
+            resources[2]["borrowingLimit"] = quantities.memory(_scratch(team.borrowing_limit))
             for r in resources[3:]:
                 r["borrowingLimit"] = team.borrowing_limit if r["name"] in own else 0
         flavors.append({"name": name, "resources": resources})

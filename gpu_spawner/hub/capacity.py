@@ -10,9 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from kubernetes.utils.quantity import parse_quantity
 
 from gpu_spawner.contract import PROFILE_LABEL
+from gpu_spawner.model import quantities
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig
 
@@ -22,7 +22,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 def _quantities(resources: dict[str, Any] | None) -> Counter:
     out: Counter = Counter()
     for name, value in (resources or {}).items():
-        out[name] = float(parse_quantity(value))
+        out[name] = float(quantities.parse(value))
     return out
 
 

@@ -11,11 +11,7 @@ from gpu_spawner.builders import pods as podspec
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.model.choices import default_choice_for
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
-
-
-def _gib(num_bytes) -> str:
-    value = float(num_bytes) / 2**30
-    return f"{value:g} GiB" if value >= 1 else f"{float(num_bytes) / 2**20:g} MiB"
+from gpu_spawner.model.quantities import human_bytes
 
 
 def _duration(seconds: int) -> str:
@@ -52,8 +48,8 @@ def size_line(profile: Profile, traits: dict[str, Any] | None = None) -> str:
         parts.append(f"{float(traits['cpu_guarantee']):g} CPU")
     if traits.get("mem_guarantee") or traits.get("mem_limit"):
         mem = traits.get("mem_guarantee") or traits["mem_limit"]
-        parts.append(f"{_gib(int(mem) - int(profile.shm) if 'memory' in profile.model_fields_set else mem)} RAM")
-    return " · ".join(parts + [f"{_gib(profile.shm)} /dev/shm"])
+        parts.append(f"{human_bytes(int(mem) - int(profile.shm) if 'memory' in profile.model_fields_set else mem)} RAM")
+    return " · ".join(parts + [f"{human_bytes(profile.shm)} /dev/shm"])
 
 
 def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpu_spawner.hub.capacity import ClusterState, slot_noun
 from gpu_spawner.model.profiles import Profile
+from gpu_spawner.model.quantities import human_bytes
 
 INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
 UNTOLERATED = re.compile(r"untolerated taint\(?s?\)? ?\{([^}]*)\}")
@@ -102,9 +103,9 @@ def _nodes_too_small(profile: Profile, pool, nodes) -> str | None:
     if any(n.allocatable.get("cpu", 0) >= cpu and n.allocatable.get("memory", 0) >= mem for n in nodes):
         return None
     best = max(nodes, key=lambda n: (n.allocatable.get("cpu", 0), n.allocatable.get("memory", 0)))
-    return (f"'{profile.display_name}' needs {cpu:g} CPUs and {mem / 2**30:.1f} GiB (memory + /dev/shm), but the "
+    return (f"'{profile.display_name}' needs {cpu:g} CPUs and {human_bytes(mem)} (memory + /dev/shm), but the "
             f"largest node of the {pool.label} pool offers pods {best.allocatable.get('cpu', 0):g} CPUs and "
-            f"{best.allocatable.get('memory', 0) / 2**30:.1f} GiB, so it can never start there. Choose a smaller "
+            f"{human_bytes(best.allocatable.get('memory', 0))}, so it can never start there. Choose a smaller "
             "profile, or ask an admin to run `gpuhub doctor`.")
 
 

@@ -11,11 +11,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from kubernetes.utils.quantity import parse_quantity
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 from pytimeparse2 import parse as parse_duration
 
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
+from gpu_spawner.model import quantities
 from gpu_spawner.model.vm_sizes import allocatable_of
 
 #: The taint AKS puts on every spot node pool.
@@ -43,10 +43,8 @@ def duration_seconds(value: Any) -> int:
 
 def _quantity(kind: str):
     def parse(value: Any) -> Decimal:
-        if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not a {kind} quantity")
         try:
-            q = parse_quantity(value)
+            q = quantities.parse(value)
         except ValueError:
             example = "2, 500m" if kind == "CPU" else "8Gi, 512Mi"
             raise ValueError(f"{value!r} is not a Kubernetes {kind} quantity; write e.g. {example}") from None

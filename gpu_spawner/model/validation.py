@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
+from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
     MIGSharing,
@@ -314,9 +315,8 @@ def _check_fits(at: str, p: Profile, pool: Pool | None, out: list[Problem]) -> N
     if p.cpu > shape.cpu:
         out.append(Problem(f"{at}.cpu", f"{p.cpu} CPUs never fit: a node of pool {p.pool!r} has {shape.cpu}"))
     if p.memory_limit > shape.memory:
-        gib = lambda b: f"{float(b) / 2**30:g}Gi"  # noqa: E731
-        out.append(Problem(f"{at}.memory", f"memory + shm = {gib(p.memory_limit)} never fits: a node of pool "
-                                           f"{p.pool!r} has {gib(shape.memory)}"))
+        out.append(Problem(f"{at}.memory", f"memory + shm = {human_bytes(p.memory_limit)} never fits: a node of "
+                                           f"pool {p.pool!r} has {human_bytes(shape.memory)}"))
 
 
 def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem],

@@ -15,7 +15,6 @@ on the dev cluster exactly as on a real one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Iterable
 
 from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissions
@@ -23,6 +22,7 @@ from gpu_spawner.builders.kueue import render_kueue
 from gpu_spawner.contract import KUEUE_API, SIMULATED_NODE_LABEL as SIMULATED_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
 from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
+from gpu_spawner.model.quantities import parse_or_none
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
 
 OK, FAIL, SIMULATED = "ok", "fail", "simulated"
@@ -111,15 +111,6 @@ def _taint_key(t: dict[str, Any]) -> tuple[str, str, str]:
 
 def _fmt_taint(t: tuple[str, str, str]) -> str:
     return f"{t[0]}={t[1]}:{t[2]}" if t[1] else f"{t[0]}:{t[2]}"
-
-
-def _num(v: Any) -> Decimal | None:
-    from kubernetes.utils.quantity import parse_quantity
-
-    try:
-        return parse_quantity(v)
-    except (ValueError, TypeError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------- pools
@@ -214,9 +205,9 @@ def _check_allocatable(sec: str, pool: Pool, nodes: list[dict[str, Any]]) -> Che
     bad = []
     for n in nodes:
         alloc = (n.get("status") or {}).get("allocatable") or {}
-        diffs = [f"{r}={alloc.get(r, '0')} (want {c})" for r, c in want.items() if _num(alloc.get(r, 0)) != c]
+        diffs = [f"{r}={alloc.get(r, '0')} (want {c})" for r, c in want.items() if parse_or_none(alloc.get(r, 0)) != c]
         stray = [f"{r}={v} (not expected)" for r, v in alloc.items()
-                 if r.startswith("nvidia.com/") and r not in want and _num(v)]
+                 if r.startswith("nvidia.com/") and r not in want and parse_or_none(v)]
         if diffs or stray:
             bad.append(f"{_name(n)}: {'; '.join((diffs + stray)[:3])}")
     if not bad:
@@ -299,7 +290,7 @@ def _norm(v: Any) -> Any:
     if isinstance(v, list):
         return [_norm(x) for x in v]
     if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-        q = _num(v)
+        q = parse_or_none(v)
         if q is not None:
             return q
     return v

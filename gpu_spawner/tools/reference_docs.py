@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 
 from gpu_spawner.model import profiles as P
 from gpu_spawner.model.gpus import GPU_MODELS
+from gpu_spawner.model.quantities import memory
 
 #: Sections in order: (heading, model, where it sits in the file).
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
@@ -182,8 +183,7 @@ def _default(model: type[BaseModel], name: str, field) -> str:
     if value is None or value is PydanticUndefined:
         return "—"
     if isinstance(value, Decimal) and name in ("memory", "shm"):
-        n = int(value)
-        return f"`{n // 2**30}Gi`" if n % 2**30 == 0 else f"`{n // 2**20}Mi`"
+        return f"`{memory(value)}`"
     if isinstance(value, BaseModel):
         return "`" + ", ".join(f"{k}: {v}" for k, v in value.model_dump(exclude_none=True).items()) + "`" \
             if value.model_dump(exclude_none=True) else "—"

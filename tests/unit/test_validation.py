@@ -231,7 +231,7 @@ CASES: list[tuple[str, Callable[[dict], None], str, list[str], int]] = [
     ("cpu-exceeds-node", sets(("profiles.0.cpu", 16)), "profiles[0].cpu",
      ["16 CPUs never fit", "pool 'cpu' has 7.82"], 1),  # Standard_D8s_v5's allocatable, not its 8 vCPUs
     ("memory-plus-shm-exceeds-node", sets(("profiles.0.memory", "30Gi"), ("profiles.0.shm", "4Gi")),
-     "profiles[0].memory", ["memory + shm = 34Gi never fits", "pool 'cpu' has 28.6992Gi"], 1),
+     "profiles[0].memory", ["memory + shm = 34 GiB never fits", "pool 'cpu' has 28.7 GiB"], 1),
     # profiles among themselves
     ("duplicate-slug", sets(("profiles.3.slug", "t4-shared")), "profiles[3].slug",
      ["'t4-shared' is already used by profiles[1]", "unique"], 1),
