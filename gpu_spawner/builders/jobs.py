@@ -27,7 +27,7 @@ from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JO
                                   PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.model.choices import ChoiceError, check_options
+from gpu_spawner.model.choices import ChoiceError, check_options, choose_profile
 from gpu_spawner.model import quantities
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
@@ -110,11 +110,10 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         image = check_options(profile, user, groups, {} if options is None else options).image
     except ChoiceError as e:
         raise JobRequestError(str(e)) from None
-    if profile.gpu is None:
-        raise JobRequestError(f"profile {profile.slug!r} has no GPU; GPU jobs need a GPU profile")
-    if not profile.allowed_for(groups):
-        raise JobRequestError(f"profile {profile.slug!r} is not available to {user}: it is for members of "
-                              f"{', '.join(profile.groups or [])}")
+    try:  # callers choose first; checked again here because this builds what runs on the GPU
+        choose_profile(cfg, user, groups, profile.slug, gpu=True)
+    except ChoiceError as e:
+        raise JobRequestError(str(e)) from None
     team = cfg.team_for(groups)
     if team is None:
         raise JobRequestError(f"{user} is in no team (groups: {', '.join(groups) or 'none'}) and the profiles file "

@@ -37,16 +37,20 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def _choose_profile(cfg, args, gpu: bool = False):
+    """--profile, if --user with these --group's may use it (the hub's and gpu-jobs' own rule)."""
+    from gpu_spawner.model.choices import ChoiceError, choose_profile
+
+    try:
+        return choose_profile(cfg, args.user, args.group, args.profile, gpu=gpu, required=True)
+    except ChoiceError as e:
+        raise CLIError(f"{args.file}: {e}") from None
+
+
 def cmd_render_pod(args) -> int:
     from gpu_spawner.hub.render_pod import render_pod
 
-    cfg = _load(args.file)
-    if args.profile not in cfg.by_slug:
-        raise CLIError(f"there is no profile {args.profile!r} in {args.file}; profiles: {', '.join(cfg.by_slug)}")
-    profile = cfg.by_slug[args.profile]
-    if not profile.allowed_for(args.group):
-        raise CLIError(f"profile {args.profile!r} is not allowed for user {args.user!r} with groups "
-                       f"{args.group or '(none)'}: it is for members of {', '.join(profile.groups or [])}")
+    _choose_profile(_load(args.file), args)
     try:
         pod = render_pod(args.file, args.profile, args.user, args.group)
     except ValueError as e:
@@ -68,10 +72,6 @@ def cmd_render_deploy(args) -> int:
     return write(args)  # the same as python -m gpu_spawner.builders.deploy
 
 
-def parse_params(items: list[str]) -> dict:
-    """`--param k=v`: the rule `%gpu_submit` uses (gpu_spawner.parameters): a Python literal, else the string."""
-    from gpu_spawner.parameters import parse_assignments
-
 def cmd_render_storage(args) -> int:
     from gpu_spawner.builders.storage import StorageError, share_objects, share_source
 
@@ -86,6 +86,10 @@ def cmd_render_storage(args) -> int:
     return 0
 
 
+def parse_params(items: list[str]) -> dict:
+    """`--param k=v`: the rule `%gpu_submit` uses (gpu_spawner.parameters): a Python literal, else the string."""
+    from gpu_spawner.parameters import parse_assignments
+
     try:
         return parse_assignments(items)
     except ValueError as e:
@@ -98,8 +102,7 @@ def cmd_render_job(args) -> int:
     from gpu_spawner.builders.jobs import JobRequestError, build_job
 
     cfg = _load(args.file)
-    if args.profile not in cfg.by_slug:
-        raise CLIError(f"there is no profile {args.profile!r} in {args.file}; profiles: {', '.join(cfg.by_slug)}")
+    profile = _choose_profile(cfg, args, gpu=True)
     try:
         notebook = json.loads(open(args.notebook).read())
     except (OSError, ValueError) as e:
@@ -110,7 +113,7 @@ def cmd_render_job(args) -> int:
         if not timeout:
             raise CLIError(f"--timeout {args.timeout!r} is not a duration; write e.g. 30m or 2h")
     try:
-        objs = build_job(cfg, cfg.by_slug[args.profile], args.user, args.group, args.notebook, notebook,
+        objs = build_job(cfg, profile, args.user, args.group, args.notebook, notebook,
                          parse_params(args.param), args.priority, int(timeout) if timeout else None)
     except JobRequestError as e:
         raise CLIError(str(e)) from None

@@ -62,9 +62,9 @@ def test_render_pod_json():
 
 
 @pytest.mark.parametrize("profile, groups, message", [
-    ("h100-full", ["data-science"], "profile 'h100-full' is not allowed for user 'ana' with groups ['data-science']: "
-                                    "it is for members of ml-research"),
-    ("nope", [], "there is no profile 'nope'"),
+    ("h100-full", ["data-science"], "Profile 'h100-full' is not available to ana: it is for members of "
+                                    "ml-research. Choose one of: "),
+    ("nope", [], "There is no profile 'nope'. Choose one of: cpu"),
 ])
 def test_render_pod_refused(profile, groups, message):
     group_args = [a for g in groups for a in ("--group", g)]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
+from gpu_spawner.model.choices import ChoiceError, choose_profile
 from gpu_spawner.model.profiles import ProfilesConfig, duration_seconds
 
 FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options"}
@@ -39,16 +40,11 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
     unknown = sorted(set(body) - FIELDS)
     if unknown:
         raise JobRequestError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(FIELDS))}")
-    slug = body.get("profile")
-    allowed = [p.slug for p in cfg.profiles_for(groups) if p.is_gpu]
-    if not isinstance(slug, str) or slug not in cfg.by_slug:
-        raise JobRequestError(f"no profile {slug!r}; your GPU profiles: {', '.join(allowed) or 'none'}")
-    profile = cfg.by_slug[slug]
-    if not profile.allowed_for(groups):
-        raise JobRequestError(f"profile {slug!r} is not available to {user}; your GPU profiles: "
-                              f"{', '.join(allowed) or 'none'}")
-    if profile.gpu is None:
-        raise JobRequestError(f"profile {slug!r} has no GPU; GPU jobs need one of: {', '.join(allowed) or 'none'}")
+    try:
+        profile = choose_profile(cfg, user, groups, body.get("profile"), gpu=True, required=True)
+    except ChoiceError as e:
+        raise JobRequestError(str(e)) from None
+    slug = profile.slug
     gpus = body.get("gpus")
     if gpus is not None and gpus != profile.gpu.count:
         raise JobRequestError(f"profile {slug!r} gives {profile.gpu.count} GPU(s) per job; {gpus!r} were asked for. "
