@@ -1,9 +1,10 @@
 """`python -m gpu_spawner.services.jobs`: the gpu-jobs service's settings, as traitlets with help text.
 
-The hub starts it (`jobs_service.hub.configure`); an admin sets options in `jupyterhub_config.py`:
+The hub starts it (`gpu_spawner.config.configure`, via services/jobs/hub.py); an admin sets options in
+`jupyterhub_config.py`:
 
-    configure_gpu_jobs(c, profiles_file, options={"home-claim": "gpuhub-home", "max-timeout": "3d",
-                                                  "runner-image": "myregistry/jupyterhub-gpu/runner:0.1.0"})
+    configure(c, options={"gpu-jobs": {"home-claim": "gpuhub-home", "max-timeout": "3d",
+                                       "runner-image": "myregistry/jupyterhub-gpu/runner:0.1.0"}})
 
 Every option can also come from the environment (GPUHUB_* below), which is how deploy/values.yaml
 sets them on the hub pod.
