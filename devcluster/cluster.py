@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import binaries, components, kueue_setup, leftovers, nodes, procs
+from . import binaries, components, kueue_setup, leftovers, nodes, procs, storage
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
@@ -346,7 +346,7 @@ def wait_for_service_account(kube: Kube, namespace: str, timeout: float = 60) ->
 
 
 def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, timeout: float = 60) -> None:
-    """KWOK nodes for every pool of `cfg` (plus a system pool), then its Kueue objects."""
+    """KWOK nodes for every pool of `cfg` (plus a system pool), its Kueue objects, the users' home share."""
     kube = cluster.kube()
     try:
         manifests = nodes.build_nodes(cfg, nodes_per_pool)
@@ -357,6 +357,7 @@ def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, ti
         apply_kueue_objects(kube, cfg, timeout)
     finally:
         kube.close()
+    storage.ensure_home_share(cluster.kubeconfig, storage.home_namespaces(cfg), timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------- status / down

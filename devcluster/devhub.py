@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster.simulator_keys import DEV_AGENT_LABEL
-from devcluster.storage import ensure_home_share
+from devcluster.storage import cluster_share, ensure_home_share, home_namespaces
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "jhub"
@@ -155,8 +155,8 @@ class DevHub:
     def __init__(self, settings: HubSettings):
         self.settings = settings
         self.log_path = settings.state_dir / "jupyterhub.log"
-        #: the dev home share: every user's home is its {username} folder (PersistentVolumes point here)
-        self.share = settings.state_dir / "homes"
+        #: the dev cluster's home share: every user's home is its {username} folder (its PVs point here)
+        self.share = cluster_share(settings.kubeconfig)
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90) -> "DevHub":
@@ -164,7 +164,9 @@ class DevHub:
         (s.state_dir / "cookie_secret").write_text(secrets.token_hex(32))
         (s.state_dir / "cookie_secret").chmod(0o600)
         ensure_namespace(s.kubeconfig)
-        ensure_home_share(s.kubeconfig, s.profiles, self.share, NAMESPACE)
+        from gpu_spawner.model.profiles import load_profiles
+
+        ensure_home_share(s.kubeconfig, home_namespaces(load_profiles(s.profiles), NAMESPACE), self.share)
         config_path = write_config(s)
         env = dict(os.environ, KUBECONFIG=str(s.kubeconfig), GPUHUB_PROFILES=str(s.profiles))
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -1,7 +1,9 @@
-"""The dev cluster's home share, as Kubernetes objects only: a folder of this machine published as
-statically bound PersistentVolume/claim pairs (the same `share_objects` an admin renders for a real
-share), one in the hub namespace and one in each team namespace. The real controller-manager binds
-them; the dev node agent (SIMULATOR) mounts a pod's claims by resolving claim → bound PV → its path.
+"""The dev cluster's home share, as Kubernetes objects only: a folder of this machine (`homes/` in the
+cluster's state folder) published as statically bound PersistentVolume/claim pairs (the same
+`share_objects` an admin renders for a real share), one in the hub namespace and one in each team
+namespace. `cluster up` creates them, and a dev hub adds any team its own profiles file names. The real
+controller-manager binds them; the dev node agent (SIMULATOR) mounts a pod's claims by resolving claim →
+bound PV → its path.
 
 hostPath appears only in these PersistentVolumes, never in a pod spec.
 """
@@ -14,7 +16,19 @@ from kubernetes import client, config
 
 from gpu_spawner.builders.storage import HomeStorage, share_objects
 from gpu_spawner.contract import HOME_SHARE_LABEL
-from gpu_spawner.model.profiles import load_profiles
+
+
+#: Where servers run in the dev cluster (devhub.NAMESPACE).
+HUB_NAMESPACE = "jhub"
+
+
+def cluster_share(kubeconfig: Path) -> Path:
+    """The dev cluster's share folder, next to its kubeconfig in its state folder."""
+    return Path(kubeconfig).parent / "homes"
+
+
+def home_namespaces(cfg, hub_namespace: str = HUB_NAMESPACE) -> list[str]:
+    return [hub_namespace, *sorted({t.namespace for t in cfg.teams.values()})]
 
 
 def dev_share_objects(share: Path, namespaces: list[str], storage: HomeStorage = HomeStorage()) -> list[dict]:
@@ -36,11 +50,12 @@ def _wait_gone(read, timeout: float = 60) -> None:
                        "(a pod still uses it?)")
 
 
-def ensure_home_share(kubeconfig: Path, profiles: Path, share: Path, hub_namespace: str,
+def ensure_home_share(kubeconfig: Path, namespaces: list[str], share: Path | None = None,
                       storage: HomeStorage = HomeStorage(), timeout: float = 60) -> list[dict]:
-    """Create (or move to `share`) the home share's PV/claim pairs and wait until every claim is Bound."""
+    """Create (or move to `share`, default the cluster's) the home share's PV/claim pairs in these
+    namespaces and wait until every claim is Bound."""
+    share = share or cluster_share(kubeconfig)
     share.mkdir(parents=True, exist_ok=True)
-    namespaces = [hub_namespace, *(t.namespace for t in load_profiles(profiles).teams.values())]
     objs = dev_share_objects(share, namespaces, storage)
     api = config.new_client_from_config(str(kubeconfig))
     core = client.CoreV1Api(api)

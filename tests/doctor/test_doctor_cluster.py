@@ -59,7 +59,8 @@ def test_healthy_dev_cluster(cluster, hub_rbac):
 
 
 def test_hub_service_account_without_roles(cluster):
-    r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--hub-service-account", "nowhere/hub")
+    # servers still run in jhub (whose home-share claim the dev cluster has): only the account is wrong
+    r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--hub-service-account", "nowhere/hub", "--hub-namespace", "jhub")
     assert r.returncode == 1 and "some checks failed" in r.stderr
     failed = rows(r.stdout, "✗")
     assert failed and all(" rbac " in f for f in failed)
@@ -140,8 +141,9 @@ def test_profiles_file_whose_queues_do_not_exist(cluster, tmp_path):
     r = doctor(cluster.kubeconfig, f, "--no-rbac")
     assert r.returncode == 1
     failed = rows(r.stdout, "✗")
-    assert len(failed) == 2
+    assert len(failed) == 3  # a new team needs its queues and its claim of the home share
     assert "ClusterQueue team-vision" in failed[0] and "LocalQueue team-vision/vision" in failed[1]
+    assert "claim team-vision/gpuhub-home" in failed[2] and "gpuhub render storage" in r.stdout
 
 
 def test_no_kueue(scratch_root):
@@ -164,3 +166,21 @@ def test_no_kueue(scratch_root):
     assert not [f for f in failed if "pool gput4" in f]
     assert any("pool system" in f and "min_nodes is 1" in f for f in failed)
     assert not [f for f in failed if " rbac " in f]  # the admin's own identity may do everything
+
+
+def test_home_share_claim_not_labelled(cluster):
+    """The dev cluster's home share passes; a team claim without the home-share label is a ✗ with its fix."""
+    r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac")
+    storage = [line for line in r.stdout.splitlines() if " storage " in line]
+    assert len(storage) == 4 and all(line.startswith("✓") for line in storage), r.stdout  # jhub, 2 teams, one share
+    cluster.core.patch_namespaced_persistent_volume_claim("gpuhub-home", "team-ds",
+                                                          {"metadata": {"labels": {"gpuhub.io/home-share": None}}})
+    try:
+        r = doctor(cluster.kubeconfig, EXAMPLE_PROFILES, "--no-rbac")
+        assert r.returncode == 1
+        (failed,) = rows(r.stdout, "✗")
+        assert "claim team-ds/gpuhub-home" in failed and "not labelled gpuhub.io/home-share=true" in failed
+        assert "kubectl -n team-ds label pvc gpuhub-home gpuhub.io/home-share=true" in r.stdout
+    finally:
+        cluster.core.patch_namespaced_persistent_volume_claim("gpuhub-home", "team-ds",
+                                                              {"metadata": {"labels": {"gpuhub.io/home-share": "true"}}})

@@ -218,10 +218,10 @@ def test_submitted_notebook_runs_in_dev_and_the_output_lands_in_home(cluster, jo
     logs = jobs_hub.call("alice", "GET", f"/jobs/{name}/logs").text
     assert final["state"] == "Succeeded", (final, logs)
     assert "[gpuhub-runner]" in logs and "cell" in logs
-    out = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "run me.ipynb"
+    out = jobs_hub.process.share / "alice" / "gpu-jobs" / name / "run me.ipynb"
     nb = json.loads(out.read_text())
     text = json.dumps(nb["cells"])
-    assert "total 10" in text and str(jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoint") in text
+    assert "total 10" in text and str(jobs_hub.process.share / "alice" / "gpu-jobs" / name / "checkpoint") in text
 
 
 def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_hub, clean_teams, tmp_path,
@@ -248,7 +248,7 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
     widget.stop()
     final = wait_final(widget, 180)
     assert final["state"] == "Succeeded", (final, widget.status)
-    assert "total 6" in (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / widget.name / "magic run.ipynb").read_text()
+    assert "total 6" in (jobs_hub.process.share / "alice" / "gpu-jobs" / widget.name / "magic run.ipynb").read_text()
     assert "output notebook" in widget.head.value and "cell" in widget.log.value
     assert shell.run_line_magic("gpu_jobs", "") is None
     assert [j["name"] for j in magics.last_jobs] == [widget.name]
@@ -333,7 +333,7 @@ def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean
     r = jobs_hub.submit("alice", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 25})
     assert r.status_code == 201, r.text
     name = r.json()["name"]
-    step = jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "checkpoint" / "step"
+    step = jobs_hub.process.share / "alice" / "gpu-jobs" / name / "checkpoint" / "step"
     cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
                        interval=0.5)
     s = jobs_hub.status("alice", name)
@@ -364,7 +364,7 @@ def test_a_job_whose_pod_is_evicted_resumes_and_says_so(cluster, jobs_hub, clean
     assert shown["title"].startswith("Preempted-and-resumed (") and shown["poll"] and shown["link"]
     shown = view(final)
     assert shown["title"] == f"Succeeded (resumed after {final['preempted']} preemption(s))" and not shown["poll"]
-    out = (jobs_hub.state / "homes" / "alice" / "gpu-jobs" / name / "train.ipynb").read_text()
+    out = (jobs_hub.process.share / "alice" / "gpu-jobs" / name / "train.ipynb").read_text()
     assert "resumed at" in out and "resumed at 0" not in out and "done 25" in out
 
 
@@ -380,7 +380,7 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
     """What a data scientist sees: in JupyterLab (served by the dev agent), `%gpu_submit` shows the form
     (profile, parameters, timeout), Submit turns it into a status widget that follows the job to
     Succeeded with the log tail and a link to the output notebook, which lands in the home folder."""
-    home = jobs_hub.state / "homes" / "alice"
+    home = jobs_hub.process.share / "alice"
     home.mkdir(parents=True, exist_ok=True)
     (home / "widget.ipynb").write_text(json.dumps(WIDGET_NB))
     jobs_hub.token("alice")  # logs alice in once, so the DevAuthenticator gives her groups
@@ -450,7 +450,7 @@ def test_kueue_preempts_a_lower_priority_job_which_resumes_from_its_checkpoint(c
     r = jobs_hub.submit("tina", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 10}, priority="low")
     assert r.status_code == 201, r.text
     low = r.json()["name"]
-    step = jobs_hub.state / "homes" / "tina" / "gpu-jobs" / low / "checkpoint" / "step"
+    step = jobs_hub.process.share / "tina" / "gpu-jobs" / low / "checkpoint" / "step"
     cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 120, "3 checkpointed steps",
                        interval=0.5)
     r = jobs_hub.submit("tina", profile="t4-shared", notebook=RUN_NB, parameters={"steps": 3}, priority="high")
@@ -482,5 +482,5 @@ def test_kueue_preempts_a_lower_priority_job_which_resumes_from_its_checkpoint(c
     assert final["state"] == "Succeeded" and final["preempted"] >= 1, final
     assert "Preempted-and-resumed" in states, states  # its new pod ran, and said so
     assert view(final)["title"] == f"Succeeded (resumed after {final['preempted']} preemption(s))"
-    out = (jobs_hub.state / "homes" / "tina" / "gpu-jobs" / low / "train.ipynb").read_text()
+    out = (jobs_hub.process.share / "tina" / "gpu-jobs" / low / "train.ipynb").read_text()
     assert "resumed at" in out and "resumed at 0" not in out and "done 10" in out, out[-2000:]
