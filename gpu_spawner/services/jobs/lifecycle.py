@@ -98,6 +98,25 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
     return created
 
 
+def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, grace_seconds: float) -> list[tuple]:
+    """What to do in one namespace (pure): ("delete-configmap", name), ("own-configmap", name, job),
+    ("delete-job", name). Only objects of this service (job label and user annotation) are touched."""
+    jobs_by = {j["metadata"]["name"]: j for j in jobs if _ours(j)}
+    cms_by = {c["metadata"]["name"]: c for c in config_maps if _ours(c)}
+    out: list[tuple] = []
+    for name, cm in sorted(cms_by.items()):
+        job = jobs_by.get(name)
+        owners = [r for r in cm["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"]
+        if job is None and not owners and _age(cm, now) >= grace_seconds:
+            out.append(("delete-configmap", name))
+        elif job is not None and not owners:
+            out.append(("own-configmap", name, job))
+    for name, job in sorted(jobs_by.items()):
+        if name not in cms_by and not _finished(job) and _age(job, now) >= grace_seconds:
+            out.append(("delete-job", name))
+    return out
+
+
 async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> list[str]:
     """One pass over the team namespaces (read from the API, not the cache); returns what it did."""
     from gpu_spawner.services.jobs.kube import _json
@@ -105,22 +124,19 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> 
     now = now or datetime.now(timezone.utc)
     done: list[str] = []
     for ns in kube.namespaces:
-        jobs = {j["metadata"]["name"]: j for j in (await _json(kube.batch.list_namespaced_job(
-            ns, label_selector=JOB_LABEL, _preload_content=False))).get("items", []) if _ours(j)}
-        cms = {c["metadata"]["name"]: c for c in (await _json(kube.core.list_namespaced_config_map(
-            ns, label_selector=JOB_LABEL, _preload_content=False))).get("items", []) if _ours(c)}
-        for name, cm in cms.items():
-            job = jobs.get(name)
-            owners = [r for r in cm["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"]
-            if job is None and _age(cm, now) >= grace_seconds and not owners:
+        jobs = (await _json(kube.batch.list_namespaced_job(ns, label_selector=JOB_LABEL,
+                                                           _preload_content=False))).get("items", [])
+        cms = (await _json(kube.core.list_namespaced_config_map(ns, label_selector=JOB_LABEL,
+                                                                _preload_content=False))).get("items", [])
+        for action, name, *job in plan_reconcile(jobs, cms, now, grace_seconds):
+            if action == "delete-configmap":
                 await _ignore_404(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
                 done.append(f"deleted ConfigMap {ns}/{name}: its Job was never created")
-            elif job is not None and not owners:
+            elif action == "own-configmap":
                 await _json(kube.core.patch_namespaced_config_map(
-                    name, ns, {"metadata": {"ownerReferences": [owner_reference(job)]}}, _preload_content=False))
+                    name, ns, {"metadata": {"ownerReferences": [owner_reference(job[0])]}}, _preload_content=False))
                 done.append(f"ConfigMap {ns}/{name} now owned by its Job")
-        for name, job in jobs.items():
-            if name not in cms and not _finished(job) and _age(job, now) >= grace_seconds:
+            else:
                 await _ignore_404(kube.batch.delete_namespaced_job(name, ns, propagation_policy="Background",
                                                                    _preload_content=False))
                 done.append(f"deleted Job {ns}/{name}: its notebook ConfigMap is missing, so it could never start")
