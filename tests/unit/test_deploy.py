@@ -378,3 +378,25 @@ def test_render_deploy_writes_the_files_with_images_and_jobs_options(tmp_path, c
     assert "--runner-image=acr.example/runner:1-cuda" in c["command"] and "--max-timeout=3d" in c["command"]
     assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out), "--jobs-option", "oops"]) == 2
     assert "--jobs-option 'oops' must look like name=value" in capsys.readouterr().err
+
+
+def test_the_culler_calls_the_hub_on_localhost_not_through_the_hub_service(tmp_path, monkeypatch):
+    """z2jh's hub listens on all interfaces (hub_bind_url http://:8081); JupyterHub then gives a managed
+    service 127.0.0.1 as the hub's address, as z2jh's own culler uses, so nothing hairpins through the `hub`
+    Service. That holds as long as our config does not set the address itself."""
+    import inspect
+
+    from jupyterhub.services.service import Service
+    from traitlets.config import Config
+
+    assert "tell services to connect via localhost" in inspect.getsource(Service.start)
+    hub = docs("values.yaml")[0]["hub"]
+    for k, v in hub["extraEnv"].items():
+        monkeypatch.setenv(k, "t" if isinstance(v, dict) else str(v))
+    monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
+    monkeypatch.chdir(tmp_path)
+    c = Config()
+    exec(hub["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
+    (culler,) = [s for s in c.JupyterHub.services if s["name"] == CULLER]
+    assert "command" in culler  # managed: runs in the hub pod
+    assert not {"JUPYTERHUB_API_URL", "JUPYTERHUB_HUB_URL"} & set(culler.get("environment") or {})
