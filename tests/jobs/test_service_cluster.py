@@ -484,3 +484,23 @@ def test_kueue_preempts_a_lower_priority_job_which_resumes_from_its_checkpoint(c
     assert view(final)["title"] == f"Succeeded (resumed after {final['preempted']} preemption(s))"
     out = (jobs_hub.process.share / "tina" / "gpu-jobs" / low / "train.ipynb").read_text()
     assert "resumed at" in out and "resumed at 0" not in out and "done 10" in out, out[-2000:]
+
+
+def test_a_job_runs_in_the_image_its_profile_options_choose(cluster, jobs_hub, clean_teams):
+    """%gpu_submit sends the server's own choices (GPUHUB_PROFILE_OPTIONS); gpu-jobs checks them with the hub's
+    rule and runs the Job in that image; a forged or unlisted choice creates nothing."""
+    def image_of(r):
+        assert r.status_code == 201, r.text
+        job = cluster.batch.read_namespaced_job(r.json()["name"], r.json()["namespace"])
+        return job.spec.template.spec.containers[0].image
+
+    assert image_of(jobs_hub.submit("alice")) == "myregistry.azurecr.io/jupyterhub-gpu/singleuser:0.1.0-cuda"
+    mine = "myregistry.azurecr.io/ml-research/rita-experiments:7"
+    assert image_of(jobs_hub.submit("rita", options={"image--unlisted-choice": mine})) == mine
+    before = objects(cluster, "team-ds")
+    for options, needle in (({"image--unlisted-choice": mine}, "typed values are for members of ml-research"),
+                            ({"image": "nightly"}, "'nightly' is for members of ml-research, not alice"),
+                            ("image=nightly", "options must be a JSON object")):
+        r = jobs_hub.submit("alice", options=options)
+        assert r.status_code in (400, 403) and needle in r.json()["message"], r.text
+    assert objects(cluster, "team-ds") == before
