@@ -39,6 +39,11 @@ PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
 # ---------------------------------------------------------------------- hub services
 JOBS_SERVICE = "gpu-jobs"
 CULLER_SERVICE = "gpu-culler"
+#: What a user's token (and the server token a kernel sees) needs to call gpu-jobs.
+JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE}"
+#: Hub API scopes of gpu-jobs' own token: none. It learns who calls from the caller's own token
+#: (GET /hub/api/user answers name, groups and admin flag to any token), never by looking a name up.
+JOBS_SERVICE_SCOPES: tuple[str, ...] = ()
 
 # ---------------------------------------------------------------------- environment variables
 ENV_PROFILES = "GPUHUB_PROFILES"              # the profiles file (hub, services, CLI)

@@ -119,7 +119,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         raise JobRequestError(f"{user} is in no team (groups: {', '.join(groups) or 'none'}) and the profiles file "
                               "has no default team; ask an admin to add you to a team's group")
     team_name, team_cfg = team
-    priority = priority or profile.priority
+    priority = priority or cfg.effective_priority(profile)  # always explicit: none would rank below `low`
     if priority and priority not in cfg.priorities:
         raise JobRequestError(f"priority {priority!r} does not exist; choose one of {', '.join(cfg.priorities)}")
     limit = min(profile.max_job_timeout or settings.max_timeout, settings.max_timeout)
@@ -168,9 +168,7 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
                     home_volume],
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
-    job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name)}
-    if priority:
-        job_labels[PRIORITY_LABEL] = priority
+    job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name), PRIORITY_LABEL: priority}
     job = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": ns, "labels": job_labels, "annotations": annotations},

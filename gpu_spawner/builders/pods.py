@@ -108,8 +108,8 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
         "extra_annotations": annotations(cfg, profile),
         "environment": {**environment(cfg, profile), **NODE_NAME_ENV},
     }
-    if profile.priority:
-        overrides["priority_class_name"] = priority_class_name(profile.priority)
+    # always explicit, like jobs: a pod without a class ranks at 0, below servers of `low` profiles
+    overrides["priority_class_name"] = priority_class_name(cfg.effective_priority(profile))
     if profile.image:
         overrides["image"] = profile.image
     return overrides

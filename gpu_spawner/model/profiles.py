@@ -304,6 +304,10 @@ class Profile(_Strict):
     max_job_timeout: Seconds | None = None
     groups: list[str] | None = None
     priority: str | None = None
+    max_priority: str | None = Field(None, description=(
+        "The highest priority a user may give a GPU job on this profile (`%gpu_submit --priority`); "
+        "default: the profile's own priority, so nobody jumps the queue unless allowed. Members of a "
+        "group in the top-level `group_max_priority` may go up to that group's ceiling instead."))
     max_per_user: int | None = Field(None, ge=1)
     default: bool = False
     options: dict[Slug, ProfileOption] = Field({}, description=(
@@ -341,6 +345,13 @@ class ProfilesConfig(_Strict):
     profiles: list[Profile] = Field(min_length=1)
     teams: dict[str, Team] = {}
     priorities: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITIES))
+    default_priority: str | None = Field(None, description=(
+        "The priority of every job and server whose profile names none, so none runs without one "
+        "(Kueue would rank it at 0, below `low`). Default: `normal`, or the lowest of `priorities` "
+        "when they have no `normal`."))
+    group_max_priority: dict[str, str] = Field(default_factory=dict, description=(
+        "JupyterHub group → the highest priority its members may give GPU jobs on any profile they "
+        "can use, above the profile's own ceiling (`max_priority`), e.g. `{ml-leads: high}`."))
     source: str | None = Field(None, exclude=True)
 
     @cached_property
@@ -385,6 +396,31 @@ class ProfilesConfig(_Strict):
 
     def priority_value(self, name: str | None) -> int | None:
         return self.priorities.get(name) if name else None
+
+    @property
+    def fallback_priority(self) -> str:
+        """`default_priority`, else `normal`, else the lowest priority (validation checks it exists)."""
+        if self.default_priority:
+            return self.default_priority
+        if "normal" in self.priorities or not self.priorities:
+            return "normal"
+        return min(self.priorities, key=self.priorities.__getitem__)
+
+    def effective_priority(self, profile: Profile) -> str:
+        """The priority of a job or server on `profile` when the user picks none: always explicit."""
+        return profile.priority or self.fallback_priority
+
+    def max_priority_for(self, profile: Profile, groups: set[str] | list[str]) -> str:
+        """The highest priority these groups may pick on `profile`: the profile's `max_priority` (else its
+        own priority), raised by any `group_max_priority` of the user's groups."""
+        candidates = [profile.max_priority or self.effective_priority(profile)]
+        candidates += [p for g, p in self.group_max_priority.items() if g in set(groups)]
+        return max(candidates, key=lambda p: self.priorities.get(p, -(2**63)))
+
+    def allowed_priorities(self, profile: Profile, groups: set[str] | list[str]) -> list[str]:
+        """The priorities these groups may pick on `profile`, lowest first."""
+        ceiling = self.priorities.get(self.max_priority_for(profile, groups), -(2**63))
+        return [n for n, v in sorted(self.priorities.items(), key=lambda kv: kv[1]) if v <= ceiling]
 
 
 def slice_memory_gb(slice_name: str) -> int:

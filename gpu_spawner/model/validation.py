@@ -195,6 +195,37 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
     return True
 
 
+def _check_priority_ceilings(data: dict, priorities: dict[str, int], profiles: list[tuple[int, Profile]],
+                             out: list[Problem]) -> None:
+    """`default_priority`, `group_max_priority` and each profile's `max_priority` name priorities of the
+    file, and no profile's ceiling is below its own priority."""
+    valid = ", ".join(priorities)
+    default = data.get("default_priority")
+    if default is not None and default not in priorities:
+        out.append(Problem("default_priority", f"{default!r} is not a priority; valid: {valid}"))
+        default = None
+    fallback = default or ("normal" if "normal" in priorities or not priorities
+                           else min(priorities, key=priorities.__getitem__))
+    groups = data.get("group_max_priority")
+    if groups is not None and not isinstance(groups, dict):
+        out.append(Problem("group_max_priority", f"must map a JupyterHub group to a priority, e.g. {{ml-leads: high}}; "
+                                                 f"got {type(groups).__name__}"))
+    for group, prio in (groups if isinstance(groups, dict) else {}).items():
+        if not isinstance(prio, str) or prio not in priorities:
+            out.append(Problem(f"group_max_priority.{group}", f"{prio!r} is not a priority; valid: {valid}"))
+    for i, p in profiles:
+        if p.max_priority is None:
+            continue
+        if p.max_priority not in priorities:
+            out.append(Problem(f"profiles[{i}].max_priority", f"{p.max_priority!r} is not a priority; valid: {valid}"))
+            continue
+        own = p.priority if p.priority in priorities else fallback
+        if priorities[p.max_priority] < priorities.get(own, priorities[p.max_priority]):
+            higher = [n for n, v in priorities.items() if v >= priorities[own]]
+            out.append(Problem(f"profiles[{i}].max_priority", f"{p.max_priority!r} is below the profile's own priority "
+                                                              f"{own!r}; valid: {', '.join(higher)}"))
+
+
 def _check_options(at: str, p: Profile, out: list[Problem]) -> None:
     """Each option has one default open to everyone allowed the profile, and a typed value is checked by a
     regex that compiles and lands in the override through `{value}`."""
@@ -424,6 +455,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
         raw_profiles = []
     seen: dict[str, int] = {}
     defaults = []
+    parsed: list[tuple[int, Profile]] = []
     for i, raw in enumerate(raw_profiles):
         p = _parse_each(Profile, raw, f"profiles[{i}]", problems)
         if p is None:
@@ -435,9 +467,13 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
         if p.default:
             defaults.append(i)
         _check_profile(i, p, pools, priorities, problems, broken)
+        parsed.append((i, p))
     if len(defaults) > 1:
         problems.append(Problem(f"profiles[{defaults[1]}].default", f"only one profile may be the default; "
                                                                     f"profiles[{defaults[0]}] already is"))
+
+    if priorities is not None:
+        _check_priority_ceilings(data, priorities, parsed, problems)
 
     team_defaults = []
     for name, raw in mapping("teams").items():

@@ -16,12 +16,13 @@ import json
 import logging
 import os
 import time
+import weakref
+from collections import Counter
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubAuth, HubAuthenticated
-from jupyterhub.utils import url_path_join
+from jupyterhub.services.auth import HubAuth
 from kubernetes_asyncio import client, config
-from tornado import httpclient, web
+from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
@@ -31,39 +32,47 @@ from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
+from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs.auth import Caller, TokenAuth
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
 log = logging.getLogger("gpuhub.jobs")
 
 
-class UserInfo:
-    """Groups and admin flag from the hub, asked with the service's own token (`read:users`): the
-    caller's token cannot make itself an admin or a group member. Cached for a few seconds."""
+class SubmitGate:
+    """One submission per user at a time (count unfinished jobs + create), so N parallel requests cannot
+    all pass `max_per_user` / `max_jobs_per_user`; and the jobs just created, counted until the watch-fed
+    cache lists them (the cache may lag a create). One service process: the lock lives in memory."""
 
-    def __init__(self, api_url: str, token: str, ttl: float = 10):
-        self.api_url, self.token, self.ttl = api_url, token, ttl
-        self.cache: dict[str, tuple[float, dict]] = {}
+    def __init__(self, remember: float = 120):
+        self.remember = remember
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._recent: dict[str, dict[str, tuple[str, float]]] = {}  # user → job name → (profile, created at)
 
-    async def get(self, name: str, fallback: dict) -> dict:
-        hit = self.cache.get(name)
-        if hit and time.monotonic() - hit[0] < self.ttl:
-            return hit[1]
-        try:
-            r = await httpclient.AsyncHTTPClient().fetch(url_path_join(self.api_url, "users", name),
-                                                         headers={"Authorization": f"token {self.token}"})
-            model = json.loads(r.body)
-        except httpclient.HTTPClientError as e:
-            log.warning("cannot read user %s from the hub (%s); using the token's model", name, e)
-            model = {"name": name, "groups": fallback.get("groups", []), "admin": False}
-        info = {"name": name, "groups": list(model.get("groups") or []), "admin": bool(model.get("admin"))}
-        self.cache[name] = (time.monotonic(), info)
-        return info
+    def lock(self, user: str) -> asyncio.Lock:
+        found = self._locks.get(user)
+        if found is None:
+            found = self._locks[user] = asyncio.Lock()
+        return found
+
+    def created(self, user: str, name: str, profile: str) -> None:
+        self._recent.setdefault(user, {})[name] = (profile, time.monotonic())
+
+    def forget(self, user: str, name: str) -> None:
+        self._recent.get(user, {}).pop(name, None)
+
+    def unfinished(self, user: str, listed: dict[str, str]) -> Counter:
+        """Unfinished jobs per profile: `listed` (name → profile, from the cache) plus jobs created in the
+        last `remember` seconds that the cache does not list yet."""
+        recent = self._recent.get(user, {})
+        now = time.monotonic()
+        for name in [n for n, (_, t) in recent.items() if n in listed or now - t > self.remember]:
+            del recent[name]
+        return Counter([*listed.values(), *(slug for slug, _ in recent.values())])
 
 
-class Base(HubAuthenticated, web.RequestHandler):
-    @property
-    def hub_auth(self) -> HubAuth:
-        return self.settings["hub_auth"]
+class Base(web.RequestHandler):
+    who: Caller
 
     @property
     def cfg(self) -> ProfilesConfig:
@@ -77,10 +86,15 @@ class Base(HubAuthenticated, web.RequestHandler):
         return
 
     async def prepare(self):
-        model = self.get_current_user()
-        if model is None:
-            raise web.HTTPError(403, "a JupyterHub token with access to the gpu-jobs service is required")
-        self.who = await self.settings["users"].get(model["name"], model)
+        try:
+            limits.check_query(self.request.query_arguments)
+        except JobRequestError as e:
+            raise refusal(e) from None
+        who = await self.settings["auth"].caller(self.request.headers.get("Authorization"))
+        if who is None:
+            raise web.HTTPError(403, "a JupyterHub token with access to the gpu-jobs service is required, in the "
+                                     "Authorization header (Authorization: token <token>)")
+        self.who = who
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -94,38 +108,59 @@ class Base(HubAuthenticated, web.RequestHandler):
         self.finish(json.dumps(obj))
 
     async def own_job(self, name: str) -> dict:
+        try:
+            limits.job_name(name)
+        except JobRequestError as e:
+            raise refusal(e) from None
         job = await self.kube.job(name)
         owner = ((job or {}).get("metadata", {}).get("annotations") or {}).get(USER_ANNOTATION)
-        if job is None or not (self.who["admin"] or owner == self.who["name"]):
+        if job is None or not (self.who.admin or owner == self.who.name):
             raise web.HTTPError(404, f"no job {name!r} of yours")
         return job
 
 
+def refusal(e: JobRequestError) -> web.HTTPError:
+    return web.HTTPError(413 if isinstance(e, limits.TooLarge) else 400, str(e))
+
+
 class JobsHandler(Base):
     async def get(self):
-        everyone = self.who["admin"] and self.get_argument("all", "") in ("1", "true", "yes")
-        jobs = await self.kube.jobs(None if everyone else self.who["name"])
+        everyone = self.who.admin and self.get_argument("all", "") in ("1", "true", "yes")
+        jobs = await self.kube.jobs(None if everyone else self.who.name)
         statuses = await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0")
         statuses.sort(key=lambda s: s.get("created") or "", reverse=True)
         self.send({"jobs": statuses})
 
+    async def unfinished(self, user: str) -> Counter:
+        """The user's unfinished jobs per profile, including ones just created (see SubmitGate)."""
+        jobs = await self.kube.jobs(user)
+        statuses = await self.kube.statuses(jobs, with_logs=False)
+        listed = {j["metadata"]["name"]: (j["metadata"].get("labels") or {}).get(PROFILE_LABEL, "")
+                  for j, s in zip(jobs, statuses) if s["state"] not in FINISHED}
+        return self.settings["gate"].unfinished(user, listed)
+
     async def post(self):
+        user, groups = self.who.name, list(self.who.groups)
         try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "the request body is not JSON") from None
-        user, groups = self.who["name"], self.who["groups"]
-        slug = body.get("profile") if isinstance(body, dict) else None
-        active = 0
-        if isinstance(slug, str) and slug in self.cfg.by_slug and self.cfg.by_slug[slug].max_per_user:
-            active = sum(1 for s in await self.kube.statuses(
-                [j for j in await self.kube.jobs(user)
-                 if (j["metadata"].get("labels") or {}).get(PROFILE_LABEL) == slug], with_logs=False)
-                if s["state"] not in FINISHED)
-        try:
-            objs = plan_submission(self.cfg, user, groups, body, active, self.settings["service"])
+            body = limits.parse_body(self.request.body)
         except JobRequestError as e:
-            raise web.HTTPError(400, str(e)) from None
+            raise refusal(e) from None
+        gate: SubmitGate = self.settings["gate"]
+        async with gate.lock(user):  # count and create as one step per user
+            active = await self.unfinished(user)
+            slug = body.get("profile") if isinstance(body, dict) else None
+            try:
+                objs = plan_submission(self.cfg, user, groups, body, active.get(slug, 0) if isinstance(slug, str) else 0,
+                                       self.settings["service"], active_total=sum(active.values()))
+            except JobRequestError as e:
+                raise refusal(e) from None
+            job = await self.create(user, objs)
+            gate.created(user, job["metadata"]["name"], slug)
+        log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
+        (status,) = await self.kube.statuses([job], with_logs=False)
+        self.send(status, 201)
+
+    async def create(self, user: str, objs: list[dict]) -> dict:
         try:
             job = await self.kube.create(objs, self.settings["service"].job.home.claim)
         except StorageNotReady as e:
@@ -137,9 +172,7 @@ class JobsHandler(Base):
             except (TypeError, ValueError, AttributeError):
                 why = e.reason
             raise web.HTTPError(502 if e.status >= 500 else 400, f"Kubernetes refused the job: {why}") from None
-        log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
-        (status,) = await self.kube.statuses([job], with_logs=False)
-        self.send(status, 201)
+        return job
 
 
 class JobHandler(Base):
@@ -151,36 +184,43 @@ class JobHandler(Base):
     async def delete(self, name):
         job = await self.own_job(name)
         await self.kube.delete(job)
-        log.info("%s cancelled %s", self.who["name"], name)
+        self.settings["gate"].forget(job["metadata"].get("annotations", {}).get(USER_ANNOTATION, ""), name)
+        log.info("%s cancelled %s", self.who.name, name)
         self.send({"name": name, "cancelled": True})
 
 
 class LogsHandler(Base):
     async def get(self, name):
         job = await self.own_job(name)
-        tail = min(int(self.get_argument("tail", "65536")), 1024 * 1024)
+        try:
+            tail = limits.log_tail(self.get_argument("tail", None))
+        except JobRequestError as e:
+            raise refusal(e) from None
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(await self.kube.job_logs(job, tail))
 
 
 class ProfilesHandler(Base):
     async def get(self):
-        team = self.cfg.team_for(self.who["groups"])
+        groups = list(self.who.groups)
+        team = self.cfg.team_for(groups)
         info = {"pending": None, "free": {}}
         if team:
             info = await self.kube.queue_info(team[1].namespace, local_queue_name(team[0]), cluster_queue_name(team[0]))
         out = []
-        for p in self.cfg.profiles_for(self.who["groups"]):
+        for p in self.cfg.profiles_for(groups):
             if p.is_gpu:
                 out.append({"slug": p.slug, "display_name": p.display_name, "description": p.description,
                             "gpus": p.gpu.count, "resource": self.cfg.resource_name(p), "pool": p.pool,
-                            "priority": p.priority, "max_per_user": p.max_per_user,
+                            "priority": self.cfg.effective_priority(p), "max_per_user": p.max_per_user,
+                            "priorities": self.cfg.allowed_priorities(p, groups),
                             "max_timeout": min(p.max_job_timeout or JobSettings().max_timeout,
                                                self.settings["service"].job.max_timeout),
                             "free": info["free"].get(f"{p.pool}/{self.cfg.resource_name(p)}"),
                             "queued": info["pending"]})
-        self.send({"user": self.who["name"], "team": team[0] if team else None, "profiles": out,
-                   "priorities": list(self.cfg.priorities)})
+        self.send({"user": self.who.name, "team": team[0] if team else None, "profiles": out,
+                   "priorities": list(self.cfg.priorities),
+                   "max_jobs_per_user": self.settings["service"].max_jobs_per_user or None})
 
 
 class HealthHandler(web.RequestHandler):
@@ -188,16 +228,16 @@ class HealthHandler(web.RequestHandler):
         self.finish({"ok": True})
 
 
-def make_app(cfg: ProfilesConfig, kube: Kube, hub_auth: HubAuth, service: ServiceSettings,
-             users: UserInfo, prefix: str = "/") -> web.Application:
+def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
+             prefix: str = "/") -> web.Application:
     p = prefix.rstrip("/")
     return web.Application([
         (rf"{p}/health", HealthHandler),
         (rf"{p}/jobs/?", JobsHandler),
-        (rf"{p}/jobs/([a-z0-9-]+)/?", JobHandler),
-        (rf"{p}/jobs/([a-z0-9-]+)/logs", LogsHandler),
+        (rf"{p}/jobs/([^/]+)/?", JobHandler),  # any name: a bad one is a clear 400 (limits.job_name)
+        (rf"{p}/jobs/([^/]+)/logs", LogsHandler),
         (rf"{p}/profiles/?", ProfilesHandler),
-    ], profiles=cfg, kube=kube, hub_auth=hub_auth, service=service, users=users)
+    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate())
 
 
 def listen_address(host: str | None) -> str:
@@ -233,16 +273,15 @@ async def serve(opts) -> None:
     except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
         log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
     kube = Kube(api, namespaces, logs, cache)
-    service = ServiceSettings(job=job_settings)
-    hub_auth = HubAuth(access_scopes={f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"},
-                       cache_max_age=30)
-    users = UserInfo(hub_auth.api_url, hub_auth.api_token)
+    service = ServiceSettings(job=job_settings, max_jobs_per_user=opts.max_jobs_per_user)
+    access = f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"
+    auth = TokenAuth(HubAuth(access_scopes={access}), {access})
     url = urlparse(opts.url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
-    app = make_app(cfg, kube, hub_auth, service, users, prefix)
+    app = make_app(cfg, kube, auth, service, prefix)
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
-    server = HTTPServer(app, xheaders=True)
+    server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)
     server.listen(url.port or 80, listen_address(url.hostname))
     log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s)",
              url.geturl(), prefix, namespaces, job_settings.runner_image, job_settings.home.claim,

@@ -1,7 +1,8 @@
 """The `gpu-jobs` service as JupyterHub sees it: its managed-service entry, its role and the scopes users
 need to reach it. `gpu_spawner.config.configure` puts them into the hub's config.
 
-Least privilege: the service's token may read users (groups, admin flag); users' own tokens, including
+Least privilege: the service's token has no hub scopes (it asks the hub who a caller is with the caller's
+own token); users' own tokens, including
 the server token the kernel sees as $JUPYTERHUB_API_TOKEN, get `access:services!service=gpu-jobs`.
 """
 from __future__ import annotations
@@ -10,14 +11,14 @@ import os
 import sys
 from typing import Any, Mapping
 
-from gpu_spawner.contract import ENV_PROFILES, JOBS_SERVICE as SERVICE_NAME
+from gpu_spawner.contract import ENV_PROFILES, JOBS_ACCESS_SCOPE, JOBS_SERVICE as SERVICE_NAME, JOBS_SERVICE_SCOPES
 
 DEFAULT_PORT = 10101
 #: The service's own role and scopes (what its token may do in the hub).
 ROLE = f"{SERVICE_NAME}-service"
-SCOPES = ["read:users"]
+SCOPES = list(JOBS_SERVICE_SCOPES)  # none: identity comes from the caller's own token (services/jobs/auth.py)
 #: What a user's token (and their server's token) needs to call the service.
-ACCESS = f"access:services!service={SERVICE_NAME}"
+ACCESS = JOBS_ACCESS_SCOPE
 
 #: Where kernels reach the service: the proxy (z2jh's `proxy-public` Service) routes /services/gpu-jobs/.
 DEFAULT_URL_FOR_SERVERS = "http://proxy-public/services/gpu-jobs/"

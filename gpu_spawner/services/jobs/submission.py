@@ -2,7 +2,8 @@
 
 Every check runs before anything is created: the profile exists and the user's groups allow it, it
 has a GPU and the requested GPU count is the profile's, the user's active jobs on it stay within
-`max_per_user`, the timeout is within bounds, the parameters are identifiers with JSON values, the
+`max_per_user` and the user's jobs overall `max_jobs_per_user`, the priority is within the user's
+ceiling, the notebook path stays in home, the timeout is within bounds, the parameters are identifiers with JSON values, the
 snapshot fits in a ConfigMap.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
 from gpu_spawner.model.choices import ChoiceError, choose_profile
-from gpu_spawner.model.profiles import ProfilesConfig, duration_seconds
+from gpu_spawner.model.profiles import Profile, ProfilesConfig, duration_seconds
+from gpu_spawner.services.jobs import limits
 
 FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options"}
 
@@ -20,6 +22,8 @@ FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "tim
 @dataclass(frozen=True)
 class ServiceSettings:
     job: JobSettings = field(default_factory=JobSettings)
+    #: Unfinished jobs one user may have over all profiles (0: no limit); see options.GPUJobs.max_jobs_per_user.
+    max_jobs_per_user: int = 10
 
 
 def parse_timeout(value: Any) -> int | None:
@@ -31,10 +35,26 @@ def parse_timeout(value: Any) -> int | None:
         raise JobRequestError(f"timeout: {e}") from None
 
 
+def check_priority(cfg: ProfilesConfig, profile: Profile, groups: list[str], priority: Any) -> str:
+    """The job's priority: the one asked for, if it exists and is within the user's ceiling on this
+    profile (`max_priority`, `group_max_priority`), else the profile's (always explicit)."""
+    if priority in (None, ""):
+        return cfg.effective_priority(profile)
+    allowed = cfg.allowed_priorities(profile, groups)
+    if not isinstance(priority, str) or priority not in cfg.priorities:
+        shown = repr(priority[:40]) if isinstance(priority, str) else f"of type {type(priority).__name__}"
+        raise JobRequestError(f"priority {shown} does not exist; choose one of {', '.join(allowed)}")
+    if priority not in allowed:
+        raise JobRequestError(f"priority {priority!r} is above what you may pick on {profile.slug!r}; "
+                              f"allowed: {', '.join(allowed)}")
+    return priority
+
+
 def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dict[str, Any],
                     active_on_profile: int, settings: ServiceSettings = ServiceSettings(),
-                    name: str | None = None) -> list[dict[str, Any]]:
-    """[Job, ConfigMap] for `body`, the JSON the user posted; `active_on_profile`: the user's unfinished jobs on the requested profile."""
+                    name: str | None = None, active_total: int = 0) -> list[dict[str, Any]]:
+    """[Job, ConfigMap] for `body`, the JSON the user posted; `active_on_profile` / `active_total`: the
+    user's unfinished jobs on the requested profile / on all profiles (counted under a per-user lock)."""
     if not isinstance(body, dict):
         raise JobRequestError("the request body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
@@ -46,23 +66,23 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
         raise JobRequestError(str(e)) from None
     slug = profile.slug
     gpus = body.get("gpus")
-    if gpus is not None and gpus != profile.gpu.count:
+    if gpus is not None and (isinstance(gpus, bool) or gpus != profile.gpu.count):
         raise JobRequestError(f"profile {slug!r} gives {profile.gpu.count} GPU(s) per job; {gpus!r} were asked for. "
                               "Pick a profile with more GPUs.")
+    if settings.max_jobs_per_user and active_total >= settings.max_jobs_per_user:
+        raise JobRequestError(f"you already have {active_total} unfinished job(s); the limit is "
+                              f"{settings.max_jobs_per_user} per user over all profiles. Wait for one to finish "
+                              "or cancel one.")
     if profile.max_per_user is not None and active_on_profile >= profile.max_per_user:
         raise JobRequestError(f"you already have {active_on_profile} unfinished job(s) on {slug!r}; the limit is "
                               f"{profile.max_per_user} per user. Wait for one to finish or cancel one.")
-    nb_path, nb = body.get("notebook_path"), body.get("notebook")
-    if not isinstance(nb_path, str) or not nb_path.endswith(".ipynb"):
-        raise JobRequestError("notebook_path must be the notebook's path ending in .ipynb")
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise JobRequestError("notebook must be the notebook's JSON content (nbformat 4)")
-    params = body.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise JobRequestError("parameters must be an object of name: value")
-    priority = body.get("priority") or None
-    if priority is not None and not isinstance(priority, str):
-        raise JobRequestError(f"priority must be one of {', '.join(cfg.priorities)}")
+    nb_path = limits.check_notebook_path(body.get("notebook_path"))
+    nb = body.get("notebook")
+    limits.check_notebook(nb)
+    params = limits.check_parameters(body.get("parameters"))
+    priority = check_priority(cfg, profile, groups, body.get("priority"))
+    if body.get("name") is not None and not isinstance(body.get("name"), str):
+        raise JobRequestError("name must be text")
     objs = build_job(cfg, profile, user, groups, nb_path, nb, params, priority, parse_timeout(body.get("timeout")),
                      settings.job, name, options=body.get("options"))
     return objs
