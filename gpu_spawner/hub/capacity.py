@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 from gpu_spawner.contract import PROFILE_LABEL
@@ -87,10 +87,15 @@ class ProfileCapacity:
     can_grow: bool
     summary: str
     outlook: str
+    known: bool = True  # False: the informers cannot vouch for the numbers (all zero then); say "unknown"
 
     @property
     def full(self) -> bool:
-        return self.fits_now == 0
+        return self.known and self.fits_now == 0
+
+    @classmethod
+    def unknown(cls, slug: str, resource: str | None) -> "ProfileCapacity":
+        return cls(slug, resource, 0, 0, 0, 0, 0, False, "", "", known=False)
 
 
 class ClusterState:
@@ -103,6 +108,9 @@ class ClusterState:
         self.version = 0
         self._by_pool: dict[str | None, dict[str, NodeState]] = {}
         self._memo: dict[str, tuple[int, ProfileCapacity]] = {}
+        #: Whether what the informers folded in is complete and current (they set this); when not,
+        #: `profile_capacity` answers "unknown" instead of numbers that may be wrong.
+        self.is_current: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------------ events
     def _pool_for_labels(self, labels: dict[str, str]) -> str | None:
@@ -190,6 +198,8 @@ class ClusterState:
 
     def profile_capacity(self, profile: Profile) -> ProfileCapacity:
         """Recomputed only when a node or pod event arrived since the last call for this profile."""
+        if not self.is_current():
+            return ProfileCapacity.unknown(profile.slug, self.cfg.resource_name(profile))
         memo = self._memo.get(profile.slug)
         if memo and memo[0] == self.version:
             return memo[1]

@@ -103,7 +103,10 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
         "cost": f"${cost:.2f}/hour" if cost else "",
         "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
     }
-    if capacity is not None:
+    if capacity is not None and not capacity.known:  # stale informers: no numbers rather than wrong ones
+        info.update(capacity="unknown — capacity not available right now", unknown=True,
+                    outlook="the cluster is not answering; you can still choose, your server starts when it can")
+    elif capacity is not None:
         info.update(capacity=capacity.summary, outlook=capacity.outlook, full=capacity.full,
                     free=capacity.free_slots, total=capacity.total_slots, waiting=capacity.waiting)
     return {

@@ -18,6 +18,8 @@ GPU_HEALTH_PREFIX = "GPU check failed"
 def explain_event(event: dict[str, Any], profile: Profile | None, state: ClusterState | None) -> str | None:
     """A sentence for one pod event, or None to keep Kubernetes' own words."""
     reason, message = event.get("reason") or "", event.get("message") or ""
+    if state is not None and not state.is_current():
+        state = None  # stale informers: explain without numbers rather than with wrong ones
     if reason == "FailedScheduling":
         return explain_unschedulable(message, profile, state)
     if reason == "Scheduled":
@@ -78,6 +80,8 @@ def never_fits(profile: Profile, state: ClusterState) -> str | None:
     if pool is None:
         return None
     cap = state.profile_capacity(profile)
+    if not cap.known:  # unknown is not "never": only a current view may refuse a spawn
+        return None
     if too_small := _nodes_too_small(profile, pool, state.pool_nodes(profile.pool)):
         return too_small  # the nodes a growing pool adds are the same size
     if cap.can_grow:
