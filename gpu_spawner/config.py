@@ -60,8 +60,8 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
       $GPUHUB_JOBS_PORT / $GPUHUB_CULLER_PORT, else 10101 / 10102), its options by command-line name (or
       `Class.trait`), e.g. `{"gpu-jobs": {"home-claim": "gpuhub-home", "max-timeout": "3d"}}`,
       and extra environment of its process (managed services get a clean one).
-    - `jobs_url_for_servers`: where kernels reach gpu-jobs (default $GPUHUB_JOBS_PUBLIC_URL, else z2jh's
-      `http://proxy-public/services/gpu-jobs/`).
+    - `jobs_url_for_servers`: where kernels reach gpu-jobs (default $GPUHUB_JOBS_PUBLIC_URL, else the
+      servers' GPUHUB_JOBS_URL the admin set, else z2jh's `http://proxy-public/services/gpu-jobs/`).
     - `env`: the hub's environment to read (default os.environ).
     Returns (profiles file path, the validated profiles).
     """
@@ -94,8 +94,11 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), jobs.ACCESS)
     c.Spawner.server_token_scopes = _with_scope(c.Spawner["server_token_scopes"] if "server_token_scopes"
                                                 in c.Spawner else None, jobs.ACCESS)
-    c.GPUSpawner.environment = {**_spawner_environment(c),
-                                ENV_JOBS_URL: jobs_url_for_servers or jobs.url_for_servers(env)}
+    # where kernels reach gpu-jobs: this call's argument, else $GPUHUB_JOBS_PUBLIC_URL, else what the admin put
+    # in the servers' environment (z2jh: singleuser.extraEnv), else the proxy-public default
+    servers_env = _spawner_environment(c)
+    c.GPUSpawner.environment = {**servers_env, ENV_JOBS_URL: jobs_url_for_servers or env.get(jobs.ENV_URL_FOR_SERVERS)
+                                or servers_env.get(ENV_JOBS_URL) or jobs.DEFAULT_URL_FOR_SERVERS}
     # each user sees their cull warnings as the banner of the hub's pages
     template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
     c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(warnings)}

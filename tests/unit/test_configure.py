@@ -105,6 +105,17 @@ def test_lazily_appended_services_and_parent_environments_survive():
                                         "GPUHUB_JOBS_URL": "http://proxy/services/gpu-jobs/"}
 
 
+def test_the_servers_jobs_url_the_admin_set_is_kept(monkeypatch):
+    c = Config()
+    c.KubeSpawner.environment = {"GPUHUB_JOBS_URL": "https://hub.example/services/gpu-jobs/"}  # singleuser.extraEnv
+    configure(c, EXAMPLE)
+    configure(c, EXAMPLE)
+    assert c.GPUSpawner.environment["GPUHUB_JOBS_URL"] == "https://hub.example/services/gpu-jobs/"
+    monkeypatch.setenv("GPUHUB_JOBS_PUBLIC_URL", "https://other.example/services/gpu-jobs/")  # the hub's env wins
+    configure(c, EXAMPLE)
+    assert c.GPUSpawner.environment["GPUHUB_JOBS_URL"] == "https://other.example/services/gpu-jobs/"
+
+
 def test_a_callable_server_token_scopes_gets_the_access_once():
     c = Config()
     c.Spawner.server_token_scopes = lambda spawner: ["access:servers!server", f"read:users!user={spawner}"]

@@ -38,11 +38,6 @@ def passthrough(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k in PASSTHROUGH if k in env}
 
 
-def url_for_servers(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get(ENV_URL_FOR_SERVERS) or DEFAULT_URL_FOR_SERVERS
-
-
 def jobs_service(profiles_file: str, *, port: int | None = None, host: str | None = None,
                  options: Mapping[str, Any] | None = None, environment: Mapping[str, str] | None = None,
                  env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
