@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
+from gpu_spawner.contract import JOBS_ACCESS_SCOPE  # noqa: E402
 from gpu_spawner.model.profiles import load_profiles  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
@@ -59,7 +60,7 @@ class Hub:
             xsrf = page.split('name="_xsrf" value="', 1)[1].split('"', 1)[0] if "_xsrf" in page else ""
             s.post(f"{self.url}/hub/login?next=", data={"username": user, "password": "", "_xsrf": xsrf}, timeout=30)
             r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers={"Authorization": f"token {self.admin}"},
-                              json={"scopes": ["access:services!service=gpu-jobs"]}, timeout=30)
+                              json={"scopes": [JOBS_ACCESS_SCOPE]}, timeout=30)
             r.raise_for_status()
             self.tokens[user] = r.json()["token"]
         return self.tokens[user]

@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 from devcluster import binaries
 from devcluster import cluster as dc
 from devcluster.kube import Kube
+from gpu_spawner.contract import JOBS_ACCESS_SCOPE
 
 if TYPE_CHECKING:
     from devcluster.dev import AgentProcess
@@ -282,7 +283,7 @@ class JobsHub:
         if user not in self.tokens:
             self.login(user)  # the DevAuthenticator sets the user's groups at login
             r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers=self.auth(self.admin_token),
-                              json={"scopes": ["access:services!service=gpu-jobs"], "note": "jobs tests"}, timeout=30)
+                              json={"scopes": [JOBS_ACCESS_SCOPE], "note": "jobs tests"}, timeout=30)
             assert r.status_code == 201, r.text
             self.tokens[user] = r.json()["token"]
         return self.tokens[user]
