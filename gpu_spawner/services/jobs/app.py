@@ -28,6 +28,7 @@ from tornado.httpserver import HTTPServer
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.hub.informers import TimeoutApiClient
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
@@ -264,7 +265,7 @@ async def serve(opts) -> None:
         await config.load_kube_config(config_file=kubeconfig)
     else:
         config.load_incluster_config()
-    api = client.ApiClient()
+    api = TimeoutApiClient()  # every call of the service has a timeout
     logs = opts.log_source_class(api=api, parent=opts)
     namespaces = [t.namespace for t in cfg.teams.values()]
     cache = JobsCache(api, namespaces)

@@ -1,7 +1,9 @@
 """The service's memory of its Jobs, their Kueue Workloads and their pods: one list + watch per kind and
 team namespace (the hub's `Informer`), so listing jobs and polling a status widget read memory, not
 the API. Writes still go to the API; `wait_for` then waits until the watch has seen them, so a user
-reads their own writes (a submitted job is listed at once, a cancelled one is gone).
+reads their own writes (a submitted job is listed at once, a cancelled one is gone). While the cluster
+does not answer, the cache keeps the last good state and says `stale`; reads then answer with that
+state, marked stale, and anything that needs the API is a 503 (`ClusterUnavailable`).
 """
 from __future__ import annotations
 
@@ -11,12 +13,23 @@ from functools import partial
 from typing import Callable
 
 from kubernetes_asyncio import client
+from tornado import web
 
 from gpu_spawner.hub.informers import Informer
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION
 
 KUEUE = (KUEUE_GROUP, KUEUE_VERSION)
 KINDS = ("jobs", "workloads", "pods")
+
+
+class ClusterUnavailable(web.HTTPError):
+    """503: the API server did not answer (refused, timed out) or could not serve (429, 5xx). Never turned
+    into "no jobs" or "no such job": the caller is told to try again."""
+
+    def __init__(self, why: str):
+        why = why.replace("%", "")  # tornado formats log messages with %
+        super().__init__(503, log_message=f"the cluster is not answering right now ({why}); try again in a minute",
+                         reason="Cluster not answering")
 
 
 class NamespaceStore:
@@ -66,7 +79,19 @@ class JobsCache:
 
     @property
     def synced(self) -> bool:
+        """Every kind was listed completely once; from then on reads come from here (the last good state)."""
         return all(i.synced.is_set() for i in self.informers)
+
+    @property
+    def stale(self) -> bool:
+        """Some watch failed and the cluster has not answered since: what we hold may be out of date."""
+        return any(i.stale for i in self.informers)
+
+    @property
+    def last_seen(self) -> float | None:
+        """Wall-clock time up to which every kind is known to be current (its oldest last contact)."""
+        seen = [i.last_seen for i in self.informers]
+        return None if None in seen or not seen else min(seen)
 
     def covers(self, namespace: str) -> bool:
         return namespace in self.namespaces

@@ -7,14 +7,16 @@ submission and cleaning up after a half-created one is in `lifecycle`.
 from __future__ import annotations
 
 import asyncio
-import json
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
+import aiohttp
 from kubernetes_asyncio import client
 from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.contract import JOB_NAME_LABEL, JOB_LABEL, USER_ANNOTATION, USER_LABEL
-from gpu_spawner.services.jobs.cache import KUEUE, JobsCache
+from gpu_spawner.hub.informers import read_json
+from gpu_spawner.services.jobs.cache import KUEUE, ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions
 from gpu_spawner.contract import FINISHED
 LOG_TAIL_BYTES = 64 * 1024
@@ -43,18 +45,16 @@ class PodLogs(LoggingConfigurable):
 
 
 async def _json(coro) -> dict[str, Any]:
-    """The response as JSON; with `_preload_content=False` kubernetes_asyncio does not raise on errors,
-    so do it here (ApiException with the status and body, like the typed calls)."""
-    resp = await coro
+    """The response as JSON, ApiException on an error status (with `_preload_content=False` kubernetes_asyncio
+    does not raise on its own); no answer, 429 or 5xx is ClusterUnavailable (a 503 to the caller)."""
     try:
-        body = await resp.read()
-    finally:
-        resp.release()
-    if resp.status >= 400:
-        e = client.ApiException(status=resp.status, reason=resp.reason)
-        e.body = body.decode(errors="replace")
-        raise e
-    return json.loads(body) if body else {}
+        return await read_json(await coro)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise ClusterUnavailable(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from e
+    except client.ApiException as e:
+        if e.status in (429, 500, 502, 503, 504):
+            raise ClusterUnavailable(f"HTTP {e.status}: {e.reason}") from e
+        raise
 
 
 class Kube:
@@ -127,6 +127,11 @@ class Kube:
         if not jobs:
             return []
         namespaces = sorted({j["metadata"]["namespace"] for j in jobs})
+        stale = self._cached(namespaces) and self.cache.stale
+        if stale:  # the last known state, said so; no log reads while the cluster does not answer
+            with_logs = False
+            seen = self.cache.last_seen
+            marks = {"stale": True, "as_of": datetime.fromtimestamp(seen, timezone.utc).isoformat() if seen else None}
         workloads, pods = await asyncio.gather(self.workloads(namespaces), self.pods(namespaces))
         positions = queue_positions(workloads)
         wl_of = {}
@@ -149,7 +154,8 @@ class Kube:
             log = await self.logs.read(key[0], mine[-1]["metadata"]["name"], 16 * 1024)
             return derive_status(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), log)
 
-        return list(await asyncio.gather(*(one(j) for j in jobs)))
+        out = list(await asyncio.gather(*(one(j) for j in jobs)))
+        return [{**s, **marks} for s in out] if stale else out
 
     async def job_logs(self, job: dict, tail_bytes: int = LOG_TAIL_BYTES) -> str:
         """The log of each of the Job's pods, oldest first (a resumed job shows both runs)."""
@@ -178,13 +184,13 @@ class Kube:
             return out
         usage = {(f["name"], r["name"]): r.get("total", 0) for f in (cq.get("status") or {}).get("flavorsUsage") or []
                  for r in f.get("resources") or []}
-        from kubernetes.utils.quantity import parse_quantity
+        from gpu_spawner.model.quantities import parse
         for group in (cq.get("spec") or {}).get("resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for r in flavor.get("resources") or []:
                     if r["name"].startswith("nvidia.com/"):
-                        used = parse_quantity(str(usage.get((flavor["name"], r["name"]), 0)))
-                        free = int(parse_quantity(str(r["nominalQuota"])) - used)
+                        used = parse(str(usage.get((flavor["name"], r["name"]), 0)))
+                        free = int(parse(str(r["nominalQuota"])) - used)
                         out["free"][f"{flavor['name']}/{r['name']}"] = max(free, 0)
         return out
 
