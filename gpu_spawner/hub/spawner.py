@@ -94,7 +94,6 @@ class GPUSpawner(KubeSpawner):
     _informers: CapacityInformers | None = None
     _informers_lock: asyncio.Lock | None = None
     _said_plain = False  # the "no profiles file" line is logged once per process
-    _profile_list_is_ours = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,23 +106,16 @@ class GPUSpawner(KubeSpawner):
         self.refuse_admin_profile_list()
 
     @property
-    def has_profiles_file(self) -> bool:
-        return bool(self.profiles_file)
-
-    @property
     def profiles(self) -> ProfilesConfig:
         return cached_profiles(self.profiles_file)
 
     @default("profile_list")
     def _profile_list_default(self):
-        if not self.profiles_file:
-            return []  # KubeSpawner's own default
-        self._profile_list_is_ours = True
-        return GPUSpawner.allowed_profile_list
+        return GPUSpawner.allowed_profile_list if self.profiles_file else []  # KubeSpawner's own default
 
     def refuse_admin_profile_list(self) -> None:
         """A profiles file and an admin's `profile_list` together: fail loudly, never accept-then-refuse."""
-        if self.trait_has_value("profile_list") and not self._profile_list_is_ours:
+        if self.trait_has_value("profile_list") and self.profile_list is not GPUSpawner.allowed_profile_list:
             message = profile_list_conflict(self.profiles_file, self.profile_list)
             if message:
                 raise ValueError(message)

@@ -139,3 +139,11 @@ def test_the_real_hub_refuses_to_start_with_both(tmp_path):
     assert "refusing to start: both GPUSpawner.profiles_file" in r.stderr
     assert "and KubeSpawner.profile_list are set" in r.stderr
     assert not list(tmp_path.glob("jupyterhub.sqlite")), "the hub must not have started"
+
+
+def test_gpu_jobs_without_a_profiles_file_says_so_and_never_uses_the_example():
+    env = {k: v for k, v in os.environ.items() if k != "GPUHUB_PROFILES"}
+    r = subprocess.run([sys.executable, "-m", "gpu_spawner.services.jobs"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "gpu-jobs: no profiles file; pass --profiles FILE or set $GPUHUB_PROFILES" in r.stderr

@@ -258,7 +258,10 @@ async def serve(opts) -> None:
     """Run the service with `options.GPUJobs` settings until stopped."""
     from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 
-    cfg = cached_profiles(str(opts.profiles_file or profiles_path()))
+    path = opts.profiles_file or profiles_path()
+    if not path:  # never the example file: a service without the hub's profiles would check nothing right
+        raise SystemExit("gpu-jobs: no profiles file; pass --profiles FILE or set $GPUHUB_PROFILES")
+    cfg = cached_profiles(str(path))
     job_settings = opts.job_settings()
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
