@@ -11,8 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gpu_spawner.model.profiles import MIGSharing, ProfilesConfig
-
-GIB = Decimal(2**30)
+from gpu_spawner.model.quantities import human_bytes
 
 
 def fit_warnings(cfg: ProfilesConfig) -> list[str]:
@@ -45,9 +44,9 @@ def fit_warnings(cfg: ProfilesConfig) -> list[str]:
             fit = int(min(shape.cpu // p.cpu if p.cpu else slots, shape.memory // mem if mem else slots, slots))
             if fit < slots:
                 out.append(f"profiles {p.slug!r}: {slots} per node need {float(p.cpu * slots):g} CPUs / "
-                           f"{float(mem * slots / GIB):.1f} GiB, but a node of pool {name!r} offers pods "
-                           f"{float(shape.cpu):g} CPUs / {float(shape.memory / GIB):.1f} GiB: only {fit} run at "
+                           f"{human_bytes(mem * slots)}, but a node of pool {name!r} offers pods "
+                           f"{float(shape.cpu):g} CPUs / {human_bytes(shape.memory)}: only {fit} run at "
                            f"once, and the team quota promises {slots}. Give it at most "
-                           f"{float(shape.cpu / slots):.2f} CPUs / {float(shape.memory / slots / GIB):.1f} GiB "
+                           f"{float(shape.cpu / slots):.2f} CPUs / {human_bytes(shape.memory / slots)} "
                            "(memory + shm).")
     return out

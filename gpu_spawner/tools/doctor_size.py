@@ -9,22 +9,16 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig
-
-GIB = Decimal(2**30)
+from gpu_spawner.model.quantities import human_bytes, parse_or_none
 
 
 def _alloc(node: dict[str, Any], resource: str) -> Decimal:
-    try:
-        return parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
-    except ValueError:
-        return Decimal(0)
+    return parse_or_none(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0)) or Decimal(0)
 
 
 def _fmt(cpu: Decimal, mem: Decimal) -> str:
-    return f"{float(cpu):g} CPUs / {float(mem / GIB):.1f} GiB"
+    return f"{float(cpu):g} CPUs / {human_bytes(mem)}"
 
 
 def per_node(pool: Pool, profile: Profile) -> int:

@@ -80,7 +80,7 @@ def test_known_vm_sizes_count_as_aks_allocates_them():
                              "cpu": 1, "memory": "6Gi", "shm": "1Gi"})
     cfg = parse_profiles_text(yaml.safe_dump(data))
     (w,) = [w for w in fit_warnings(cfg) if "'t4'" in w]
-    assert "4 per node need 4 CPUs / 28.0 GiB" in w and "only 3 run at once" in w
+    assert "4 per node need 4 CPUs / 28 GiB" in w and "only 3 run at once" in w
 
 
 def test_the_example_file_fits_its_nodes():
@@ -116,7 +116,7 @@ def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unk
     nodes = [ready(n) for n in build_nodes(unknown, {"big": 1})]
     nodes[0]["status"]["allocatable"].update(cpu="95", memory=str(950 * 2**30))
     (row,) = doctor.check_node_size(unknown, "big", unknown.pools["big"], nodes)
-    assert row.status == doctor.OK and "95 CPUs / 950.0 GiB" in row.detail
+    assert row.status == doctor.OK and "95 CPUs / 950 GiB" in row.detail
     nodes[0]["status"]["allocatable"]["cpu"] = "64"
     (row,) = doctor.check_node_size(unknown, "big", unknown.pools["big"], nodes)
     assert row.status == doctor.FAIL and "huge needs 90 CPUs" in row.detail and "never fits" in row.detail
