@@ -33,6 +33,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
 
@@ -104,7 +105,7 @@ class GPUCuller(IdleCuller):
                              "idle_timeout").tag(config=True)
     cull_every = Int(60, help="Seconds between cull cycles").tag(config=True)
 
-    profiles_file = Unicode(os.environ.get("GPUHUB_PROFILES", ""),
+    profiles_file = Unicode(os.environ.get(ENV_PROFILES, ""),
                             help="The profiles file (per-profile idle_timeout / max_age).").tag(config=True)
     prometheus_url = Unicode("", help="Prometheus base URL; empty: no GPU evidence.").tag(config=True)
     gpu_idle_policy = Enum(list(D.POLICIES), default_value="activity",
