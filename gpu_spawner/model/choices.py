@@ -102,7 +102,8 @@ def check_options(profile: Profile, user: str, groups: list[str], options: dict[
     unknown = sorted(str(k) for k in options if k not in known)
     if unknown:
         takes = f"its options: {', '.join(profile.options)}" if profile.options else "it takes no options"
-        raise ChoiceError(f"Unknown server option(s) {', '.join(map(_shorten, unknown))} for profile "
+        shown = ", ".join(map(_shorten, unknown[:5])) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise ChoiceError(f"Unknown server option(s) {shown} for profile "
                           f"{profile.slug!r}: {takes} besides 'profile'.")
     chosen: dict[str, str] = {}
     traits: dict[str, Any] = {}

@@ -154,6 +154,14 @@ async def test_forged_choices_get_403_before_any_pod(spawner, user, groups, opti
     assert getattr(sp, "gpu_profile", None) is None  # nothing was applied, no pod built
 
 
+async def test_a_flood_of_unknown_options_gets_a_short_answer(spawner):
+    sp = spawner("alice")
+    sp.user_options = {"profile": "t4", **{f"k{i}": "x" * 1000 for i in range(10000)}}
+    with pytest.raises(ProfileNotAllowed) as e:
+        await sp.load_user_options()
+    assert "and 9995 more for profile 't4'" in e.value.log_message and len(e.value.log_message) < 1000
+
+
 async def test_option_of_a_profile_without_options_is_refused(spawner):
     sp = spawner("alice")
     sp.user_options = {"profile": "plain", "image": "pytorch"}
