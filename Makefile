@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps binaries test unit dev bench
+.PHONY: install labextension system-deps binaries test unit dev bench
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -15,13 +15,34 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The JupyterLab extension (extension/labextension): its own npm tree, pinned by its package-lock.json,
+# compiled with tsc and bundled by @jupyterlab/builder against the venv's JupyterLab, then linked into the
+# venv (an editable install has no data_files) with the server routes it calls (extension/server.py).
+# A wheel or image build ships the same files as data_files (setup.cfg); build this first.
+LAB := extension/labextension
+LAB_OUT := $(LAB)/build/jupyterhub-gpu-labextension
+LAB_CORE = $$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')
+$(LAB)/node_modules/.installed: $(LAB)/package.json $(LAB)/package-lock.json
+	cd $(LAB) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(LAB_OUT)/package.json: $(VENV)/.installed $(LAB)/node_modules/.installed $(wildcard $(LAB)/src/*.ts) $(LAB)/style/index.css $(LAB)/tsconfig.json
+	cd $(LAB) && node_modules/.bin/tsc && node_modules/.bin/build-labextension --core-path "$(LAB_CORE)" .
+	rm -rf $(VENV)/share/jupyter/labextensions/jupyterhub-gpu-labextension
+	mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
+	ln -s $(abspath $(LAB_OUT)) $(VENV)/share/jupyter/labextensions/jupyterhub-gpu-labextension
+	cp extension/jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	touch $@
+
+labextension: $(LAB_OUT)/package.json
+
 # Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser), and
 # Debian's Prometheus for the culler tests (tests/culler scrape a DCGM-format exporter with it).
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 
-install: $(VENV)/.installed node_modules/.installed system-deps
+install: $(VENV)/.installed node_modules/.installed labextension system-deps
 
 # kube-apiserver, scheduler, controller-manager, etcd, kwok, kueue: built once from Go modules into
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).

@@ -7,9 +7,11 @@ only to the `gpu-jobs` hub service, with the user's own hub token.
 
 def load_ipython_extension(ipython):
     """Called by `%load_ext extension`."""
+    from . import frontend
     from .magic import GPUMagics
 
     ipython.register_magics(GPUMagics)
+    frontend.register(ipython)  # JupyterLab's extension can then save the notebook for %gpu_submit
 
 
 def unload_ipython_extension(ipython):  # noqa: ARG001

@@ -5,7 +5,8 @@
   %gpu_jobs [--all]                             your jobs, with live status widgets for unfinished ones
   %gpu_logs JOB [--tail BYTES]                  the job's log
   %gpu_cancel JOB                               cancel it (its pods stop; checkpoints stay)
-What runs is the notebook as last SAVED (the kernel cannot see unsaved edits; the magic says so).
+What runs is the notebook as last SAVED: in JupyterLab with the jupyterhub-gpu extension the magic asks
+it to save first (extension/frontend.py); elsewhere unsaved edits are not included, and the magic says so.
 The magics display their widgets and return None (a returned widget would be shown twice, once as
 the cell's Out); the last ones stay on the Magics object (`last_widget`, `last_form`, `last_jobs`).
 Inside a running GPU job (`$GPUHUB_JOB` set) `%gpu_submit` does nothing, so a job never resubmits itself.
@@ -22,7 +23,15 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from gpu_spawner.contract import CHECKPOINTS_FOLDER, ENV_JOB, JOBS_FOLDER
 from gpu_spawner.parameters import parse_assignments
 
+from . import frontend
 from .client import JobsClient, JobsError, current_notebook_path, read_notebook, saved_note
+
+
+def _saved_at(path: str) -> float | None:
+    try:
+        return read_notebook(path).saved_at
+    except JobsError:
+        return None
 
 
 class UsageError(ValueError):
@@ -86,8 +95,9 @@ class GPUMagics(Magics):
         if not path:
             raise JobsError("cannot tell which notebook this kernel belongs to ($JPY_SESSION_NAME is not set); "
                             "pass --notebook PATH")
+        saved = frontend.save_first(path, lambda: _saved_at(path))  # JupyterLab saves the editor's content
         nb = read_notebook(path)
-        note = saved_note(nb)
+        note = f"JupyterLab saved {nb.path}; submitting it." if saved else saved_note(nb)
         status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout, options)
         return StatusWidget(client, status["name"], status), note + f" Job {status['name']} submitted."
 

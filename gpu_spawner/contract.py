@@ -44,6 +44,11 @@ JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE}"
 #: Hub API scopes of gpu-jobs' own token: none. It learns who calls from the caller's own token
 #: (GET /hub/api/user answers name, groups and admin flag to any token), never by looking a name up.
 JOBS_SERVICE_SCOPES: tuple[str, ...] = ()
+#: The single-user server's own routes for the JupyterLab extension (extension/server.py), under its base
+#: URL: the browser calls these; the server calls gpu-jobs and the culler with its own hub token.
+LAB_API_PREFIX = "gpuhub"
+#: Comm target the JupyterLab extension opens on each notebook kernel, so `%gpu_submit` can ask it to save.
+LAB_COMM_TARGET = "gpuhub.frontend"
 
 # ---------------------------------------------------------------------- environment variables
 ENV_PROFILES = "GPUHUB_PROFILES"              # the profiles file (hub, services, CLI)
@@ -60,6 +65,7 @@ ENV_NODE_NAME = "GPUHUB_NODE_NAME"
 ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /dev/nvidia*
 ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"
 ENV_JOBS_URL = "GPUHUB_JOBS_URL"              # where kernels reach the gpu-jobs service
+ENV_CULLER_URL = "GPUHUB_CULLER_URL"          # where the server reaches the culler (default: beside gpu-jobs)
 ENV_JOB = "GPUHUB_JOB"                        # set inside a running Job: %gpu_submit does nothing there
 ENV_SNAPSHOT = "GPUHUB_SNAPSHOT"
 ENV_NOTEBOOK_NAME = "GPUHUB_NOTEBOOK_NAME"

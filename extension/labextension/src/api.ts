@@ -1,0 +1,82 @@
+/**
+ * The single-user server's gpuhub routes (extension/server.py). The browser authenticates to its own
+ * Jupyter server as every JupyterLab request does; the server calls gpu-jobs and the culler with its token.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** Must match LAB_API_PREFIX and LAB_COMM_TARGET in gpu_spawner/contract.py. */
+export const API_PREFIX = 'gpuhub';
+export const COMM_TARGET = 'gpuhub.frontend';
+
+/** Job states as the service reports them (gpu_spawner/contract.py). */
+export const FINAL = ['Succeeded', 'Failed', 'Cancelled'];
+export const HAS_RUN = ['Running', 'Preempted-and-resumed', 'Succeeded', 'Failed'];
+
+export interface IJob {
+  name: string;
+  state: string;
+  message?: string;
+  notebook?: string;
+  profile?: string;
+  priority?: string;
+  position?: number | null;
+  queue_length?: number | null;
+  queue?: string;
+  preempted?: number;
+  cell?: { cell: number; of: number } | null;
+  created?: string;
+  output_path: string;
+}
+
+export interface IProfile {
+  slug: string;
+  display_name: string;
+  priorities?: string[];
+  priority?: string;
+  free?: number | null;
+  queued?: number | null;
+  max_timeout?: number;
+}
+
+export interface ICullWarning {
+  server: string;
+  profile: string;
+  reason: string;
+  cull_in_s: number;
+  cull_at: string;
+  message: string;
+  dry_run?: boolean;
+}
+
+/** A request to the gpuhub routes; a refusal throws an Error with the server's own message. */
+export async function request<T>(path: string, init: RequestInit = {}): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, API_PREFIX, path);
+  const response = await ServerConnection.makeRequest(url, init, settings);
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text || response.statusText;
+    try {
+      message = JSON.parse(text).message || message;
+    } catch {
+      // not JSON: keep the text
+    }
+    throw new Error(`${message} (HTTP ${response.status})`);
+  }
+  return JSON.parse(text) as T; // every gpuhub route answers JSON
+}
+
+/** What the panel and notifications say about a job's state (queue position, cell progress). */
+export function describe(job: IJob): string {
+  if (job.state === 'Queued') {
+    const where = job.position ? ` (${job.position} of ${job.queue_length} in ${job.queue})` : '';
+    const again = job.preempted ? `, preempted ${job.preempted}×, will resume` : '';
+    return `Queued${where}${again}`;
+  }
+  if (job.state === 'Running' || job.state === 'Preempted-and-resumed') {
+    const where = job.cell ? `cell ${job.cell.cell}/${job.cell.of}` : 'starting the kernel';
+    return `${job.state} (${where})`;
+  }
+  return job.state;
+}

@@ -1,0 +1,225 @@
+"""The single-user server's routes for the JupyterLab extension (a jupyter_server extension).
+
+The browser never holds a hub token for gpu-jobs or the culler: it calls these routes on its own Jupyter
+server (cookie + XSRF, like every JupyterLab request), and the server calls the services with its own
+$JUPYTERHUB_API_TOKEN in the Authorization header, through the same `JobsClient` as `%gpu_submit`.
+
+  GET    <base>/gpuhub/profiles         the user's GPU profiles (gpu-jobs)
+  GET    <base>/gpuhub/jobs             the user's jobs, each with `output_path` (where its output lands)
+  POST   <base>/gpuhub/jobs             {path, profile, parameters, priority, timeout}: submit the SAVED notebook
+  GET    <base>/gpuhub/jobs/<name>      status;  DELETE: cancel;  GET .../logs: {log: the log tail}
+  GET    <base>/gpuhub/culling          this user's culling warnings (the culler's warnings/<user>)
+  POST   <base>/gpuhub/keep             "keep my server": reports activity to the hub now
+Enabled by jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json (installed with the package).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import datetime, timezone
+from urllib.parse import quote
+
+import requests
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import ensure_async, url_path_join
+from tornado import web
+
+from gpu_spawner.builders.jobs import JobRequestError
+from gpu_spawner.contract import (CULLER_SERVICE, ENV_CULLER_URL, ENV_JOBS_URL, JOBS_FOLDER, JOBS_SERVICE,
+                                  LAB_API_PREFIX)
+from gpu_spawner.parameters import parse_assignments, split_assignments
+from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
+
+from .client import JobsClient, JobsError
+
+#: A submit request carries names and a few short strings; the notebook itself is read here, not sent.
+MAX_BODY = 64 * 1024
+
+
+def culler_url(env: dict | None = None, origin: str | None = None) -> str:
+    """$GPUHUB_CULLER_URL; else the culler beside gpu-jobs when $GPUHUB_JOBS_URL goes through the proxy (both
+    are hub services behind it); else the hub's public URL; else `origin`, the proxy the browser came
+    through. Never the hub API's own address: the hub does not route /services/."""
+    env = os.environ if env is None else env
+    if env.get(ENV_CULLER_URL):
+        return env[ENV_CULLER_URL].rstrip("/") + "/"
+    jobs, suffix = env.get(ENV_JOBS_URL, "").rstrip("/") + "/", f"/services/{JOBS_SERVICE}/"
+    if jobs.endswith(suffix):
+        return jobs[: -len(suffix)] + f"/services/{CULLER_SERVICE}/"
+    public = env.get("JUPYTERHUB_PUBLIC_URL") or origin
+    if not public:
+        raise JobsError(f"cannot find the culler: set ${ENV_CULLER_URL}")
+    return public.rstrip("/") + f"/services/{CULLER_SERVICE}/"
+
+
+def output_path(status: dict) -> str:
+    """Where the job's output notebook lands, relative to the server's root (the home folder)."""
+    nb = str(status.get("notebook") or "notebook.ipynb").rsplit("/", 1)[-1]
+    return f"{JOBS_FOLDER}/{status['name']}/{nb}"
+
+
+def submit_request(body: bytes) -> dict:
+    """The front end's submit body, checked (pure): {path, profile, parameters, priority, timeout}.
+    `parameters` is an object or the form's `name=value` text (the same rule as `%gpu_submit --param`)."""
+    if len(body) > MAX_BODY:
+        raise JobRequestError(f"the request is {len(body)} bytes; the limit is {MAX_BODY}")
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise JobRequestError("the request body must be JSON") from None
+    if not isinstance(data, dict):
+        raise JobRequestError("the request body must be a JSON object")
+    path = check_notebook_path(data.get("path"))
+    profile = data.get("profile")
+    if not isinstance(profile, str) or not profile:
+        raise JobRequestError("choose a GPU profile")
+    params = data.get("parameters") or {}
+    if isinstance(params, str):
+        try:
+            params = parse_assignments(split_assignments(params))
+        except ValueError as e:
+            raise JobRequestError(f"parameters: {e}") from None
+    if not isinstance(params, dict):
+        raise JobRequestError("parameters must be an object or name=value lines")
+    out = {"path": path, "profile": profile, "parameters": params}
+    for key in ("priority", "timeout"):
+        value = data.get(key)
+        if value not in (None, ""):
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise JobRequestError(f"{key} must be a string")
+            out[key] = str(value)
+    return out
+
+
+def activity_body(server: str, now: datetime | None = None) -> dict:
+    """The hub's POST /users/<name>/activity body for this server (what jupyterhub-singleuser sends)."""
+    stamp = (now or datetime.now(timezone.utc)).isoformat().replace("+00:00", "Z")
+    return {"last_activity": stamp, "servers": {server: {"last_activity": stamp}}}
+
+
+class _Base(APIHandler):
+    def client(self) -> JobsClient:
+        return JobsClient()
+
+    async def call(self, fn, *args, **kw):
+        """A `JobsClient` call off the event loop; its refusals reach the browser with their message."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kw)
+        except JobsError as e:
+            raise web.HTTPError(502 if "not reachable" in str(e) else 400, str(e)) from None
+
+    def name(self, name: str) -> str:
+        try:
+            return job_name(name)
+        except JobRequestError as e:
+            raise web.HTTPError(400, str(e)) from None
+
+
+class ProfilesHandler(_Base):
+    @web.authenticated
+    async def get(self):
+        client = self.client()
+        self.finish(await self.call(client.profiles))
+
+
+class JobsHandler(_Base):
+    @web.authenticated
+    async def get(self):
+        client = self.client()
+        jobs = await self.call(client.jobs)
+        self.finish({"jobs": [{**j, "output_path": output_path(j)} for j in jobs]})
+
+    @web.authenticated
+    async def post(self):
+        try:
+            req = submit_request(self.request.body)
+        except JobRequestError as e:
+            raise web.HTTPError(400, str(e)) from None
+        try:  # the SAVED notebook, as the server has it (the front end saved it just before)
+            model = await ensure_async(self.contents_manager.get(req["path"], content=True, type="notebook"))
+        except web.HTTPError as e:
+            raise web.HTTPError(400, f"cannot read {req['path']}: {e.log_message}") from None
+        notebook = json.loads(json.dumps(model["content"], default=str))
+        client = self.client()
+        status = await self.call(client.submit, req["profile"], req["path"], notebook, req["parameters"],
+                                 req.get("priority"), req.get("timeout"))
+        self.set_status(201)
+        self.finish({**status, "output_path": output_path(status)})
+
+
+class JobHandler(_Base):
+    @web.authenticated
+    async def get(self, name):
+        client = self.client()
+        status = await self.call(client.job, self.name(name))
+        self.finish({**status, "output_path": output_path(status)})
+
+    @web.authenticated
+    async def delete(self, name):
+        client = self.client()
+        self.finish(await self.call(client.cancel, self.name(name)))
+
+
+class LogsHandler(_Base):
+    @web.authenticated
+    async def get(self, name):
+        client = self.client()
+        self.finish({"log": await self.call(client.logs, self.name(name), 65536)})  # an API answer is JSON
+
+
+class CullingHandler(_Base):
+    @web.authenticated
+    async def get(self):
+        """This user's warnings; for this server only where it has a name (the default server's is "")."""
+        user = os.environ.get("JUPYTERHUB_USER", "")
+        server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+        try:
+            url = culler_url(origin=f"{self.request.protocol}://{self.request.host}")
+            r = await asyncio.to_thread(
+                requests.get, url + f"warnings/{quote(user, safe='')}", timeout=15,
+                headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"})
+        except (requests.RequestException, JobsError) as e:
+            raise web.HTTPError(502, f"the culler is not reachable: {e}") from None
+        if r.status_code == 404:  # no culler service on this hub: nothing to warn about
+            self.finish({"warnings": [], "culler": False})
+            return
+        if not r.ok:
+            raise web.HTTPError(502, f"the culler answered HTTP {r.status_code}")
+        warnings = [w for w in r.json().get("warnings", []) if w.get("server", "") == server]
+        self.finish({"warnings": warnings, "culler": True})
+
+
+class KeepHandler(_Base):
+    @web.authenticated
+    async def post(self):
+        """Counts as activity at once (the culler reads the hub's last_activity), not at the next report."""
+        user = os.environ.get("JUPYTERHUB_USER", "")
+        api = os.environ.get("JUPYTERHUB_API_URL", "").rstrip("/")
+        body = activity_body(os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+        try:
+            r = await asyncio.to_thread(
+                requests.post, f"{api}/users/{quote(user, safe='')}/activity", json=body, timeout=15,
+                headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"})
+        except requests.RequestException as e:
+            raise web.HTTPError(502, f"the hub is not reachable: {e}") from None
+        if not r.ok:
+            raise web.HTTPError(502, f"the hub refused the activity report (HTTP {r.status_code})")
+        self.finish({"kept": True, "last_activity": body["last_activity"]})
+
+
+def _load_jupyter_server_extension(server_app):
+    base = url_path_join(server_app.web_app.settings["base_url"], LAB_API_PREFIX)
+    server_app.web_app.add_handlers(".*$", [
+        (url_path_join(base, "profiles"), ProfilesHandler),
+        (url_path_join(base, "jobs"), JobsHandler),
+        (url_path_join(base, r"jobs/([^/]+)"), JobHandler),
+        (url_path_join(base, r"jobs/([^/]+)/logs"), LogsHandler),
+        (url_path_join(base, "culling"), CullingHandler),
+        (url_path_join(base, "keep"), KeepHandler),
+    ])
+    server_app.log.info("jupyterhub-gpu: JupyterLab routes under %s", base)
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "extension.server"}]
