@@ -74,8 +74,7 @@ class Cluster:
         return self.info["server"]
 
     def kube(self) -> Kube:
-        pki = PKI(self.layout.pki_dir)
-        return Kube(self.server, pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
+        return Kube(self.kubeconfig)
 
     def records(self) -> dict[str, procs.Record]:
         return procs.Record.load_all(self.layout.run)
@@ -273,7 +272,7 @@ def _start_all(starter: _Starter, layout: Layout, pki: PKI, ports: dict[str, int
     starter.wait_healthy("etcd")
     starter.start("kube-apiserver")
     starter.wait_healthy("kube-apiserver")
-    kube = Kube(server, pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
+    kube = Kube(layout.kubeconfig)
     _install_kueue_crds(kube)
     starter.start("kube-controller-manager", "kube-scheduler", "kwok")
     starter.wait_healthy("kube-controller-manager", "kube-scheduler", "kwok")
@@ -291,8 +290,8 @@ def _install_kueue_crds(kube: Kube) -> None:
         kube.apply(crd)
 
     def established() -> bool:
-        items = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                         labelSelector="app.kubernetes.io/managed-by=gpuhub-devcluster")["items"]
+        items = kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                          label_selector="app.kubernetes.io/managed-by=gpuhub-devcluster")
         ok = {i["metadata"]["name"] for i in items if condition_true(i, "Established")}
         return ok >= {c["metadata"]["name"] for c in crds}
 
@@ -315,7 +314,7 @@ def add_nodes(kube: Kube, manifests: list[dict[str, Any]], parallel: int = 8) ->
 
 
 def ready_nodes(kube: Kube, selector: str = f"{nodes.SIMULATED_LABEL}=true") -> set[str]:
-    items = kube.get("/api/v1/nodes", labelSelector=selector)["items"]
+    items = kube.list("v1", "Node", label_selector=selector)
     return {n["metadata"]["name"] for n in items if condition_true(n, "Ready")}
 
 
@@ -331,7 +330,7 @@ def apply_kueue_objects(kube: Kube, cfg, timeout: float = 60) -> None:
     namespaces = [o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"]
 
     def active() -> bool:
-        items = kube.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues")["items"]
+        items = kube.list("kueue.x-k8s.io/v1beta2", "ClusterQueue")
         ok = {i["metadata"]["name"] for i in items if condition_true(i, "Active")}
         return ok >= queues
 
@@ -341,8 +340,8 @@ def apply_kueue_objects(kube: Kube, cfg, timeout: float = 60) -> None:
 
 
 def wait_for_service_account(kube: Kube, namespace: str, timeout: float = 60) -> None:
-    wait_for(lambda: kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default",
-                                  ok_missing=True), timeout, f"the default service account in {namespace}")
+    wait_for(lambda: kube.read("v1", "ServiceAccount", "default", namespace), timeout,
+             f"the default service account in {namespace}")
 
 
 def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, timeout: float = 60) -> None:

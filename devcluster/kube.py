@@ -1,27 +1,46 @@
-"""A small Kubernetes REST client for the launcher (standard library only).
-
-The launcher runs before any test fixture and on every `gpuhub cluster up`; a few dozen requests do
-not justify importing a full client, and server-side apply of arbitrary kinds (CRDs, webhook
-configurations, Kueue objects) needs only the path, which discovery gives.
+"""The dev cluster's Kubernetes access for the launcher, tests and benchmarks: the official `kubernetes`
+client's DynamicClient, which finds each kind's REST path by discovery, so server-side apply and create
+work for any kind (CRDs, webhook configurations, Kueue objects) with manifests sent exactly as given.
 """
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
-import threading
 import time
-import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import urllib3
+from kubernetes import config, dynamic
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 FIELD_MANAGER = "gpuhub-devcluster"
 
+class KubeError(ApiException):
+    """A refused request: the HTTP status in `.status`, and the API's own message in the text."""
 
-class KubeError(RuntimeError):
-    def __init__(self, status: int, message: str, method: str = "", path: str = ""):
-        super().__init__(f"{method} {path}: HTTP {status}: {message}")
-        self.status = status
+    def __init__(self, e: ApiException, what: str):
+        super().__init__(status=e.status, reason=e.reason)
+        self.body, self.headers = e.body, e.headers
+        try:
+            self.message = json.loads(e.body).get("message") or e.reason
+        except (TypeError, ValueError, AttributeError):
+            self.message = e.body or e.reason
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.what}: HTTP {self.status}: {self.message}"
+
+
+@contextmanager
+def _refused(what: str) -> Iterator[None]:
+    try:
+        yield
+    except KubeError:
+        raise
+    except ApiException as e:
+        raise KubeError(e, what) from None
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -33,11 +52,17 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
             result = check()
             if result:
                 return result
-        except (OSError, KubeError) as e:
+        except (OSError, ApiException, urllib3.exceptions.HTTPError) as e:
             last_error = e
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}"
-                       + (f" (last error: {last_error})" if last_error else ""))
+                       + (f" (last error: {_short(last_error)})" if last_error else ""))
+
+
+def _short(e: Exception) -> str:
+    if isinstance(e, ApiException):
+        return f"HTTP {e.status}: {e.reason}"
+    return str(e)
 
 
 def condition_true(obj: dict[str, Any], kind: str) -> bool:
@@ -47,90 +72,73 @@ def condition_true(obj: dict[str, Any], kind: str) -> bool:
 
 
 class Kube:
-    """Talks to one API server with a client certificate; one keep-alive connection per thread."""
+    """One API server, as the kubeconfig's user (the dev cluster's admin); every request has a timeout."""
 
-    def __init__(self, server: str, ca: Path, cert: Path, key: Path, timeout: float = 30):
-        url = urllib.parse.urlsplit(server)
-        self.host, self.port, self.timeout = url.hostname, url.port or 443, timeout
-        self.ctx = ssl.create_default_context(cafile=str(ca))
-        self.ctx.load_cert_chain(str(cert), str(key))
-        self._local = threading.local()
-        self._resources: dict[str, dict[str, dict]] = {}
+    def __init__(self, kubeconfig: Path | str, timeout: float = 30):
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.api.configuration.connection_pool_maxsize = 16  # add_nodes creates in parallel
+        self.timeout = timeout
+        self._cache_file = str(Path(kubeconfig).parent / "discovery-cache.json")  # per cluster, not in /tmp
+        self._dyn: dynamic.DynamicClient | None = None
 
-    def _conn(self) -> http.client.HTTPSConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=self.timeout)
-            self._local.conn = conn
-        return conn
+    @property
+    def dyn(self) -> dynamic.DynamicClient:
+        if self._dyn is None:
+            self._dyn = dynamic.DynamicClient(self.api, cache_file=self._cache_file)
+        return self._dyn
 
-    def request(self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
-                content_type: str = "application/json", ok_missing: bool = False) -> Any:
-        if params:
-            path = f"{path}?{urllib.parse.urlencode(params)}"
-        data = None if body is None else (body if isinstance(body, (bytes, str)) else json.dumps(body))
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        for attempt in (1, 2):
-            conn = self._conn()
-            try:
-                conn.request(method, path, body=data, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-                break
-            except (http.client.HTTPException, ConnectionError, ssl.SSLError):  # a stale keep-alive connection
-                conn.close()
-                self._local.conn = None
-                if attempt == 2:
-                    raise
-        if resp.status == 404 and ok_missing:
-            return None
-        if resp.status >= 400:
-            try:
-                message = json.loads(raw).get("message", raw.decode(errors="replace"))
-            except ValueError:
-                message = raw.decode(errors="replace")
-            raise KubeError(resp.status, message, method, path)
-        return json.loads(raw) if raw and raw[:1] in (b"{", b"[") else raw.decode(errors="replace")
-
-    def get(self, path: str, **params: str) -> Any:
-        return self.request("GET", path, params=params or None)
-
-    # ------------------------------------------------------------------ discovery and apply
-    def _group_resources(self, api_version: str) -> dict[str, dict]:
-        if api_version not in self._resources:
-            base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-            found = self.get(base)["resources"]
-            self._resources[api_version] = {r["kind"]: r for r in found if "/" not in r["name"]}
-        return self._resources[api_version]
-
-    def path_of(self, obj: dict[str, Any], with_name: bool = True) -> str:
-        """The REST path of an object (collection path with `with_name=False`)."""
-        api_version, kind = obj["apiVersion"], obj["kind"]
+    def resource(self, api_version: str, kind: str):
+        """The API's resource for a kind (discovery is refreshed once if the kind is new, e.g. a fresh CRD)."""
         try:
-            res = self._group_resources(api_version)[kind]
-        except KeyError:
-            self._resources.pop(api_version, None)
+            return self.dyn.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
             raise KeyError(f"the API server does not serve {kind} in {api_version}") from None
-        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        meta = obj.get("metadata", {})
-        if res["namespaced"]:
-            base += f"/namespaces/{meta.get('namespace') or 'default'}"
-        path = f"{base}/{res['name']}"
-        return f"{path}/{meta['name']}" if with_name else path
 
+    def _of(self, obj: dict[str, Any]):
+        return self.resource(obj["apiVersion"], obj["kind"])
+
+    # ------------------------------------------------------------------ objects
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply (create or update), forcing our field ownership."""
-        return self.request("PATCH", self.path_of(obj), body=obj, content_type="application/apply-patch+yaml",
-                            params={"fieldManager": FIELD_MANAGER, "force": "true"})
+        meta = obj["metadata"]
+        with _refused(f"apply {obj['kind']} {meta['name']}"):
+            return self._of(obj).server_side_apply(body=obj, name=meta["name"], namespace=meta.get("namespace"),
+                                                   field_manager=FIELD_MANAGER, force_conflicts=True,
+                                                   _request_timeout=self.timeout).to_dict()
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", self.path_of(obj, with_name=False), body=obj)
+        """POST the manifest exactly as given (no client-side models)."""
+        with _refused(f"create {obj['kind']} {obj['metadata'].get('name')}"):
+            return self._of(obj).create(body=obj, namespace=obj["metadata"].get("namespace"),
+                                        _request_timeout=self.timeout).to_dict()
 
     def delete(self, obj: dict[str, Any]) -> None:
-        self.request("DELETE", self.path_of(obj), ok_missing=True)
+        """Delete; an object that is already gone is fine."""
+        meta = obj["metadata"]
+        try:
+            with _refused(f"delete {obj['kind']} {meta['name']}"):
+                self._of(obj).delete(name=meta["name"], namespace=meta.get("namespace"),
+                                     _request_timeout=self.timeout)
+        except KubeError as e:
+            if e.status != 404:
+                raise
+
+    def read(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """One object, or None when it does not exist."""
+        try:
+            with _refused(f"read {kind} {name}"):
+                return self.resource(api_version, kind).get(name=name, namespace=namespace,
+                                                            _request_timeout=self.timeout).to_dict()
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str | None = None) -> list[dict[str, Any]]:
+        with _refused(f"list {kind}"):
+            return self.resource(api_version, kind).get(namespace=namespace, label_selector=label_selector,
+                                                        _request_timeout=self.timeout).to_dict()["items"]
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        self.api.close()

@@ -150,7 +150,7 @@ def test_no_kueue(scratch_root):
     """A cluster of its own whose Kueue CRDs were deleted."""
     c = dc.up(EXAMPLE_PROFILES, {"gput4": 1}, root=scratch_root)
     kube = c.kube()
-    crds = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+    crds = kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     for crd in crds:
         if crd["spec"]["group"] == "kueue.x-k8s.io":
             kube.delete({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
