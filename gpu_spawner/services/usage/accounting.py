@@ -1,0 +1,264 @@
+"""Showback arithmetic (pure): pod lifetimes → GPU-hours held, DCGM samples → GPU-hours used, $ from the
+profiles file, Kueue Workloads → queue waits and evictions.
+
+A "GPU" here is what a pod holds of one: a whole GPU, a MIG slice or a time-sliced share each count as one
+device, like the culler's `Rule.gpus`; the $ figure already prices a slice or share as its part of the
+node (`picker.hourly_cost`, through the culler's rules), so cost is the figure to compare across kinds.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from typing import Any, Iterable
+
+from gpu_spawner.contract import JOB_LABEL, PROFILE_LABEL, TEAM_LABEL, USER_ANNOTATION, USER_LABEL
+from gpu_spawner.services.culler.decide import (PROF_METRIC, UTIL_METRIC, Rule, _device_of, _pod_of,
+                                                parse_time, rules_from_profiles)
+from gpu_spawner.services.jobs.status import condition, is_true
+
+#: KubeSpawner's annotation with the unescaped user name (servers carry no gpu-jobs annotations).
+KUBESPAWNER_USER_ANNOTATION = "hub.jupyter.org/username"
+#: DCGM's framebuffer use in MiB: the peak is the "peak GPU memory" of the report.
+MEMORY_METRIC = "DCGM_FI_DEV_FB_USED"
+GROUPINGS = ("user", "team", "profile", "job")
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """One pod's hold on GPUs: what the report multiplies and sums. `end` None: still running."""
+
+    uid: str
+    kind: str  # "server" or "job"
+    namespace: str
+    pod: str
+    user: str
+    team: str  # "" for servers: a server belongs to a user, not to a team's queue
+    profile: str
+    job: str  # "" for servers
+    gpus: int
+    hourly_cost: float
+    start: datetime
+    end: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["start"] = self.start.isoformat()
+        d["end"] = self.end.isoformat() if self.end else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Lifetime":
+        return cls(**{**d, "start": parse_time(d["start"]), "end": parse_time(d.get("end"))})
+
+    def held_hours(self, since: datetime, until: datetime) -> float:
+        """Device-hours held inside [since, until]."""
+        lo, hi = max(self.start, since), min(self.end or until, until)
+        return max((hi - lo).total_seconds(), 0.0) / 3600 * self.gpus
+
+
+def _finished_at(pod: dict[str, Any]) -> datetime | None:
+    """When the pod let go of its GPUs: its last container's end, else its deletion time."""
+    st = pod.get("status") or {}
+    ends = [parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for cs in st.get("containerStatuses") or []]
+    if st.get("phase") in ("Succeeded", "Failed") and any(ends):
+        return max(e for e in ends if e)
+    return parse_time(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, str],
+                now: datetime | None = None) -> Lifetime | None:
+    """A pod (API JSON) → its Lifetime, or None when it holds no GPU of a known profile or never started.
+    `teams`: namespace → team name (a job's team); `now` closes nothing, it only bounds a bogus start."""
+    meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+    labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+    rule = rules.get(labels.get(PROFILE_LABEL, ""))
+    start = parse_time(st.get("startTime"))
+    if rule is None or not rule.gpus or start is None or (now and start > now):
+        return None
+    job = labels.get(JOB_LABEL, "")
+    ns = meta.get("namespace", "")
+    user = ann.get(USER_ANNOTATION) or ann.get(KUBESPAWNER_USER_ANNOTATION) or labels.get(USER_LABEL) or "?"
+    return Lifetime(uid=meta.get("uid") or f"{ns}/{meta.get('name')}", kind="job" if job else "server",
+                    namespace=ns, pod=meta.get("name", ""), user=user,
+                    team=(labels.get(TEAM_LABEL) or teams.get(ns, "")) if job else "", profile=rule.profile,
+                    job=job, gpus=rule.gpus, hourly_cost=rule.hourly_cost, start=start, end=_finished_at(pod))
+
+
+def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
+    """The culler's per-profile rules (GPUs, $/h) and namespace → team, from a ProfilesConfig."""
+    return rules_from_profiles(cfg), {t.namespace: name for name, t in cfg.teams.items()}
+
+
+def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_seen: datetime) -> tuple[
+        dict[str, Lifetime], list[Lifetime]]:
+    """One collection cycle: (still open, finished). A pod that ended or vanished is finished; one that
+    vanished without an end time ends when it was last seen (at most one cycle late)."""
+    still, done = {}, []
+    live = {lt.uid: lt for lt in live}
+    for uid, lt in live.items():
+        (done.append(lt) if lt.end else still.__setitem__(uid, lt))
+    for uid, lt in open_.items():
+        if uid not in live:
+            done.append(replace(lt, end=last_seen))
+    return still, done
+
+
+# ------------------------------------------------------------------ DCGM: GPU-hours used
+
+
+def used_query(window_s: int) -> str:
+    """One instant query (at the end of the range): per device, the sum and count of activity samples over
+    the window for both DCGM metrics, and the peak framebuffer use; tagged like the culler's evidence."""
+    w = f"{int(window_s)}s"
+    parts = [(f"sum_over_time({PROF_METRIC}[{w}])", "prof_sum"), (f"count_over_time({PROF_METRIC}[{w}])", "prof_count"),
+             (f"sum_over_time({UTIL_METRIC}[{w}]) / 100", "util_sum"),
+             (f"count_over_time({UTIL_METRIC}[{w}])", "util_count"),
+             (f"max_over_time({MEMORY_METRIC}[{w}])", "mem_max")]
+    return " or ".join(f'label_replace({e}, "gpuhub_stat", "{t}", "", "")' for e, t in parts)
+
+
+@dataclass(frozen=True)
+class PodUse:
+    used_hours: float  # device-hours of activity (activity x time)
+    peak_memory_mib: float | None
+
+
+def parse_used(result: Iterable[dict[str, Any]], scrape_interval: float) -> dict[tuple[str, str], PodUse]:
+    """`used_query`'s vector → (namespace, pod) → use. Per device: PROF_GR_ENGINE_ACTIVE when it has
+    samples, else GPU_UTIL/100 (never on a MIG slice: it measures the whole GPU), as the culler reads them;
+    each sample stands for one scrape interval."""
+    stats: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    mig: dict[tuple[str, str, str], bool] = {}
+    for series in result:
+        labels = series.get("metric") or {}
+        key, stat = _pod_of(labels), labels.get("gpuhub_stat")
+        if key is None or stat is None:
+            continue
+        try:
+            value = float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if value != value:
+            continue
+        dev = _device_of(labels)
+        stats.setdefault(key, {}).setdefault(dev, {})[stat] = value
+        mig[(*key, dev)] = labels.get("GPU_I_ID") not in (None, "")
+    out = {}
+    for key, devs in stats.items():
+        used, mem = 0.0, []
+        for dev, s in devs.items():
+            if s.get("prof_count", 0) > 0:
+                used += s.get("prof_sum", 0.0)
+            elif s.get("util_count", 0) > 0 and not mig[(*key, dev)]:
+                used += s.get("util_sum", 0.0)
+            if "mem_max" in s:
+                mem.append(s["mem_max"])
+        out[key] = PodUse(used * scrape_interval / 3600, max(mem) if mem else None)
+    return out
+
+
+# ------------------------------------------------------------------ the report
+
+
+@dataclass
+class Row:
+    key: str
+    gpu_hours_held: float = 0.0
+    gpu_hours_used: float = 0.0
+    cost: float = 0.0
+    pods: int = 0
+    peak_memory_mib: float | None = None
+
+    @property
+    def utilisation(self) -> float | None:
+        """Used / held, in %; None when nothing was held."""
+        return 100 * self.gpu_hours_used / self.gpu_hours_held if self.gpu_hours_held else None
+
+    def as_dict(self) -> dict[str, Any]:
+        u = self.utilisation
+        return {"key": self.key, "gpu_hours_held": round(self.gpu_hours_held, 4),
+                "gpu_hours_used": round(self.gpu_hours_used, 4),
+                "utilisation_pct": None if u is None else round(u, 1), "cost": round(self.cost, 2),
+                "pods": self.pods, "peak_memory_mib": self.peak_memory_mib}
+
+
+def key_of(lt: Lifetime, by: str) -> str:
+    if by not in GROUPINGS:
+        raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, not {by!r}")
+    if by == "team":
+        return lt.team or "(servers)"
+    if by == "job":
+        return f"{lt.namespace}/{lt.job}" if lt.job else "(servers)"
+    return getattr(lt, by)
+
+
+def aggregate(lifetimes: Iterable[Lifetime], since: datetime, until: datetime, by: str,
+              used: dict[tuple[str, str], PodUse] | None = None) -> list[Row]:
+    """Rows per `by` key, most $ first. `used` (from `parse_used` over the same range) is per pod name,
+    which a restarted server reuses: a pod's use is split over its lifetimes by the hours each held."""
+    lts = [lt for lt in lifetimes if lt.held_hours(since, until) > 0]
+    held_per_pod: dict[tuple[str, str], float] = {}
+    for lt in lts:
+        k = (lt.namespace, lt.pod)
+        held_per_pod[k] = held_per_pod.get(k, 0.0) + lt.held_hours(since, until)
+    rows: dict[str, Row] = {}
+    for lt in lts:
+        held = lt.held_hours(since, until)
+        row = rows.setdefault(key_of(lt, by), Row(key_of(lt, by)))
+        row.gpu_hours_held += held
+        row.cost += held / lt.gpus * lt.hourly_cost
+        row.pods += 1
+        use = (used or {}).get((lt.namespace, lt.pod))
+        if use is not None:
+            row.gpu_hours_used += use.used_hours * held / held_per_pod[(lt.namespace, lt.pod)]
+            if use.peak_memory_mib is not None:
+                row.peak_memory_mib = max(row.peak_memory_mib or 0.0, use.peak_memory_mib)
+    return sorted(rows.values(), key=lambda r: (-r.cost, -r.gpu_hours_held, r.key))
+
+
+# ------------------------------------------------------------------ Kueue: waits and evictions
+
+
+def admitted_at(workload: dict[str, Any]) -> datetime | None:
+    """When Kueue reserved quota for it (QuotaReserved, else Admitted), if it did."""
+    for kind in ("QuotaReserved", "Admitted"):
+        if is_true(workload, kind):
+            return parse_time(condition(workload, kind).get("lastTransitionTime"))
+    return None
+
+
+def queue_waits(workloads: Iterable[dict[str, Any]], since: datetime, until: datetime) -> list[float]:
+    """Seconds from creation to quota reservation of the workloads admitted inside [since, until]."""
+    out = []
+    for wl in workloads:
+        created, admitted = parse_time(wl.get("metadata", {}).get("creationTimestamp")), admitted_at(wl)
+        if created and admitted and since <= admitted <= until:
+            out.append(max((admitted - created).total_seconds(), 0.0))
+    return out
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50 and p90 (linear interpolation between closest ranks); None for no values."""
+    if not values:
+        return {"p50": None, "p90": None, "count": 0}
+    if len(values) == 1:
+        return {"p50": values[0], "p90": values[0], "count": 1}
+    q = statistics.quantiles(values, n=10, method="inclusive")
+    return {"p50": statistics.median(values), "p90": q[8], "count": len(values)}
+
+
+def evictions(workloads: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Workload evictions by reason (Kueue's counters: 'Preempted', 'PodsReadyTimeout', ...)."""
+    out: dict[str, int] = {}
+    for wl in workloads:
+        stats = ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+        counted = 0
+        for e in stats:
+            out[e.get("reason") or "Unknown"] = out.get(e.get("reason") or "Unknown", 0) + int(e.get("count") or 0)
+            counted += int(e.get("count") or 0)
+        c = condition(wl, "Evicted")
+        if not counted and c and c.get("status") == "True":
+            out[c.get("reason") or "Unknown"] = out.get(c.get("reason") or "Unknown", 0) + 1
+    return out

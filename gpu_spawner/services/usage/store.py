@@ -1,0 +1,69 @@
+"""What the accounting keeps across restarts: the lifetimes of pods that are gone.
+
+KubeSpawner deletes a server's pod when it stops and Jobs' pods go with their Job's TTL, so the cluster
+forgets past usage; Prometheus keeps DCGM samples but not who held which GPU for how long. Two files:
+
+- `finished.jsonl`: one line per finished lifetime, only ever appended (a crash loses at most the line
+  being written; a torn last line is skipped on read; duplicates by uid are read once). JSON lines rather
+  than SQLite: one writer, append-only, greppable, no schema migrations, and `gpuhub report` reads it
+  with nothing but the standard library.
+- `open.json`: the lifetimes still running at the last cycle, replaced atomically each cycle, so a pod that
+  ends while the collector is down is closed at its last-seen time instead of being lost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from gpu_spawner.services.culler.decide import parse_time
+from gpu_spawner.services.usage.accounting import Lifetime
+
+
+class UsageStore:
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.finished_path = self.dir / "finished.jsonl"
+        self.open_path = self.dir / "open.json"
+
+    def append_finished(self, lifetimes: Iterable[Lifetime]) -> None:
+        lines = "".join(json.dumps(lt.to_json(), sort_keys=True) + "\n" for lt in lifetimes)
+        if lines:
+            with self.finished_path.open("a", encoding="utf-8") as f:
+                f.write(lines)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def finished(self) -> list[Lifetime]:
+        """Every finished lifetime once (by uid), skipping lines that do not parse."""
+        out: dict[str, Lifetime] = {}
+        if not self.finished_path.exists():
+            return []
+        for line in self.finished_path.read_text(encoding="utf-8").splitlines():
+            try:
+                lt = Lifetime.from_json(json.loads(line))
+            except (ValueError, TypeError, KeyError):
+                continue
+            out.setdefault(lt.uid, lt)
+        return list(out.values())
+
+    def save_open(self, lifetimes: dict[str, Lifetime], seen: datetime) -> None:
+        body = json.dumps({"seen": seen.isoformat(), "open": [lt.to_json() for lt in lifetimes.values()]})
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".open-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.open_path)
+
+    def load_open(self) -> tuple[dict[str, Lifetime], datetime | None]:
+        try:
+            d = json.loads(self.open_path.read_text(encoding="utf-8"))
+            lts = [Lifetime.from_json(x) for x in d["open"]]
+            return {lt.uid: lt for lt in lts}, parse_time(d.get("seen"))
+        except (OSError, ValueError, TypeError, KeyError):
+            return {}, None
