@@ -89,3 +89,20 @@ def test_a_profile_without_image_runs_the_admins_image(hub, cluster):
         assert "GPUHUB_PROFILE_OPTIONS" not in {e.name for e in c.env}
     finally:
         hub.stop("bob")
+
+
+def test_in_chromium_choosing_a_typed_image_chooses_its_profile_and_starts_it(hub, hub_page, cluster, artifacts):
+    page = hub_page(hub.url, "rita")
+    try:
+        page.wait_for_selector("#gpuhub-picker")
+        assert not page.is_checked(f"#profile-item-{MIG}")
+        page.select_option(f"#{FIELD}", "unlisted-choice")
+        assert page.is_checked(f"#profile-item-{MIG}")  # choosing an option chooses its profile
+        page.fill(f"#{FIELD}--unlisted-choice", MINE)
+        page.screenshot(path=str(artifacts / "picker-options.png"), full_page=True)
+        page.press(f"#{FIELD}--unlisted-choice", "Enter")
+        cluster.wait_bound("jhub", "jupyter-rita", timeout=90)
+        (c,) = cluster.core.read_namespaced_pod("jupyter-rita", "jhub").spec.containers
+        assert c.image == MINE
+    finally:
+        hub.stop("rita")
