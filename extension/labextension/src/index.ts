@@ -91,8 +91,7 @@ function watchCulling(): void {
       }
       return;
     }
-    const minutes = Math.max(1, Math.ceil(w.cull_in_s / 60));
-    const message = `This server will be stopped in about ${minutes} min. ${w.message}`;
+    const message = w.message; // the culler's own words: which server, the time left, and why
     const options = {
       autoClose: false as const,
       actions: [{ label: 'Keep my server', displayType: 'accent' as const, callback: keep }]
