@@ -31,6 +31,18 @@ def output_link(status: dict, env: dict | None = None) -> str | None:
     return f"{prefix.rstrip('/')}/lab/tree/gpu-jobs/{status['name']}/{nb}"
 
 
+def _minutes(seconds: float) -> str:
+    return "~1 min" if seconds < 90 else f"~{round(seconds / 60)} min" if seconds < 7200 else f"~{seconds / 3600:.1f} h"
+
+
+def eta_text(status: dict) -> str:
+    """'ETA ~20 min (p90 ~45 min)' from the service's queue estimate, or 'no estimate yet' (thin history)."""
+    p50, p90 = status.get("eta_p50_s"), status.get("eta_p90_s")
+    if p50 is None:
+        return "no estimate yet"
+    return f"ETA {_minutes(p50)}" + (f" (p90 {_minutes(p90)})" if p90 is not None and p90 > p50 else "")
+
+
 def view(status: dict | None, error: str | None = None, gone: bool = False) -> dict[str, Any]:
     """What the status widget shows for a job status (None before the first answer):
     {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}."""
@@ -44,7 +56,7 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
     detail = status.get("message") or ""
     if state == QUEUED:
         pos, of = status.get("position"), status.get("queue_length")
-        title = f"Queued ({pos} of {of} in {status.get('queue')})" if pos else "Queued"
+        title = f"Queued in {status.get('queue')} · position {pos} of {of} · {eta_text(status)}" if pos else "Queued"
         if status.get("preempted"):
             title += f" — preempted {status['preempted']}×, will resume from its checkpoint"
         interval = 5.0

@@ -40,10 +40,11 @@ def test_widget_follows_a_job_through_its_life(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
     views = [view(s) for s in states()]
     titles = [v["title"] for v in views]
-    assert titles[0] == "Queued (2 of 3 in data-science)" and titles[1] == "Queued (1 of 2 in data-science)"
+    assert titles[0] == "Queued in data-science · position 2 of 3 · no estimate yet"
+    assert titles[1] == "Queued in data-science · position 1 of 2 · no estimate yet"
     assert titles[2] == "Admitted — starting"
     assert titles[3] == "Running (cell 2/3) on kwok-gpumig-0"
-    assert titles[4].startswith("Queued (1 of 1 in data-science) — preempted 1×")
+    assert titles[4].startswith("Queued in data-science · position 1 of 1 · no estimate yet — preempted 1×")
     assert titles[5] == "Preempted-and-resumed (cell 2/3) on kwok-gpumig-0"
     assert titles[6] == "Succeeded (resumed after 1 preemption(s))"
     assert [v["poll"] for v in views] == [True] * 6 + [False]

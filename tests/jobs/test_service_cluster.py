@@ -129,7 +129,7 @@ def test_beyond_quota_stays_queued_and_reports_its_position(cluster, jobs_hub, c
     assert positions() == [("Queued", 1, 2), ("Queued", 2, 2)]
     for n in waiting:
         assert cluster.batch.read_namespaced_job(n, "team-tiny").spec.suspend is True
-    assert view(jobs_hub.status("tina", waiting[1]))["title"] == "Queued (2 of 2 in tiny)"
+    assert view(jobs_hub.status("tina", waiting[1]))["title"] == "Queued in tiny · position 2 of 2 · no estimate yet"
     profiles = jobs_hub.call("tina", "GET", "/profiles").json()
     t4 = next(p for p in profiles["profiles"] if p["slug"] == "t4-shared")
     assert profiles["team"] == "tiny" and t4["free"] == 0 and t4["queued"] == 2
@@ -408,7 +408,8 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         done = form.locator("text=✔ Succeeded")
         done.wait_for(timeout=180_000)
         said = form.inner_text().replace("\xa0", " ")
-        assert "Submitting widget.ipynb as last saved" in said and "Job gpu-alice-widget-" in said
+        # the JupyterLab extension saved the notebook for the magic (extension/frontend.py)
+        assert "JupyterLab saved widget.ipynb; submitting it." in said and "Job gpu-alice-widget-" in said
         assert "[gpuhub-runner]" in form.locator("pre").inner_text()
         link = form.locator("a:has-text('output notebook')").get_attribute("href")
         assert link.startswith("/user/alice/lab/tree/gpu-jobs/gpu-alice-widget-") and link.endswith("/widget.ipynb")

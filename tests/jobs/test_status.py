@@ -20,6 +20,10 @@ def test_queued_without_workload_yet():
     assert s["user"] == "alice" and s["profile"] == "a100-mig-1g10gb" and s["notebook"] == "work/nb.ipynb"
 
 
+#: Too little history for a queue ETA (usage/eta.py): said as None, not guessed.
+NO_ETA = {"eta_p50_s": None, "eta_p90_s": None, "eta_samples": 0}
+
+
 def test_queue_positions_follow_priority_then_age_per_local_queue():
     wls = [workload("a", created="2026-01-01T10:00:00Z"),
            workload("b", created="2026-01-01T09:00:00Z"),
@@ -27,10 +31,10 @@ def test_queue_positions_follow_priority_then_age_per_local_queue():
            workload("d", admitted=True),
            workload("e", queue="ml-research", ns="team-mlr")]
     pos = queue_positions(wls)
-    assert pos["c"] == {"position": 1, "of": 3}
-    assert pos["b"] == {"position": 2, "of": 3}
-    assert pos["a"] == {"position": 3, "of": 3}
-    assert "d" not in pos and pos["e"] == {"position": 1, "of": 1}
+    assert pos["c"] == {"position": 1, "of": 3, **NO_ETA}
+    assert pos["b"] == {"position": 2, "of": 3, **NO_ETA}
+    assert pos["a"] == {"position": 3, "of": 3, **NO_ETA}
+    assert "d" not in pos and pos["e"] == {"position": 1, "of": 1, **NO_ETA}
 
 
 def test_queued_with_position_and_kueue_reason():

@@ -63,18 +63,23 @@ def _queue_key(workload: dict) -> tuple:
 
 def queue_positions(workloads: list[dict]) -> dict[str, dict[str, int]]:
     """Job name → {"position": 1-based place among the pending workloads of its LocalQueue, "of": how
-    many are pending there}; only pending (not quota-reserved) workloads get one."""
+    many are pending there, and the queue ETA (usage/eta.py: eta_p50_s, eta_p90_s, None when history is
+    thin, eta_samples)}; only pending (not quota-reserved) workloads get one."""
     by_queue: dict[tuple[str, str], list[dict]] = {}
     for wl in workloads:
         if _pending(wl):
             key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
             by_queue.setdefault(key, []).append(wl)
+    from gpu_spawner.services.usage.eta import admissions, estimate  # usage imports this module
+
+    history = admissions(workloads)
     out = {}
-    for pending in by_queue.values():
+    for key, pending in by_queue.items():
         pending.sort(key=_queue_key)
         for i, wl in enumerate(pending, 1):
             if owner := workload_owner(wl):
-                out[owner] = {"position": i, "of": len(pending)}
+                out[owner] = {"position": i, "of": len(pending),
+                              **estimate(history.get(key, []), i).as_fields()}
     return out
 
 
@@ -144,6 +149,7 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
         out["state"] = QUEUED
         if position:
             out["position"], out["queue_length"] = position.get("position"), position.get("of")
+            out.update({k: position.get(k) for k in ("eta_p50_s", "eta_p90_s", "eta_samples")})
         if workload is None:
             out["message"] = "waiting for Kueue to queue it"
         elif c := condition(workload, "QuotaReserved"):

@@ -1,0 +1,79 @@
+"""Queue ETA (pure): how long until the job at position k of a queue is admitted, from that queue's recent
+admissions.
+
+The estimator is empirical, with no model of run times: over the recent history it takes every span from
+one admission to the k-th admission after it *while a backlog existed* (the later workload was already
+waiting when the span began, so the span measures how fast quota freed up, not idle time), and answers that
+span distribution's p50 and p90. Fewer than `min_spans` such spans: no estimate ("no estimate yet").
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from gpu_spawner.services.culler.decide import parse_time
+from gpu_spawner.services.usage.accounting import admitted_at
+
+#: Fewer backlogged spans than this and the answer is "no estimate yet".
+MIN_SPANS = 5
+
+
+@dataclass(frozen=True)
+class Admission:
+    created: datetime
+    admitted: datetime
+
+
+@dataclass(frozen=True)
+class ETA:
+    p50_s: float | None
+    p90_s: float | None
+    samples: int
+
+    @property
+    def known(self) -> bool:
+        return self.p50_s is not None
+
+    def as_fields(self) -> dict[str, Any]:
+        """The gpu-jobs status fields: eta_p50_s, eta_p90_s (None: no estimate yet), eta_samples."""
+        return {"eta_p50_s": None if self.p50_s is None else round(self.p50_s),
+                "eta_p90_s": None if self.p90_s is None else round(self.p90_s), "eta_samples": self.samples}
+
+
+def admissions(workloads: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[Admission]]:
+    """(namespace, LocalQueue) → its admitted workloads, oldest admission first."""
+    out: dict[tuple[str, str], list[Admission]] = {}
+    for wl in workloads:
+        created, admitted = parse_time(wl.get("metadata", {}).get("creationTimestamp")), admitted_at(wl)
+        if created and admitted:
+            key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
+            out.setdefault(key, []).append(Admission(created, admitted))
+    for hist in out.values():
+        hist.sort(key=lambda a: a.admitted)
+    return out
+
+
+def estimate(history: list[Admission], position: int, now: datetime | None = None,
+             min_spans: int = MIN_SPANS) -> ETA:
+    """ETA of the job at 1-based `position` from `history` (admissions, oldest first; only those before
+    `now` count)."""
+    if position < 1:
+        return ETA(None, None, 0)
+    hist = [a for a in history if now is None or a.admitted <= now]
+    spans = [(hist[i + position].admitted - hist[i].admitted).total_seconds()
+             for i in range(len(hist) - position) if hist[i + position].created <= hist[i].admitted]
+    if len(spans) < min_spans:
+        return ETA(None, None, len(spans))
+    q = statistics.quantiles(spans, n=10, method="inclusive")
+    return ETA(statistics.median(spans), q[8], len(spans))
+
+
+def eta_fields(workloads: list[dict[str, Any]], namespace: str, queue: str, position: int | None,
+               now: datetime | None = None) -> dict[str, Any]:
+    """The status fields for one queued job (all None when it has no position)."""
+    if not position:
+        return ETA(None, None, 0).as_fields()
+    return estimate(admissions(workloads).get((namespace, queue), []), position, now).as_fields()
+
