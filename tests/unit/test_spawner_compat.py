@@ -26,7 +26,8 @@ KS_PROFILES = [
     {"display_name": "Custom", "slug": "custom", "kubespawner_override": {"cpu_limit": 2},
      "profile_options": {"image": {"display_name": "Image", "choices": {
          "a": {"display_name": "A", "kubespawner_override": {"image": "a:1"}}},
-         "unlisted_choice": {"enabled": True, "validation_regex": "^b:", "kubespawner_override": {"image": "{value}"}}}}},
+         "unlisted_choice": {"enabled": True, "validation_regex": "^b:",
+                             "kubespawner_override": {"image": "{value}"}}}}},
 ]
 
 
