@@ -73,10 +73,10 @@ class Snapshot:
     identity: str = "the kubeconfig's user"
     #: Whose rights were reviewed, per account of `deploy.Permission` ("hub", "gpu-jobs"); else `identity`.
     identities: dict[str, str] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
     #: The home-share claim per namespace (hub + teams; None: absent) and the PVs they are bound to.
     home_claims: dict[str, dict[str, Any] | None] | None = None
     home_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -413,15 +413,15 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
             dp = check_device_plugin(name, pool, snap.nodes, snap)
             if dp:
                 out.append(dp)
+    out += check_kueue_crds(snap, file)
+    out += check_kueue_objects(cfg, snap, file)
+    if hub_namespace is not None:
+        out += check_rbac(cfg, snap, hub_namespace)
     from gpu_spawner.tools.doctor_storage import check_storage
 
     if snap.home_claims is not None or "storage" in snap.errors:  # fetched (doctor_cluster always does)
         out += check_storage(cfg, snap.home_claims, snap.home_volumes, hub_namespace or "jhub", file,
                              snap.errors.get("storage", ""))
-    out += check_kueue_crds(snap, file)
-    out += check_kueue_objects(cfg, snap, file)
-    if hub_namespace is not None:
-        out += check_rbac(cfg, snap, hub_namespace)
     return out
 
 
