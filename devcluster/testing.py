@@ -86,6 +86,30 @@ class DevCluster:
         finally:
             kube.close()
 
+    # ------------------------------------------------------------------ faults
+    def stop_component(self, name: str) -> None:
+        """Stop one control-plane component (kube-apiserver, kueue, ...): a fault for tests; the cluster's
+        `down` no longer knows it until `start_component` brings it back."""
+        from devcluster import procs
+        from devcluster.components import Layout
+
+        run = Layout(self.root).run
+        records = procs.Record.load_all(run)
+        assert name in records, f"{name} is not running in this dev cluster"
+        procs.stop([records[name]], run)
+
+    def start_component(self, name: str, timeout: float = 90) -> None:
+        """Start a stopped component again, exactly as `up` did (same flags, ports and log), until healthy."""
+        from devcluster import procs
+        from devcluster.components import Layout
+        from devcluster.pki import PKI
+
+        layout = Layout(self.root)
+        comp = dc.Cluster(self.root).info["components"][name]
+        procs.spawn(name, comp["argv"], Path(comp["log"]), layout.root, comp["health_url"], layout.run)
+        ctx = dc._ssl_context(PKI(layout.pki_dir))
+        wait_until(lambda: dc.probe(comp["health_url"], ctx), timeout, f"{name} to be healthy again")
+
     @cached_property
     def _kube(self) -> Kube:
         return self.kube()

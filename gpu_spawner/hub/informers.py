@@ -45,7 +45,7 @@ class WatchSettings:
     watch_seconds: int = 300      # the API server ends each watch after this long; it is then resumed
     silent_after: float = 90      # no event and no bookmark for this long: the watch is restarted
     backoff_base: float = 0.5     # first retry delay after a failure, doubled per failure ...
-    backoff_max: float = 30       # ... up to this (each delay jittered to 50-100 %)
+    backoff_max: float = 10       # ... up to this (each delay jittered to 50-100 %): back soon after an outage
 
     def backoff(self, failures: int) -> float:
         return min(self.backoff_max, self.backoff_base * 2 ** max(failures - 1, 0)) * random.uniform(0.5, 1.0)

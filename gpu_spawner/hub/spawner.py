@@ -23,6 +23,7 @@ from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
+from gpu_spawner.hub.pod_reflector import SharedPodReflector
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -146,23 +147,37 @@ class GPUSpawner(KubeSpawner):
             user_options = {}  # stale or forged: do not pre-select from it
         return cls._form_env.get_template("form.html").render(profile_list=profile_list, user_options=user_options)
 
-    async def cluster_state(self) -> ClusterState | None:
-        """The hub's shared ClusterState, started on first use (None when live capacity is off)."""
-        if not self.live_capacity or not self.profiles_file:
-            return None
+    async def capacity_informers(self) -> CapacityInformers:
+        """The hub's one node + pod watch (see hub/informers.py), started on first use; after a change of
+        the profiles file it is refilled for the new pools, never restarted from nothing."""
         cls = GPUSpawner
         if cls._informers_lock is None:
             cls._informers_lock = asyncio.Lock()
         async with cls._informers_lock:
             inf = cls._informers
-            if inf is None or inf.state.cfg is not self.profiles:
-                if inf is not None:
-                    await inf.stop()
-                inf = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
-                await inf.start()
-                cls._informers = inf
+            if inf is None:
+                inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
-        return inf.state
+                await inf.start()  # not synced in time: the picker says "unknown" until it is
+            elif inf.state.cfg is not self.profiles:
+                inf.reconfigure(self.profiles)
+        return inf
+
+    async def cluster_state(self) -> ClusterState | None:
+        """The hub's shared ClusterState (None when live capacity is off). It may be stale: its
+        `profile_capacity` then says unknown."""
+        if not self.live_capacity or not self.profiles_file:
+            return None
+        return (await self.capacity_informers()).state
+
+    async def _start_watching_pods(self, replace=False):
+        """KubeSpawner's pod reflector, as a view of the shared pod informer: one pod watch per hub."""
+        if not self.live_capacity or not self.profiles_file:
+            return await super()._start_watching_pods(replace)
+        informers = await self.capacity_informers()
+        return await self._start_reflector(kind="pods", reflector_class=SharedPodReflector, replace=replace,
+                                           labels={"component": self.component_label},
+                                           omit_namespace=self.enable_user_namespaces, informers=informers)
 
     # ------------------------------------------------------------------ who may use what
     def user_groups(self) -> list[str]:
@@ -299,7 +314,7 @@ class GPUSpawner(KubeSpawner):
             raise SpawnImpossible(failure, status=503)
         profile = getattr(self, "gpu_profile", None)
         inf = GPUSpawner._informers
-        if pod and profile and inf and not (pod.get("spec") or {}).get("nodeName") and any(
+        if pod and profile and inf and not inf.stale and not (pod.get("spec") or {}).get("nodeName") and any(
             e.get("reason") == "FailedScheduling" for e in self.events
         ):
             reason = explain.never_fits(profile, inf.state)

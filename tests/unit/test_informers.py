@@ -220,7 +220,7 @@ async def test_every_request_of_the_timeout_client_has_a_timeout(api):
 
 
 def test_backoff_grows_is_capped_and_jittered():
-    s = WatchSettings(backoff_base=0.5, backoff_max=30)
+    s = WatchSettings(backoff_base=0.5, backoff_max=30)  # not the default cap: the growth is the point
     for failures, top in ((1, 0.5), (2, 1), (3, 2), (10, 30), (40, 30)):
         delays = {s.backoff(failures) for _ in range(50)}
         assert all(top / 2 <= d <= top for d in delays) and len(delays) > 1

@@ -147,6 +147,7 @@ class JobsHandler(Base):
         except JobRequestError as e:
             raise refusal(e) from None
         gate: SubmitGate = self.settings["gate"]
+        self.kube.require_current()  # limits are counted from the cache: only from a current one
         async with gate.lock(user):  # count and create as one step per user
             active = await self.unfinished(user)
             slug = body.get("profile") if isinstance(body, dict) else None

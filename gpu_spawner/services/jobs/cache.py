@@ -88,6 +88,10 @@ class JobsCache:
         return any(i.stale for i in self.informers)
 
     @property
+    def error(self) -> str | None:
+        return next((f"{i.kind}: {i.error}" for i in self.informers if i.error), None)
+
+    @property
     def last_seen(self) -> float | None:
         """Wall-clock time up to which every kind is known to be current (its oldest last contact)."""
         seen = [i.last_seen for i in self.informers]

@@ -74,6 +74,12 @@ class Kube:
     def _cached(self, namespaces: list[str]) -> bool:
         return self.cache is not None and self.cache.synced and all(self.cache.covers(ns) for ns in namespaces)
 
+    def require_current(self) -> None:
+        """Decisions that count (per-user limits) need a current view: a 503 while the cache is stale,
+        never a count from old state."""
+        if self.cache is not None and self.cache.synced and self.cache.stale:
+            raise ClusterUnavailable(self.cache.error or "the watches are reconnecting")
+
     # ------------------------------------------------------------------ reading
     async def jobs(self, user: str | None = None) -> list[dict]:
         """Jobs made by this service in the team namespaces (one user's, or everyone's)."""
