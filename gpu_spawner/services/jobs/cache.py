@@ -31,6 +31,11 @@ class ClusterUnavailable(web.HTTPError):
         super().__init__(503, log_message=f"the cluster is not answering right now ({why}); try again in a minute",
                          reason="Cluster not answering")
 
+    @classmethod
+    def no_answer(cls, e: BaseException) -> "ClusterUnavailable":
+        """For a refused, reset or timed-out connection."""
+        return cls(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+
 
 class NamespaceStore:
     """Objects of one kind in one namespace, by name."""

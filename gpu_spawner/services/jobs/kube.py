@@ -50,7 +50,7 @@ async def _json(coro) -> dict[str, Any]:
     try:
         return await read_json(await coro)
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise ClusterUnavailable(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from e
+        raise ClusterUnavailable.no_answer(e) from e
     except client.ApiException as e:
         if e.status in (429, 500, 502, 503, 504):
             raise ClusterUnavailable(f"HTTP {e.status}: {e.reason}") from e
@@ -170,7 +170,10 @@ class Kube:
                       key=lambda p: p["metadata"].get("creationTimestamp") or "")
         parts = []
         for p in pods:
-            text = await self.logs.read(ns, p["metadata"]["name"], tail_bytes)
+            try:
+                text = await self.logs.read(ns, p["metadata"]["name"], tail_bytes)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:  # no answer: a 503, not a 500
+                raise ClusterUnavailable.no_answer(e) from e
             if len(pods) > 1:
                 text = f"===== pod {p['metadata']['name']} =====\n{text}"
             parts.append(text)
