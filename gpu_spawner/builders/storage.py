@@ -36,13 +36,17 @@ class HomeStorage:
     claim: str = HOME_CLAIM           # the claim's name, in the hub namespace and in every team namespace
     subpath: str = "{username}"       # KubeSpawner template of a user's folder on the share
     mount_path: str = HOME_DIR
+    slug_scheme: str = "safe"         # the hub's KubeSpawner.slug_scheme: how `{username}` is spelled
 
 
-def home_subpath(template: str, user: str) -> str:
-    """A user's folder on the share, expanded as KubeSpawner (slug scheme "safe", z2jh's default)
-    expands `volume_mounts`, so a Job finds the very folder the user's server mounts."""
-    fields = {"username": safe_slug(user, max_length=_SLUG_MAX), "safe_username": safe_slug(user, max_length=_SLUG_MAX),
-              "escaped_username": escape_slug(user), "unescaped_username": user}
+def home_subpath(template: str, user: str, slug_scheme: str = "safe") -> str:
+    """A user's folder on the share, expanded as KubeSpawner expands `volume_mounts` (with the hub's
+    `slug_scheme`), so a Job finds the very folder the user's server mounts."""
+    if slug_scheme not in ("safe", "escape"):
+        raise StorageError(f"slug scheme {slug_scheme!r}: KubeSpawner knows 'safe' and 'escape'")
+    safe, escaped = safe_slug(user, max_length=_SLUG_MAX), escape_slug(user)
+    fields = {"username": safe if slug_scheme == "safe" else escaped, "safe_username": safe,
+              "escaped_username": escaped, "unescaped_username": user}
     used = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     if unknown := used - set(fields):
         raise StorageError(f"home subPath {template!r}: unknown field(s) {', '.join(sorted(unknown))}; "
@@ -64,7 +68,8 @@ def spawner_settings(storage: HomeStorage = HomeStorage()) -> dict[str, Any]:
 def job_home(storage: HomeStorage, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, volumeMount) that give a Job's pod the user's home at the same path as their server."""
     return ({"name": HOME_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim}},
-            {"name": HOME_VOLUME, "mountPath": storage.mount_path, "subPath": home_subpath(storage.subpath, user)})
+            {"name": HOME_VOLUME, "mountPath": storage.mount_path,
+             "subPath": home_subpath(storage.subpath, user, storage.slug_scheme)})
 
 
 def _expand(value: Any, namespace: str) -> Any:

@@ -15,7 +15,6 @@ NAMES = ["alice", "Alice.Smith@example.com", "bob?admin", "x" * 80, "ünïcode u
 class _Spawner(SimpleNamespace):
     """What KubeSpawner's own template expansion reads (a real KubeSpawner needs a cluster to construct)."""
 
-    slug_scheme = KubeSpawner.slug_scheme.default_value
     _expand_all = KubeSpawner._expand_all
     _expand_user_properties = KubeSpawner._expand_user_properties
 
@@ -23,20 +22,22 @@ class _Spawner(SimpleNamespace):
         return "jhub"
 
 
-def server_subpath(user: str, storage: HomeStorage) -> str:
+def server_subpath(user: str, storage: HomeStorage, slug_scheme: str = KubeSpawner.slug_scheme.default_value) -> str:
     """The subPath KubeSpawner itself puts in the server pod's volume_mounts (the independent oracle)."""
-    spawner = _Spawner(name="", user=SimpleNamespace(name=user, id=7), pod_name="p", pvc_name="c", namespace="jhub")
+    spawner = _Spawner(name="", user=SimpleNamespace(name=user, id=7), pod_name="p", pvc_name="c", namespace="jhub",
+                       slug_scheme=slug_scheme)
     (mount,) = spawner._expand_all(spawner_settings(storage)["volume_mounts"])
     return mount["subPath"]
 
 
-@pytest.mark.parametrize("template", ["{username}", "homes/{username}", "{escaped_username}"])
+@pytest.mark.parametrize("scheme", ["safe", "escape"])
+@pytest.mark.parametrize("template", ["{username}", "homes/{username}", "{escaped_username}", "{safe_username}"])
 @pytest.mark.parametrize("user", NAMES)
-def test_a_jobs_home_folder_is_the_one_kubespawner_mounts_for_the_users_server(user, template):
-    storage = HomeStorage(claim="share", subpath=template)
+def test_a_jobs_home_folder_is_the_one_kubespawner_mounts_for_the_users_server(user, template, scheme):
+    storage = HomeStorage(claim="share", subpath=template, slug_scheme=scheme)
     volume, mount = job_home(storage, user)
     assert volume == {"name": "home", "persistentVolumeClaim": {"claimName": "share"}}
-    assert mount["subPath"] == server_subpath(user, storage)
+    assert mount["subPath"] == server_subpath(user, storage, scheme)
     assert ".." not in mount["subPath"].split("/") and not mount["subPath"].startswith("/")
 
 

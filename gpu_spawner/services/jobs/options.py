@@ -43,6 +43,9 @@ class GPUJobs(Application):
     home_mount_path = Unicode(HomeStorage.mount_path, help="Where the home is mounted in a Job's pod: the same as "
                                                            "in the servers (z2jh singleuser.storage.homeMountPath).").tag(
         config=True)
+    home_slug_scheme = Unicode("safe", help="The hub's KubeSpawner.slug_scheme ('safe', KubeSpawner 7's default, "
+                                            "or 'escape'): how {username} in home_subpath is spelled, so a Job "
+                                            "mounts the folder the user's server mounts.").tag(config=True)
     pod_labels = Dict(help="Labels added to every Job's pod (e.g. for cost allocation, or a policy that selects "
                            "them).").tag(config=True)
     log_source_class = Type("gpu_spawner.services.jobs.kube.PodLogs", klass=object,
@@ -71,7 +74,8 @@ class GPUJobs(Application):
 
     aliases = {"profiles": "GPUJobs.profiles_file", "url": "GPUJobs.url", "runner-image": "GPUJobs.runner_image",
                "home-claim": "GPUJobs.home_claim", "home-subpath": "GPUJobs.home_subpath",
-               "home-mount-path": "GPUJobs.home_mount_path", "orphan-grace": "GPUJobs.orphan_grace",
+               "home-mount-path": "GPUJobs.home_mount_path", "home-slug-scheme": "GPUJobs.home_slug_scheme",
+               "orphan-grace": "GPUJobs.orphan_grace",
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
                "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user"}
@@ -100,11 +104,12 @@ class GPUJobs(Application):
             ephemeral_storage_bytes(self.ephemeral_storage)
         except ValueError as e:
             raise SystemExit(f"gpu-jobs: --ephemeral-storage: {e}") from None
-        home = HomeStorage(claim=self.home_claim, subpath=self.home_subpath, mount_path=self.home_mount_path)
+        home = HomeStorage(claim=self.home_claim, subpath=self.home_subpath, mount_path=self.home_mount_path,
+                           slug_scheme=self.home_slug_scheme)
         try:
-            home_subpath(home.subpath, "someone")
+            home_subpath(home.subpath, "someone", home.slug_scheme)
         except StorageError as e:
-            raise SystemExit(f"gpu-jobs: --home-subpath: {e}") from None
+            raise SystemExit(f"gpu-jobs: --home-subpath / --home-slug-scheme: {e}") from None
         return JobSettings(runner_image=self.runner_image, home=home, pod_labels=dict(self.pod_labels),
                            termination_grace_seconds=seconds["termination_grace"],
                            backoff_limit=self.backoff_limit, default_timeout=seconds["default_timeout"],
