@@ -99,13 +99,14 @@ def activity_body(server: str, now: datetime | None = None) -> dict:
 
 
 class _Base(APIHandler):
-    def client(self) -> JobsClient:
-        return JobsClient()
-
-    async def call(self, fn, *args, **kw):
+    async def call(self, method: str, *args):
         """A `JobsClient` call off the event loop; its refusals reach the browser with their message."""
         try:
-            return await asyncio.to_thread(fn, *args, **kw)
+            client = JobsClient()
+        except JobsError as e:  # not under JupyterHub, or no gpu-jobs configured
+            raise web.HTTPError(503, str(e)) from None
+        try:
+            return await asyncio.to_thread(getattr(client, method), *args)
         except JobsError as e:
             raise web.HTTPError(502 if "not reachable" in str(e) else 400, str(e)) from None
 
@@ -119,15 +120,13 @@ class _Base(APIHandler):
 class ProfilesHandler(_Base):
     @web.authenticated
     async def get(self):
-        client = self.client()
-        self.finish(await self.call(client.profiles))
+        self.finish(await self.call("profiles"))
 
 
 class JobsHandler(_Base):
     @web.authenticated
     async def get(self):
-        client = self.client()
-        jobs = await self.call(client.jobs)
+        jobs = await self.call("jobs")
         self.finish({"jobs": [{**j, "output_path": output_path(j)} for j in jobs]})
 
     @web.authenticated
@@ -141,8 +140,7 @@ class JobsHandler(_Base):
         except web.HTTPError as e:
             raise web.HTTPError(400, f"cannot read {req['path']}: {e.log_message}") from None
         notebook = json.loads(json.dumps(model["content"], default=str))
-        client = self.client()
-        status = await self.call(client.submit, req["profile"], req["path"], notebook, req["parameters"],
+        status = await self.call("submit", req["profile"], req["path"], notebook, req["parameters"],
                                  req.get("priority"), req.get("timeout"))
         self.set_status(201)
         self.finish({**status, "output_path": output_path(status)})
@@ -151,21 +149,18 @@ class JobsHandler(_Base):
 class JobHandler(_Base):
     @web.authenticated
     async def get(self, name):
-        client = self.client()
-        status = await self.call(client.job, self.name(name))
+        status = await self.call("job", self.name(name))
         self.finish({**status, "output_path": output_path(status)})
 
     @web.authenticated
     async def delete(self, name):
-        client = self.client()
-        self.finish(await self.call(client.cancel, self.name(name)))
+        self.finish(await self.call("cancel", self.name(name)))
 
 
 class LogsHandler(_Base):
     @web.authenticated
     async def get(self, name):
-        client = self.client()
-        self.finish({"log": await self.call(client.logs, self.name(name), 65536)})  # an API answer is JSON
+        self.finish({"log": await self.call("logs", self.name(name), 65536)})  # an API answer is JSON
 
 
 class CullingHandler(_Base):
