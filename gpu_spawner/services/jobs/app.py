@@ -45,7 +45,7 @@ class SubmitGate:
     all pass `max_per_user` / `max_jobs_per_user`; and the jobs just created, counted until the watch-fed
     cache lists them (the cache may lag a create). One service process: the lock lives in memory."""
 
-    def __init__(self, remember: float = 120):
+    def __init__(self, remember: float = 60):
         self.remember = remember
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._recent: dict[str, dict[str, tuple[str, float]]] = {}  # user → job name → (profile, created at)
@@ -157,7 +157,8 @@ class JobsHandler(Base):
             except JobRequestError as e:
                 raise refusal(e) from None
             job = await self.create(user, objs)
-            gate.created(user, job["metadata"]["name"], slug)
+            if await self.kube.job(job["metadata"]["name"]) is None:  # the cache has not seen it yet: count it
+                gate.created(user, job["metadata"]["name"], slug)
         log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
         (status,) = await self.kube.statuses([job], with_logs=False)
         self.send(status, 201)
