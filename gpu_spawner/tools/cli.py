@@ -158,6 +158,15 @@ def cmd_doctor(args) -> int:
     return code
 
 
+def cmd_report(args) -> int:
+    from gpu_spawner.tools.report import ReportError, run
+
+    try:
+        return run(args)
+    except ReportError as e:
+        raise CLIError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuhub", description="jupyterhub-gpu: GPU profiles, quota and jobs for "
                                                            "JupyterHub on Kubernetes.")
@@ -214,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--hub-namespace", help="where server pods run (default: the service account's namespace)")
     d.add_argument("--no-rbac", action="store_true", help="skip the permission checks")
     d.set_defaults(run=cmd_doctor)
+
+    rep = sub.add_parser("report", help="GPU showback: GPU-hours held and used, $, queue waits, evictions")
+    from gpu_spawner.tools.report import add_arguments as report_arguments
+
+    report_arguments(rep)
+    rep.set_defaults(run=cmd_report)
 
     c = sub.add_parser("cluster", help="the dev cluster: real control plane, Kueue and KWOK GPU pools")
     csub = c.add_subparsers(dest="action", required=True, metavar="ACTION")

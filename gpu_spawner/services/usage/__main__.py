@@ -1,0 +1,65 @@
+"""`python -m gpu_spawner.services.usage`: the usage collector. Every cycle it lists the GPU pods and
+Workloads, closes the lifetimes of pods that ended or vanished into the store (store.py) and updates the
+metrics (metrics.py) it serves on /metrics for Prometheus. Restart-safe: it reloads the open lifetimes and
+the last-seen time from the store, and observes only waits of Workloads admitted after that time."""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from datetime import datetime, timezone
+
+from prometheus_client import start_http_server
+
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage import collect
+from gpu_spawner.services.usage.metrics import UsageMetrics
+from gpu_spawner.services.usage.store import UsageStore
+
+log = logging.getLogger("gpuhub.usage")
+
+
+def cycle(api, cfg, hub_namespace: str, store: UsageStore, metrics: UsageMetrics,
+          open_: dict[str, acc.Lifetime], last: datetime | None) -> tuple[dict[str, acc.Lifetime], datetime]:
+    now = datetime.now(timezone.utc)
+    live, workloads = collect.read_cluster(api, cfg, hub_namespace, now)
+    still, done = acc.close_missing(open_, live, last or now)
+    store.append_finished(done)
+    store.save_open(still, now)
+    metrics.update(still.values(), workloads, (now - last).total_seconds() if last else 0.0, last)
+    return still, now
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gpuhub-usage", description=__doc__)
+    p.add_argument("--profiles-file", required=True)
+    p.add_argument("--store", required=True, help="directory for finished.jsonl and open.json (a volume)")
+    p.add_argument("--hub-namespace", default="jhub")
+    p.add_argument("--kubeconfig")
+    p.add_argument("--every", type=float, default=60.0, help="seconds between cycles (default 60)")
+    p.add_argument("--port", type=int, default=9402, help="/metrics port (default 9402)")
+    p.add_argument("--once", action="store_true", help="one cycle, then exit (tests, cron)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from gpu_spawner.tools.doctor_cluster import api_client
+
+    cfg, store, metrics = load_profiles(args.profiles_file), UsageStore(args.store), UsageMetrics()
+    api = api_client(args.kubeconfig)
+    open_, last = store.load_open()
+    if not args.once:
+        start_http_server(args.port, registry=metrics.registry)
+    while True:
+        try:
+            open_, last = cycle(api, cfg, args.hub_namespace, store, metrics, open_, last)
+        except Exception:  # the cluster not answering is a missed cycle, not a crash: the store keeps all
+            if args.once:
+                raise
+            log.exception("usage cycle failed; retrying in %.0f s", args.every)
+        if args.once:
+            return 0
+        time.sleep(args.every)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

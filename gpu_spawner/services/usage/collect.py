@@ -1,0 +1,93 @@
+"""The I/O around accounting.py: read pods and Kueue Workloads from the cluster and DCGM use from
+Prometheus, and fold them with the stored lifetimes into one report (a dict the CLI prints as a table, CSV
+or JSON). Synchronous (kubernetes + requests): the CLI and the collector loop are not on an event loop.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import requests
+
+from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_LABEL
+from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage.store import UsageStore
+
+#: The culler's counter of GPU-hours it reclaimed (services/culler/service.py).
+RECLAIMED_METRIC = "gpuhub_culler_gpu_hours_reclaimed_total"
+
+
+def read_cluster(api_client, cfg, hub_namespace: str, now: datetime,
+                 timeout: float = 30) -> tuple[list[acc.Lifetime], list[dict[str, Any]]]:
+    """(lifetimes of the GPU pods there now, the team namespaces' Workloads), as API JSON."""
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    rules, teams = acc.rules_and_teams(cfg)
+    pods = core.list_namespaced_pod(hub_namespace, label_selector=PROFILE_LABEL, _request_timeout=timeout,
+                                    _preload_content=False)
+    items = _json(pods)["items"]
+    workloads: list[dict[str, Any]] = []
+    for ns in sorted(teams):
+        items += _json(core.list_namespaced_pod(ns, label_selector=JOB_LABEL, _request_timeout=timeout,
+                                                _preload_content=False))["items"]
+        workloads += custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads",
+                                                          _request_timeout=timeout).get("items", [])
+    lifetimes = [lt for p in items if (lt := acc.lifetime_of(p, rules, teams, now)) is not None]
+    return lifetimes, workloads
+
+
+def _json(response) -> dict[str, Any]:
+    import json
+
+    return json.loads(response.data)
+
+
+def prometheus_query(url: str, query: str, at: datetime, timeout: float = 30) -> list[dict[str, Any]]:
+    """An instant query's vector; raises on an error answer (a report must not pretend zero use)."""
+    r = requests.get(f"{url.rstrip('/')}/api/v1/query", params={"query": query, "time": at.timestamp()},
+                     timeout=timeout)
+    r.raise_for_status()
+    body = r.json()
+    if body.get("status") != "success":
+        raise RuntimeError(f"Prometheus: {body.get('error') or body}")
+    return body["data"]["result"]
+
+
+def used_from_prometheus(url: str, since: datetime, until: datetime,
+                         scrape_interval: float) -> dict[tuple[str, str], acc.PodUse]:
+    window = max(int((until - since).total_seconds()), 1)
+    return acc.parse_used(prometheus_query(url, acc.used_query(window), until), scrape_interval)
+
+
+def reclaimed_from_prometheus(url: str, since: datetime, until: datetime) -> float | None:
+    window = max(int((until - since).total_seconds()), 1)
+    result = prometheus_query(url, f"sum(increase({RECLAIMED_METRIC}[{window}s]))", until)
+    return float(result[0]["value"][1]) if result else None
+
+
+def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since: datetime, until: datetime,
+           by: str, used: dict[tuple[str, str], acc.PodUse] | None, reclaimed: float | None) -> dict[str, Any]:
+    """Everything `gpuhub report` prints (pure)."""
+    rows = acc.aggregate(lifetimes, since, until, by, used)
+    total = acc.Row("total")
+    for r in rows:
+        total.gpu_hours_held += r.gpu_hours_held
+        total.gpu_hours_used += r.gpu_hours_used
+        total.cost += r.cost
+        total.pods += r.pods
+        if r.peak_memory_mib is not None:
+            total.peak_memory_mib = max(total.peak_memory_mib or 0.0, r.peak_memory_mib)
+    return {"since": since.isoformat(), "until": until.isoformat(), "by": by,
+            "gpu_use_known": used is not None,
+            "rows": [r.as_dict() for r in rows], "total": total.as_dict(),
+            "queue_wait_s": acc.percentiles(acc.queue_waits(workloads, since, until)),
+            "evictions": acc.evictions(workloads),
+            "culler_gpu_hours_reclaimed": reclaimed}
+
+
+def all_lifetimes(live: list[acc.Lifetime], store: UsageStore | None) -> list[acc.Lifetime]:
+    """The stored finished lifetimes and the live ones (live wins for a uid in both)."""
+    out = {lt.uid: lt for lt in (store.finished() if store else [])}
+    out.update({lt.uid: lt for lt in live})
+    return list(out.values())

@@ -1,0 +1,95 @@
+"""`gpuhub report`: GPU showback over a time range from the live cluster, Prometheus and the collector's
+store (services/usage). Table, CSV or JSON on stdout."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gpu_spawner.services.usage.accounting import GROUPINGS
+
+FORMATS = ("table", "csv", "json")
+COLUMNS = ("key", "gpu_hours_held", "gpu_hours_used", "utilisation_pct", "cost", "pods", "peak_memory_mib")
+MAX_RANGE = timedelta(days=400)
+
+
+class ReportError(ValueError):
+    """Bad input (exit 2)."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("file", help="the profiles file (prices, GPUs per profile, teams)")
+    p.add_argument("--since", default="7d", help="how far back, e.g. 7d, 12h (default 7d)")
+    p.add_argument("--by", choices=GROUPINGS, default="user")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    p.add_argument("--hub-namespace", default="jhub", help="where server pods run (default jhub)")
+    p.add_argument("--prometheus-url", help="Prometheus with the DCGM exporter's series; without it GPU "
+                                            "use is reported as unknown, never as 0")
+    p.add_argument("--scrape-interval", type=float, default=30.0,
+                   help="Prometheus' scrape interval for the DCGM exporter, seconds (default 30)")
+    p.add_argument("--store", help="the usage collector's directory (finished pods' lifetimes)")
+
+
+def since_of(text: str, now: datetime) -> datetime:
+    from pytimeparse2 import parse
+
+    seconds = parse(text or "")
+    if seconds is None or seconds <= 0 or timedelta(seconds=seconds) > MAX_RANGE:
+        raise ReportError(f"--since {text!r}: a duration such as 7d or 12h, at most {MAX_RANGE.days}d")
+    return now - timedelta(seconds=seconds)
+
+
+def render(rep: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(rep, indent=2)
+    rows = rep["rows"] + [rep["total"]]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        return out.getvalue().rstrip("\n")
+    head = [rep["by"], "GPU-h held", "GPU-h used", "util %", "$", "pods", "peak MiB"]
+    cells = [[str(r["key"]), f"{r['gpu_hours_held']:.2f}",
+              f"{r['gpu_hours_used']:.2f}" if rep["gpu_use_known"] else "?",
+              "?" if r["utilisation_pct"] is None or not rep["gpu_use_known"] else f"{r['utilisation_pct']:.1f}",
+              f"{r['cost']:.2f}", str(r["pods"]),
+              "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+             for line in [head, *cells]]
+    q = rep["queue_wait_s"]
+    wait = (f"queue wait p50 {q['p50'] / 60:.1f} min, p90 {q['p90'] / 60:.1f} min ({q['count']} jobs)"
+            if q["count"] else "queue wait: no job admitted in the range")
+    ev = ", ".join(f"{k} {v}" for k, v in sorted(rep["evictions"].items())) or "none"
+    rec = rep["culler_gpu_hours_reclaimed"]
+    return "\n".join([f"GPU showback {rep['since']} → {rep['until']}", *lines, "", wait,
+                      f"evictions: {ev}",
+                      f"reclaimed by the culler: {'?' if rec is None else f'{rec:.2f}'} GPU-h"])
+
+
+def run(args) -> int:
+    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.services.usage import collect
+    from gpu_spawner.services.usage.store import UsageStore
+    from gpu_spawner.tools.doctor_cluster import api_client
+
+    now = datetime.now(timezone.utc)
+    since = since_of(args.since, now)
+    if not 0 < args.scrape_interval <= 3600:
+        raise ReportError("--scrape-interval must be between 0 and 3600 seconds")
+    cfg = load_profiles(args.file)
+    try:
+        live, workloads = collect.read_cluster(api_client(args.kubeconfig), cfg, args.hub_namespace, now)
+    except FileNotFoundError as e:
+        raise ReportError(str(e)) from None
+    used = reclaimed = None
+    if args.prometheus_url:
+        used = collect.used_from_prometheus(args.prometheus_url, since, now, args.scrape_interval)
+        reclaimed = collect.reclaimed_from_prometheus(args.prometheus_url, since, now)
+    lifetimes = collect.all_lifetimes(live, UsageStore(args.store) if args.store else None)
+    print(render(collect.report(lifetimes, workloads, since, now, args.by, used, reclaimed), args.format))
+    return 0

@@ -1,0 +1,53 @@
+"""`gpuhub report` output (table, CSV, JSON) from a known report, and its refusal of bad input."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage.collect import report
+from gpu_spawner.tools.cli import main
+from gpu_spawner.tools.report import ReportError, render, since_of
+
+T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
+
+
+def rep(used=True):
+    lts = [acc.Lifetime("a", "server", "jhub", "jupyter-alice", "alice", "", "a100", "", 2, 7.345, T0, T0 + timedelta(hours=2)),
+           acc.Lifetime("b", "job", "team-v", "x-1", "bob", "vision", "mig", "x", 1, 0.524, T0, T0 + timedelta(hours=4))]
+    use = {("jhub", "jupyter-alice"): acc.PodUse(1.0, 7000.0)} if used else None
+    return report(lts, [], T0, T0 + timedelta(days=1), "user", use, 0.5 if used else None)
+
+
+def test_table_csv_json():
+    table = render(rep(), "table")
+    assert "alice" in table and "14.69" in table and "25.0" in table and "reclaimed by the culler: 0.50 GPU-h" in table
+    assert "queue wait: no job admitted in the range" in table
+    assert "?" in render(rep(used=False), "table").splitlines()[2]  # unknown use is '?', never 0
+    rows = list(csv.DictReader(io.StringIO(render(rep(), "csv"))))
+    assert [r["key"] for r in rows] == ["alice", "bob", "total"]
+    assert float(rows[-1]["cost"]) == pytest.approx(14.69 + 4 * 0.524, abs=0.01)
+    data = json.loads(render(rep(), "json"))
+    assert data["total"]["gpu_hours_held"] == 8.0 and data["rows"][0]["utilisation_pct"] == 25.0
+
+
+@pytest.mark.parametrize("text", ["", "x", "-1d", "0s", "401d", "7d; rm -rf /"])
+def test_since_refuses_bad_durations(text):
+    with pytest.raises(ReportError, match="--since"):
+        since_of(text, T0)
+    assert since_of("7d", T0) == T0 - timedelta(days=7)
+
+
+def test_cli_bad_input_exits_2_with_nothing_on_stdout(capsys, tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles.yaml"
+    assert main(["report", str(example), "--since", "forever"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "--since" in out.err
+    with pytest.raises(SystemExit):
+        main(["report", str(example), "--by", "node"])
