@@ -5,7 +5,7 @@ server (cookie + XSRF, like every JupyterLab request), and the server calls the 
 $JUPYTERHUB_API_TOKEN in the Authorization header, through the same `JobsClient` as `%gpu_submit`.
 
   GET    <base>/gpuhub/profiles         the user's GPU profiles (gpu-jobs)
-  GET    <base>/gpuhub/jobs             the user's jobs, each with `output_path` (where its output lands)
+  GET    <base>/gpuhub/jobs             the user's jobs, each with `output_path` and `summary` (see for_lab)
   POST   <base>/gpuhub/jobs             {path, profile, parameters, priority, timeout}: submit the SAVED notebook
   GET    <base>/gpuhub/jobs/<name>      status;  DELETE: cancel;  GET .../logs: {log: the log tail}
   GET    <base>/gpuhub/culling          this user's culling warnings (the culler's warnings/<user>)
@@ -32,6 +32,7 @@ from gpu_spawner.parameters import parse_assignments, split_assignments
 from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
 
 from .client import JobsClient, JobsError
+from .widgets import view
 
 #: A submit request carries names and a few short strings; the notebook itself is read here, not sent.
 MAX_BODY = 64 * 1024
@@ -57,6 +58,12 @@ def output_path(status: dict) -> str:
     """Where the job's output notebook lands, relative to the server's root (the home folder)."""
     nb = str(status.get("notebook") or "notebook.ipynb").rsplit("/", 1)[-1]
     return f"{JOBS_FOLDER}/{status['name']}/{nb}"
+
+
+def for_lab(status: dict) -> dict:
+    """A job status for the front end: where its output lands, and the status widget's own one-line summary
+    (queue position and ETA, current cell, preemptions), so the panel and `%gpu_submit` say the same."""
+    return {**status, "output_path": output_path(status), "summary": view(status)["title"]}
 
 
 def submit_request(body: bytes) -> dict:
@@ -127,7 +134,7 @@ class JobsHandler(_Base):
     @web.authenticated
     async def get(self):
         jobs = await self.call("jobs")
-        self.finish({"jobs": [{**j, "output_path": output_path(j)} for j in jobs]})
+        self.finish({"jobs": [for_lab(j) for j in jobs]})
 
     @web.authenticated
     async def post(self):
@@ -143,14 +150,14 @@ class JobsHandler(_Base):
         status = await self.call("submit", req["profile"], req["path"], notebook, req["parameters"],
                                  req.get("priority"), req.get("timeout"))
         self.set_status(201)
-        self.finish({**status, "output_path": output_path(status)})
+        self.finish(for_lab(status))
 
 
 class JobHandler(_Base):
     @web.authenticated
     async def get(self, name):
         status = await self.call("job", self.name(name))
-        self.finish({**status, "output_path": output_path(status)})
+        self.finish(for_lab(status))
 
     @web.authenticated
     async def delete(self, name):

@@ -9,7 +9,7 @@ import json
 import pytest
 import requests
 
-from .test_service_cluster import RUN_NB, clean_teams, jobs_hub, jobs_profiles  # noqa: F401 (fixtures)
+from .test_service_cluster import RUN_NB, SLOW_NB, clean_teams, jobs_hub, jobs_profiles  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cluster
 
@@ -31,6 +31,22 @@ def start_server(jobs_hub, user: str) -> None:
 def stop_server(jobs_hub, user: str) -> None:
     requests.delete(f"{jobs_hub.url}/hub/api/users/{user}/server", headers=jobs_hub.auth(jobs_hub.admin_token),
                     timeout=60)
+
+
+def open_notebook(jobs_hub, hub_page, user: str, path: str):
+    page = hub_page(jobs_hub.url, user, width=1400, height=1000)
+    page.goto(f"{jobs_hub.url}/user/{user}/lab/tree/{path}", timeout=180_000)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+    return page
+
+
+def submit_from_the_toolbar(page, path: str, profile: str, parameters: str = "") -> None:
+    page.click(".gpuhub-run-button")
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator(f"text=Run {path} on the GPU queue").wait_for(timeout=60_000)
+    dialog.locator("select[name=profile]").select_option(profile)
+    dialog.locator("textarea[name=parameters]").fill(parameters)
+    dialog.locator("button:has-text('Submit')").click()
 
 
 def replace_cell_source(page, index: int, text: str) -> None:
@@ -107,3 +123,37 @@ def test_run_on_gpu_queue_saves_submits_and_the_panel_follows_the_job(cluster, j
         page.screenshot(path=str(artifacts / "lab-output-opened.png"))
     finally:
         stop_server(jobs_hub, "alice")
+
+
+def test_a_queued_job_moves_to_succeeded_in_the_panel_once_the_blocker_is_cancelled_there(
+        cluster, jobs_hub, clean_teams, hub_page, artifacts):
+    """tina's team has one T4 slot: her long job holds it, the one she submits from JupyterLab waits in the
+    queue (the panel says where), she cancels the long one from the panel, and the queued one runs."""
+    home = jobs_hub.process.share / "tina"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "quick.ipynb").write_text(json.dumps({**LAB_NB, "cells": LAB_NB["cells"][:2]}))
+    r = jobs_hub.submit("tina", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 600})
+    assert r.status_code == 201, r.text
+    blocker = r.json()["name"]
+    cluster.wait_until(lambda: jobs_hub.status("tina", blocker)["state"] != "Queued", 60, "the long job to start")
+    start_server(jobs_hub, "tina")
+    try:
+        page = open_notebook(jobs_hub, hub_page, "tina", "quick.ipynb")
+        submit_from_the_toolbar(page, "quick.ipynb", "t4-shared")
+        page.click(".lm-TabBar-tab[title='GPU jobs']")
+        row = page.locator(".gpuhub-job").filter(has_text="quick.ipynb").first
+        row.wait_for(timeout=60_000)
+        name = row.get_attribute("data-job")
+        queued = page.locator(f".gpuhub-job[data-job='{name}'][data-state='Queued']")
+        queued.filter(has_text="Queued in tiny · position 1 of 1").wait_for(timeout=60_000)
+        page.screenshot(path=str(artifacts / "lab-gpu-jobs-panel-queued.png"))
+        page.locator(f".gpuhub-job[data-job='{blocker}'] button:has-text('Cancel')").click()
+        page.locator(".jp-Dialog button:has-text('Cancel job')").click()
+        page.locator(f".gpuhub-job[data-job='{blocker}']").wait_for(state="detached", timeout=60_000)
+        page.locator(f".gpuhub-job[data-job='{name}'][data-state='Succeeded']").wait_for(timeout=240_000)
+        page.locator(".jp-toast-message").filter(has_text=f"GPU job {name} succeeded").wait_for(timeout=30_000)
+        assert "saved version 1" in (home / "gpu-jobs" / name / "quick.ipynb").read_text()
+        cluster.wait_until(lambda: blocker not in {j.metadata.name for j in cluster.batch.list_namespaced_job(
+            "team-tiny").items}, 30, "the cancelled Job to go")
+    finally:
+        stop_server(jobs_hub, "tina")

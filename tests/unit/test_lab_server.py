@@ -10,7 +10,7 @@ import pytest
 
 from extension import frontend
 from extension.client import JobsError
-from extension.server import activity_body, culler_url, output_path, submit_request
+from extension.server import activity_body, culler_url, for_lab, output_path, submit_request
 from gpu_spawner.builders.jobs import JobRequestError
 
 
@@ -64,6 +64,15 @@ def test_output_path_is_the_notebooks_name_in_the_jobs_folder():
     assert output_path({"name": "gpu-alice-train-abc", "notebook": "work/deep/train.ipynb"}) == \
         "gpu-jobs/gpu-alice-train-abc/train.ipynb"
     assert output_path({"name": "gpu-alice-x", "notebook": None}) == "gpu-jobs/gpu-alice-x/notebook.ipynb"
+
+
+def test_the_panel_gets_the_status_widgets_own_summary():
+    queued = {"name": "gpu-tina-q-1", "state": "Queued", "position": 2, "queue_length": 3, "queue": "tiny",
+              "eta_p50_s": 1200, "eta_p90_s": 2700, "notebook": "q.ipynb"}
+    assert for_lab(queued)["summary"] == "Queued in tiny · position 2 of 3 · ETA ~20 min (p90 ~45 min)"
+    running = {"name": "gpu-tina-q-1", "state": "Running", "cell": {"cell": 3, "of": 12}, "node": "gpu-0"}
+    got = for_lab(running)
+    assert got["summary"] == "Running (cell 3/12) on gpu-0" and got["output_path"] == "gpu-jobs/gpu-tina-q-1/notebook.ipynb"
 
 
 def test_activity_body_is_what_the_hub_activity_api_takes():

@@ -27,6 +27,7 @@ export interface IJob {
   cell?: { cell: number; of: number } | null;
   created?: string;
   output_path: string;
+  summary?: string;
 }
 
 export interface IProfile {
@@ -67,16 +68,8 @@ export async function request<T>(path: string, init: RequestInit = {}): Promise<
   return JSON.parse(text) as T; // every gpuhub route answers JSON
 }
 
-/** What the panel and notifications say about a job's state (queue position, cell progress). */
+/** What the panel and notifications say about a job: the server's summary (the same line as the
+ * `%gpu_submit` status widget: queue position and ETA, current cell, preemptions). */
 export function describe(job: IJob): string {
-  if (job.state === 'Queued') {
-    const where = job.position ? ` (${job.position} of ${job.queue_length} in ${job.queue})` : '';
-    const again = job.preempted ? `, preempted ${job.preempted}×, will resume` : '';
-    return `Queued${where}${again}`;
-  }
-  if (job.state === 'Running' || job.state === 'Preempted-and-resumed') {
-    const where = job.cell ? `cell ${job.cell.cell}/${job.cell.of}` : 'starting the kernel';
-    return `${job.state} (${where})`;
-  }
-  return job.state;
+  return job.summary || job.state;
 }

@@ -133,10 +133,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         label: 'Run on GPU queue',
         tooltip: 'Save this notebook, then run it as a queued GPU job',
         className: 'gpuhub-run-button',
-        onClick: () => {
-          tracker.currentWidget === nb || app.shell.activateById(nb.id);
-          void runOnQueue(nb, watcher);
-        }
+        onClick: () => void runOnQueue(nb, watcher)
       });
       nb.toolbar.insertItem(10, 'gpuhub-run', button);
       offerSave(nb);
