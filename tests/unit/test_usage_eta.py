@@ -11,42 +11,38 @@ from gpu_spawner.services.usage.eta import MIN_SPANS, Admission, estimate
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
 
-def backlog(gaps_min: list[float]) -> list[Admission]:
-    """Everything created at T0 (a standing backlog); admissions `gaps_min` minutes apart."""
-    out, t = [], T0
-    for g in gaps_min:
-        t += timedelta(minutes=g)
-        out.append(Admission(T0, t))
-    return out
+def steady(n: int = 12, every_min: int = 10, wait_min: int = 30) -> list[Admission]:
+    """A job arrives every `every_min` minutes and is admitted `wait_min` minutes later (a standing backlog)."""
+    return [Admission(T0 + timedelta(minutes=every_min * i), T0 + timedelta(minutes=every_min * i + wait_min))
+            for i in range(n)]
 
 
-def test_spans_of_k_admissions_under_backlog():
-    hist = backlog([10] * 11)  # one admission every 10 min
-    assert estimate(hist, 1) == estimate(hist, 1)  # deterministic
-    e1, e3 = estimate(hist, 1), estimate(hist, 3)
-    assert (e1.p50_s, e1.p90_s, e1.samples) == (600.0, 600.0, 10)
-    assert (e3.p50_s, e3.p90_s, e3.samples) == (1800.0, 1800.0, 8)
+def test_spans_from_arrivals_to_the_kth_admission():
+    hist = steady()
+    assert estimate(hist, 3) == estimate(hist, 3)  # deterministic
+    # position 3: from each arrival (the first two saw no backlog of 3 yet) to the 3rd admission after it
+    e3 = estimate(hist, 3)
+    assert (e3.p50_s, e3.p90_s, e3.samples) == (1800.0, 1800.0, 10)  # = the real wait of every 3rd in line
+    # position 1: 10 min after each arrival, except the first two (30 and 20 min: the backlog was forming)
+    e1 = estimate(hist, 1)
+    assert (e1.p50_s, e1.samples) == (600.0, 12)
+    assert e1.p90_s == 600.0 + 0.9 * (1200.0 - 600.0)  # inclusive quantiles over [10 x 10 min, 20, 30]
+    assert estimate(hist, 4).samples == 0  # never 4 waiting at once: no guess
 
 
-def test_p90_reflects_the_spread():
-    hist = backlog([5, 5, 5, 5, 5, 5, 5, 5, 5, 50, 5])  # one slow gap among eleven
-    e = estimate(hist, 1)
-    assert e.p50_s == 300.0 and e.samples == 10
-    assert e.p90_s == 300.0 + 0.1 * (3000.0 - 300.0)  # inclusive quantiles: 9/10 of the way to the max
-
-
-def test_idle_time_is_not_a_wait():
-    # each job created just before its admission: no backlog, so no span measures the queue
-    hist = [Admission(T0 + timedelta(hours=i), T0 + timedelta(hours=i, seconds=5)) for i in range(20)]
+def test_jobs_admitted_at_once_are_not_queue_history():
+    # each job created just before its admission: the quota was free, so none of it says how long a queue waits
+    hist = [Admission(T0 + timedelta(hours=i), T0 + timedelta(hours=i, seconds=2)) for i in range(20)]
     e = estimate(hist, 1)
     assert not e.known and e.samples == 0 and e.as_fields() == {"eta_p50_s": None, "eta_p90_s": None, "eta_samples": 0}
 
 
 def test_thin_history_is_no_estimate():
-    assert not estimate(backlog([10] * MIN_SPANS), 1).known  # MIN_SPANS admissions: MIN_SPANS - 1 spans
-    assert estimate(backlog([10] * (MIN_SPANS + 1)), 1).known
-    assert not estimate(backlog([10] * 11), 0).known
-    assert not estimate(backlog([10] * 11), 1, now=T0 + timedelta(minutes=30)).known  # the future is not history
+    assert estimate(steady(MIN_SPANS + 2), 3).samples == MIN_SPANS
+    assert not estimate(steady(MIN_SPANS + 1), 3).known  # MIN_SPANS - 1 spans
+    assert estimate(steady(MIN_SPANS + 2), 3).known
+    assert not estimate(steady(), 0).known
+    assert not estimate(steady(), 1, now=T0 + timedelta(minutes=50)).known  # the future is not history
 
 
 def wl(name, created, admitted=None, queue="vision", ns="team-vision"):
@@ -57,10 +53,10 @@ def wl(name, created, admitted=None, queue="vision", ns="team-vision"):
 
 
 def test_status_and_widget_show_position_and_eta():
-    done = [wl(f"old{i}", T0, T0 + timedelta(minutes=10 * (i + 1))) for i in range(10)]
-    waiting = [wl("a", T0 + timedelta(hours=2)), wl("b", T0 + timedelta(hours=2, minutes=1))]
+    done = [wl(f"old{i}", T0 + timedelta(minutes=10 * i), T0 + timedelta(minutes=10 * i + 20)) for i in range(10)]
+    waiting = [wl("a", T0 + timedelta(hours=3)), wl("b", T0 + timedelta(hours=3, minutes=1))]
     pos = queue_positions(done + waiting)
-    assert pos["b"] == {"position": 2, "of": 2, "eta_p50_s": 1200, "eta_p90_s": 1200, "eta_samples": 8}
+    assert pos["b"] == {"position": 2, "of": 2, "eta_p50_s": 1200, "eta_p90_s": 1200, "eta_samples": 9}
     job = {"metadata": {"name": "b", "namespace": "team-vision", "labels": {}, "annotations": {}},
            "spec": {"suspend": True}}
     status = derive_status(job, waiting[1], [], pos["b"])

@@ -1,13 +1,16 @@
 """Queue ETA (pure): how long until the job at position k of a queue is admitted, from that queue's recent
 admissions.
 
-The estimator is empirical, with no model of run times: over the recent history it takes every span from
-one admission to the k-th admission after it *while a backlog existed* (the later workload was already
-waiting when the span began, so the span measures how fast quota freed up, not idle time), and answers that
-span distribution's p50 and p90. Fewer than `min_spans` such spans: no estimate ("no estimate yet").
+The estimator is empirical, with no model of run times. It replays the recent history from the moments
+jobs arrived to a full queue: from each past job's creation time t (only jobs that had to queue), the time
+until the k-th admission after t, counted only when that k-th admitted workload was already waiting at t
+(a backlog of at least k stood, as it does now, so the span measures how fast quota freed up, not idle
+time). Its answer is that span distribution's p50 and p90; fewer than `min_spans` such spans: no estimate
+("no estimate yet").
 """
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +21,8 @@ from gpu_spawner.services.usage.accounting import admitted_at
 
 #: Fewer backlogged spans than this and the answer is "no estimate yet".
 MIN_SPANS = 5
+#: A job admitted within this many seconds of its creation did not queue (Kueue takes about a second).
+QUEUED_S = 5
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,14 @@ def estimate(history: list[Admission], position: int, now: datetime | None = Non
     if position < 1:
         return ETA(None, None, 0)
     hist = [a for a in history if now is None or a.admitted <= now]
-    spans = [(hist[i + position].admitted - hist[i].admitted).total_seconds()
-             for i in range(len(hist) - position) if hist[i + position].created <= hist[i].admitted]
+    admitted = [a.admitted for a in hist]
+    spans = []
+    for a in hist:
+        if (a.admitted - a.created).total_seconds() < QUEUED_S:  # it got in at once: the quota was free then
+            continue
+        j = bisect.bisect_right(admitted, a.created) + position - 1  # the k-th admission after it arrived
+        if j < len(hist) and hist[j].created <= a.created:
+            spans.append((hist[j].admitted - a.created).total_seconds())
     if len(spans) < min_spans:
         return ETA(None, None, len(spans))
     q = statistics.quantiles(spans, n=10, method="inclusive")
