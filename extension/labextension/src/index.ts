@@ -20,8 +20,15 @@ const CULL_POLL_MS = 60_000;
 
 /** Save the notebook, then ask for the job's settings and submit the saved version. */
 async function runOnQueue(panel: NotebookPanel, watcher: JobWatcher): Promise<void> {
-  await panel.context.ready;
-  await panel.context.save(); // what runs is what the user sees now
+  try {
+    await panel.context.ready;
+    await panel.context.save(); // what runs is what the user sees now
+  } catch (e) {
+    Notification.error(`Not submitted: saving ${panel.context.path} failed (${(e as Error).message}).`, {
+      autoClose: false
+    });
+    return;
+  }
   const choice = await askSubmit(panel.context.path);
   if (!choice) {
     return;
