@@ -51,3 +51,16 @@ def test_cli_bad_input_exits_2_with_nothing_on_stdout(capsys, tmp_path):
     assert out.out == "" and "--since" in out.err
     with pytest.raises(SystemExit):
         main(["report", str(example), "--by", "node"])
+
+
+def test_usage_page_svg_and_html_escape_hostile_names():
+    from gpu_spawner.services.usage.web import bar_chart_svg, page
+
+    rows = [{"key": "<script>alert(1)</script>", "gpu_hours_held": 3.0, "cost": 1.0, "pods": 1},
+            {"key": "b&b", "gpu_hours_held": 1.5, "cost": 0.5, "pods": 2}]
+    svg = bar_chart_svg(rows)
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "b&amp;b" in svg
+    assert 'width="420.0"' in svg and 'width="210.0"' in svg  # bars in proportion, the longest full width
+    html = page("GPU usage of <x>", rows, T0, T0 + timedelta(days=7))
+    assert "<script>" not in html and "GPU usage of &lt;x&gt;" in html
+    assert "no GPU usage in this range" in bar_chart_svg([])

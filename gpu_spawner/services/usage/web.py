@@ -1,0 +1,116 @@
+"""The showback page, a hub service (`/services/gpu-usage/`): admins see every user's GPU-hours and $, each
+user sees their own (another user's page is a 403). Logged in through the hub (OAuth); the chart is SVG
+drawn here, so the page needs no script and no CDN. Data: the usage collector's store (store.py).
+
+    python -m gpu_spawner.services.usage.web --store DIR --profiles-file FILE [--since 7d]
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import os
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from tornado import ioloop, web
+
+from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage.store import UsageStore
+
+BAR_H, LABEL_W, CHART_W = 22, 160, 420
+
+
+def bar_chart_svg(rows: list[dict[str, Any]], value: str = "gpu_hours_held", unit: str = "GPU-h") -> str:
+    """A horizontal bar chart of `rows[i][value]` labelled by `rows[i]["key"]` (pure, escaped)."""
+    top = max((float(r[value]) for r in rows), default=0.0) or 1.0
+    height = BAR_H * max(len(rows), 1) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{LABEL_W + CHART_W + 90}" '
+             f'height="{height}" aria-label="{html.escape(unit)} held">']
+    for i, r in enumerate(rows):
+        y = 5 + i * BAR_H
+        w = round(CHART_W * float(r[value]) / top, 1)
+        parts.append(f'<text x="{LABEL_W - 6}" y="{y + 15}" text-anchor="end" font-size="13">'
+                     f'{html.escape(str(r["key"]))}</text>'
+                     f'<rect class="bar" x="{LABEL_W}" y="{y + 3}" width="{w}" height="{BAR_H - 6}" fill="#2f81f7"/>'
+                     f'<text x="{LABEL_W + w + 6}" y="{y + 15}" font-size="12">{float(r[value]):.2f} {html.escape(unit)}</text>')
+    if not rows:
+        parts.append('<text x="10" y="20" font-size="13">no GPU usage in this range</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def page(title: str, rows: list[dict[str, Any]], since: datetime, until: datetime) -> str:
+    """The whole HTML page (pure)."""
+    cells = "".join(
+        f"<tr><td>{html.escape(str(r['key']))}</td><td>{r['gpu_hours_held']:.2f}</td><td>{r['cost']:.2f}</td>"
+        f"<td>{r['pods']}</td></tr>" for r in rows)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:right}"
+            "td:first-child,th:first-child{text-align:left}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><p>{since:%Y-%m-%d %H:%M} → {until:%Y-%m-%d %H:%M} UTC · GPU-hours held "
+            "(GPUs, MIG slices or time-sliced shares × hours) and their $ from the profiles file's prices</p>"
+            f"{bar_chart_svg(rows)}<table><tr><th>who / what</th><th>GPU-h held</th><th>$</th><th>pods</th></tr>"
+            f"{cells}</table></body></html>")
+
+
+def make_app(store: UsageStore, since: timedelta, prefix: str) -> web.Application:
+    args = {"store": store, "since": since}
+    return web.Application([
+        (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+        (prefix + r"users/([^/]+)/?", UsagePage, args),
+        (prefix + r"?", UsagePage, args),
+    ], cookie_secret=os.urandom(32))
+
+
+class UsagePage(HubOAuthenticated, web.RequestHandler):
+    """Who may see what: the caller's hub identity (OAuth cookie); `access:services!service=gpu-usage`."""
+
+    def initialize(self, store: UsageStore, since: timedelta) -> None:
+        self.store, self.since = store, since
+
+    def rows(self, user: str | None) -> tuple[list[dict], datetime, datetime]:
+        until = datetime.now(timezone.utc)
+        since = until - self.since
+        opened, _ = self.store.load_open()
+        lts = [*self.store.finished(), *opened.values()]
+        if user is not None:
+            lts = [lt for lt in lts if lt.user == user]
+        by = "profile" if user is not None else "user"
+        return [r.as_dict() for r in acc.aggregate(lts, since, until, by)], since, until
+
+    @web.authenticated
+    def get(self, user: str | None = None):
+        me = self.current_user
+        name, admin = me.get("name"), bool(me.get("admin"))
+        if user is None and not admin:
+            user = name
+        if user is not None and user != name and not admin:
+            raise web.HTTPError(403, "you may only see your own usage")
+        rows, since, until = self.rows(user)
+        title = f"GPU usage of {user}" if user is not None else "GPU usage by user"
+        self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+        self.finish(page(title, rows, since, until))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pytimeparse2 import parse
+
+    p = argparse.ArgumentParser(prog="gpuhub-usage-web", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", required=True)
+    p.add_argument("--since", default="7d")
+    a = p.parse_args(argv)
+    seconds = parse(a.since)
+    if not seconds or seconds <= 0:
+        p.error(f"--since {a.since!r}: a duration such as 7d")
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:9403"))
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-usage/")
+    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix).listen(url.port or 80, url.hostname)
+    ioloop.IOLoop.current().start()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
