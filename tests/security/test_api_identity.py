@@ -8,12 +8,16 @@ caller's own token; tokens are read from the Authorization header only, asynchro
 """
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 import time
 
 import pytest
 import requests
+from jupyterhub.services.auth import HubAuth
+
+from gpu_spawner.services.jobs.auth import TokenAuth
 
 from .api_hub import api_hub, clean_teams, write_profiles
 
@@ -129,3 +133,45 @@ def test_random_tokens_do_not_stall_other_users(hub):
     assert statuses == [403] * 240
     took.sort()
     assert took and took[len(took) // 2] < 2.0, took  # the median call of a known user stays quick
+
+
+async def loop_stall(work) -> float:
+    """The longest the event loop went without running a 5 ms ticker while `work()` ran."""
+    gaps, done = [0.0], asyncio.Event()
+
+    async def ticker():
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.05)
+    await work()
+    done.set()
+    await task
+    return max(gaps)
+
+
+async def test_token_lookups_do_not_block_the_event_loop(hub):
+    """The service's token check against the real hub: 300 unknown tokens at once keep the loop free, where
+    the synchronous lookup that HubAuthenticated.get_current_user() makes blocks it for each of them."""
+    hub_auth = HubAuth(api_url=f"{hub.url}/hub/api", api_token=hub.admin_token)
+    auth = TokenAuth(hub_auth, {"access:services!service=gpu-jobs"})
+    tokens = [secrets.token_hex(16) for _ in range(300)]
+
+    async def ours():
+        assert await asyncio.gather(*(auth.caller(f"token {t}") for t in tokens)) == [None] * len(tokens)
+
+    async def blocking():
+        for t in tokens:
+            assert hub_auth.user_for_token(t, use_cache=False) is None  # sync=True: what the old handler did
+
+    stall_async, stall_sync = await loop_stall(ours), await loop_stall(blocking)
+    print(f"event loop stall for {len(tokens)} unknown tokens: async {stall_async:.3f} s, sync {stall_sync:.3f} s")
+    assert auth.hub_requests == len(tokens) and len(auth.unknown) == len(tokens)
+    assert stall_async < stall_sync / 4, (stall_async, stall_sync)
+    # asked again: answered from the bounded cache of refused tokens, no hub request
+    assert await auth.caller(f"token {tokens[0]}") is None and auth.hub_requests == len(tokens)
