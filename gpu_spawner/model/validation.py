@@ -208,8 +208,8 @@ def _check_priority_ceilings(data: dict, priorities: dict[str, int], profiles: l
                            else min(priorities, key=priorities.__getitem__))
     groups = data.get("group_max_priority")
     if groups is not None and not isinstance(groups, dict):
-        out.append(Problem("group_max_priority", f"must map a JupyterHub group to a priority, e.g. {{ml-leads: high}}; "
-                                                 f"got {type(groups).__name__}"))
+        out.append(Problem("group_max_priority", "must map a JupyterHub group to a priority, e.g. "
+                                                 f"{{ml-leads: high}}; got {type(groups).__name__}"))
     for group, prio in (groups if isinstance(groups, dict) else {}).items():
         if not isinstance(prio, str) or prio not in priorities:
             out.append(Problem(f"group_max_priority.{group}", f"{prio!r} is not a priority; valid: {valid}"))
@@ -217,7 +217,8 @@ def _check_priority_ceilings(data: dict, priorities: dict[str, int], profiles: l
         if p.max_priority is None:
             continue
         if p.max_priority not in priorities:
-            out.append(Problem(f"profiles[{i}].max_priority", f"{p.max_priority!r} is not a priority; valid: {valid}"))
+            out.append(Problem(f"profiles[{i}].max_priority",
+                               f"{p.max_priority!r} is not a priority; valid: {valid}"))
             continue
         own = p.priority if p.priority in priorities else fallback
         if priorities[p.max_priority] < priorities.get(own, priorities[p.max_priority]):

@@ -152,8 +152,9 @@ class JobsHandler(Base):
             active = await self.unfinished(user)
             slug = body.get("profile") if isinstance(body, dict) else None
             try:
-                objs = plan_submission(self.cfg, user, groups, body, active.get(slug, 0) if isinstance(slug, str) else 0,
-                                       self.settings["service"], active_total=sum(active.values()))
+                on_profile = active.get(slug, 0) if isinstance(slug, str) else 0
+                objs = plan_submission(self.cfg, user, groups, body, on_profile, self.settings["service"],
+                                       active_total=sum(active.values()))
             except JobRequestError as e:
                 raise refusal(e) from None
             job = await self.create(user, objs)

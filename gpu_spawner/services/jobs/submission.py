@@ -3,8 +3,8 @@
 Every check runs before anything is created: the profile exists and the user's groups allow it, it
 has a GPU and the requested GPU count is the profile's, the user's active jobs on it stay within
 `max_per_user` and the user's jobs overall `max_jobs_per_user`, the priority is within the user's
-ceiling, the notebook path stays in home, the timeout is within bounds, the parameters are identifiers with JSON values, the
-snapshot fits in a ConfigMap.
+ceiling, the notebook path stays in home, the timeout is within bounds, the parameters are identifiers
+with JSON values within their size limits (`limits`), the snapshot fits in a ConfigMap.
 """
 from __future__ import annotations
 
