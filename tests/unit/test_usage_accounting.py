@@ -157,7 +157,10 @@ def test_store_survives_restarts_and_closes_vanished_pods(tmp_path):
     opened, seen = UsageStore(tmp_path).load_open()
     b_done = acc.lifetime_of(pod("b", "mig", T0, T0 + timedelta(minutes=5)), RULES, TEAMS)
     still, done = acc.close_missing(opened, [b_done], seen)
-    assert still == {} and {lt.uid: lt.end for lt in done} == {"a": T0 + timedelta(minutes=1), "b": T0 + timedelta(minutes=5)}
+    assert {lt.uid: lt.end for lt in done} == {"a": T0 + timedelta(minutes=1), "b": T0 + timedelta(minutes=5)}
+    assert set(still) == {"b"}  # finished but still listed: remembered, so it is finished only once
+    assert acc.close_missing(still, [b_done], seen) == (still, [])
+    assert acc.close_missing(still, [], seen) == ({}, [])  # gone at last: nothing more to record
     store.append_finished(done)
     store.append_finished(done[:1])  # a duplicate line is read once
     with store.finished_path.open("a") as f:

@@ -59,7 +59,18 @@ def wait_for(url, expr, timeout=30):
     raise AssertionError(f"no result for {expr}")
 
 
-def test_showback_on_real_prometheus(prometheus, exporter):
+@pytest.fixture
+def own_series(exporter):
+    """The exporter is shared by the session (tests/culler too): take back the series this test adds."""
+    before = set(exporter.series)
+    yield exporter
+    with exporter.lock:
+        for key in set(exporter.series) - before:
+            del exporter.series[key]
+
+
+def test_showback_on_real_prometheus(prometheus, own_series):
+    exporter = own_series
     # DCGM: a whole GPU at 50 % (PROF), one with only GPU_UTIL 40, a MIG slice with only the whole GPU's UTIL
     exporter.set_gpu("jupyter-alice", activity=0.5, util=90)
     exporter.set_gpu("jupyter-bob", util=40)

@@ -93,14 +93,17 @@ def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
 
 def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_seen: datetime) -> tuple[
         dict[str, Lifetime], list[Lifetime]]:
-    """One collection cycle: (still open, finished). A pod that ended or vanished is finished; one that
-    vanished without an end time ends when it was last seen (at most one cycle late)."""
+    """One collection cycle: (what to remember, newly finished). A pod that vanished without an end time
+    ends when it was last seen (at most one cycle late). A finished pod that is still listed (a Job's pod
+    until its TTL) is finished once: it stays remembered, with its end, until it is gone."""
     still, done = {}, []
-    live = {lt.uid: lt for lt in live}
-    for uid, lt in live.items():
-        (done.append(lt) if lt.end else still.__setitem__(uid, lt))
+    for lt in live:
+        prev = open_.get(lt.uid)
+        if lt.end and not (prev and prev.end):
+            done.append(lt)
+        still[lt.uid] = lt
     for uid, lt in open_.items():
-        if uid not in live:
+        if uid not in still and lt.end is None:
             done.append(replace(lt, end=last_seen))
     return still, done
 

@@ -4,6 +4,7 @@ or JSON). Synchronous (kubernetes + requests): the CLI and the collector loop ar
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -29,17 +30,19 @@ def read_cluster(api_client, cfg, hub_namespace: str, now: datetime,
     items = _json(pods)["items"]
     workloads: list[dict[str, Any]] = []
     for ns in sorted(teams):
-        items += _json(core.list_namespaced_pod(ns, label_selector=JOB_LABEL, _request_timeout=timeout,
-                                                _preload_content=False))["items"]
-        workloads += custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads",
-                                                          _request_timeout=timeout).get("items", [])
+        try:
+            items += _json(core.list_namespaced_pod(ns, label_selector=JOB_LABEL, _request_timeout=timeout,
+                                                    _preload_content=False))["items"]
+            workloads += custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads",
+                                                              _request_timeout=timeout).get("items", [])
+        except client.ApiException as e:
+            if e.status != 404:  # a team namespace not created yet holds nothing (gpuhub doctor says so)
+                raise
     lifetimes = [lt for p in items if (lt := acc.lifetime_of(p, rules, teams, now)) is not None]
     return lifetimes, workloads
 
 
 def _json(response) -> dict[str, Any]:
-    import json
-
     return json.loads(response.data)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpu_spawner.services.culler.decide import parse_time
+from gpu_spawner.services.jobs.status import is_true
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.eta import admissions, estimate
 
@@ -48,6 +49,8 @@ class UsageMetrics:
         self.held.clear()
         self.cost_rate.clear()
         for lt in open_:
+            if lt.end is not None:  # finished, still listed: holds nothing now
+                continue
             labels = (lt.kind, lt.user, lt.team or "", lt.profile)
             self.held.labels(*labels).inc(lt.gpus)
             self.cost_rate.labels(*labels).inc(lt.hourly_cost)
@@ -58,12 +61,14 @@ class UsageMetrics:
         self.eta.clear()
         self.evictions.clear()
         pending: dict[tuple[str, str], int] = {}
+        current: set[str] = set()
         for wl in workloads:
             key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
             admitted = acc.admitted_at(wl)
-            if admitted is None:
+            if admitted is None and not is_true(wl, "Finished"):
                 pending[key] = pending.get(key, 0) + 1
             uid = wl["metadata"].get("uid") or f"{key}/{wl['metadata'].get('name')}"
+            current.add(uid)
             if admitted and uid not in self.observed and (admitted_after is None or admitted > admitted_after):
                 created = parse_time(wl["metadata"].get("creationTimestamp"))
                 if created:
@@ -71,6 +76,7 @@ class UsageMetrics:
                 self.observed.add(uid)
             for reason, n in acc.evictions([wl]).items():
                 self.evictions.labels(*key, reason).inc(n)
+        self.observed &= current  # bounded by the Workloads that exist
         history = admissions(workloads)
         for key, n in pending.items():
             self.pending.labels(*key).set(n)
