@@ -43,7 +43,8 @@ def api_hub(cluster, state: Path, profiles: Path, groups: dict, service_args: tu
     """A dev hub whose test service may make tokens for users; `service_args` go to gpu-jobs."""
     token = secrets.token_hex(16)
     extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "api-tests-tokens", '
-             '"scopes": ["tokens", "admin:users", "read:users"], "services": ["jobs-tests"]}]\n'
+             '"scopes": ["tokens", "admin:users", "read:users", "admin:servers"], '
+             '"services": ["jobs-tests"]}]\n'
              'for _s in c.JupyterHub.services:\n'
              '    if _s["name"] == "gpu-jobs":\n'
              f'        _s["command"] = list(_s["command"]) + {list(service_args)!r}\n')

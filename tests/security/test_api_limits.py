@@ -6,6 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 
 from .api_hub import api_hub, clean_teams, write_profiles
 
@@ -98,3 +99,18 @@ def test_a_job_without_priority_never_ranks_below_low(cluster, hub, clean):
     wl = {n: cluster.wait_until(lambda n=n: cluster.workload_of("team-ds", n), 30, f"the Workload of {n}")
           for n in (plain.json()["name"], low.json()["name"])}
     assert wl[plain.json()["name"]]["spec"]["priority"] == 1000 > wl[low.json()["name"]]["spec"]["priority"] == 100
+
+
+def test_a_server_on_a_profile_without_priority_gets_the_default_class(cluster, hub):
+    """The `cpu` profile names no priority: its server pod still carries `gpuhub-normal`, which the real API
+    server resolves to 1000 (a pod without a class would be 0, below servers of `low` profiles)."""
+    hub.token("nora")  # logged in, groups set
+    admin = hub.auth(hub.admin_token)
+    r = requests.post(f"{hub.url}/hub/api/users/nora/server", headers=admin, json={"profile": "cpu"}, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    try:
+        pod = cluster.wait_until(lambda: cluster.core.list_namespaced_pod(
+            "jhub", label_selector="hub.jupyter.org/username=nora").items, 60, "nora's server pod")[0]
+        assert pod.spec.priority_class_name == "gpuhub-normal" and pod.spec.priority == 1000
+    finally:
+        requests.delete(f"{hub.url}/hub/api/users/nora/server", headers=admin, timeout=60)
