@@ -68,7 +68,8 @@ def render(rep: dict[str, Any], fmt: str) -> str:
     rec = rep["culler_gpu_hours_reclaimed"]
     return "\n".join([f"GPU showback {rep['since']} → {rep['until']}", *lines, "", wait,
                       f"evictions: {ev}",
-                      f"reclaimed by the culler: {'?' if rec is None else f'{rec:.2f}'} GPU-h"])
+                      f"reclaimed by the culler: {'?' if rec is None else f'{rec:.2f}'} GPU-h",
+                      *(f"hint: {h}" for h in rep.get("hints", []))])
 
 
 def run(args) -> int:
@@ -91,5 +92,5 @@ def run(args) -> int:
         used = collect.used_from_prometheus(args.prometheus_url, since, now, args.scrape_interval)
         reclaimed = collect.reclaimed_from_prometheus(args.prometheus_url, since, now)
     lifetimes = collect.all_lifetimes(live, UsageStore(args.store) if args.store else None)
-    print(render(collect.report(lifetimes, workloads, since, now, args.by, used, reclaimed), args.format))
+    print(render(collect.report(lifetimes, workloads, since, now, args.by, used, reclaimed, cfg), args.format))
     return 0

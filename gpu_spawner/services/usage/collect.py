@@ -70,9 +70,14 @@ def reclaimed_from_prometheus(url: str, since: datetime, until: datetime) -> flo
 
 
 def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since: datetime, until: datetime,
-           by: str, used: dict[tuple[str, str], acc.PodUse] | None, reclaimed: float | None) -> dict[str, Any]:
-    """Everything `gpuhub report` prints (pure)."""
+           by: str, used: dict[tuple[str, str], acc.PodUse] | None, reclaimed: float | None,
+           cfg=None) -> dict[str, Any]:
+    """Everything `gpuhub report` prints (pure); right-sizing hints need `cfg` and DCGM use."""
+    from gpu_spawner.services.usage.rightsize import hints
+
     rows = acc.aggregate(lifetimes, since, until, by, used)
+    costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()} if cfg is not None and used \
+        else None
     total = acc.Row("total")
     for r in rows:
         total.gpu_hours_held += r.gpu_hours_held
@@ -86,7 +91,8 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
             "rows": [r.as_dict() for r in rows], "total": total.as_dict(),
             "queue_wait_s": acc.percentiles(acc.queue_waits(workloads, since, until)),
             "evictions": acc.evictions(workloads),
-            "culler_gpu_hours_reclaimed": reclaimed}
+            "culler_gpu_hours_reclaimed": reclaimed,
+            "hints": [h.text for h in hints(lifetimes, used, cfg, costs, since, until)] if costs else []}
 
 
 def all_lifetimes(live: list[acc.Lifetime], store: UsageStore | None) -> list[acc.Lifetime]:
