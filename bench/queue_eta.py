@@ -57,7 +57,7 @@ def replay(history: list[tuple[float, float]]) -> dict:
         asked += 1
         now = T0 + timedelta(seconds=created)
         seen = [Admission(T0 + timedelta(seconds=c), T0 + timedelta(seconds=a)) for c, a in adm if a <= created]
-        e = estimate(seen[-200:], waiting + 1, now)
+        e = estimate(seen, waiting + 1, now)
         if not e.known:
             continue
         given += 1

@@ -21,6 +21,9 @@ from gpu_spawner.services.usage.accounting import admitted_at
 
 #: Fewer backlogged spans than this and the answer is "no estimate yet".
 MIN_SPANS = 5
+#: How many recent arrivals an estimate samples: recent enough to follow a changing load, and bounded, as
+#: gpu-jobs answers every status poll with an estimate for each queued job.
+HISTORY = 200
 #: A job admitted within this many seconds of its creation did not queue (Kueue takes about a second).
 QUEUED_S = 5
 
@@ -69,7 +72,7 @@ def estimate(history: list[Admission], position: int, now: datetime | None = Non
     hist = [a for a in history if now is None or a.admitted <= now]
     admitted = [a.admitted for a in hist]
     spans = []
-    for a in hist:
+    for a in hist[-HISTORY:]:  # the recent arrivals, measured against every admission
         if (a.admitted - a.created).total_seconds() < QUEUED_S:  # it got in at once: the quota was free then
             continue
         j = bisect.bisect_right(admitted, a.created) + position - 1  # the k-th admission after it arrived
