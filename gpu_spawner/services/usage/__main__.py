@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=9402, help="/metrics port (default 9402)")
     p.add_argument("--once", action="store_true", help="one cycle, then exit (tests, cron)")
     args = p.parse_args(argv)
+    if not 1 <= args.every <= 3600:
+        p.error("--every must be between 1 and 3600 seconds")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from gpu_spawner.tools.doctor_cluster import api_client
 
