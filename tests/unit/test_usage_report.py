@@ -64,3 +64,11 @@ def test_usage_page_svg_and_html_escape_hostile_names():
     html = page("GPU usage of <x>", rows, T0, T0 + timedelta(days=7))
     assert "<script>" not in html and "GPU usage of &lt;x&gt;" in html
     assert "no GPU usage in this range" in bar_chart_svg([])
+
+
+def test_usage_page_hints_and_note_are_escaped():
+    from gpu_spawner.services.usage.web import page
+
+    html = page("t", [], T0, T0, hints=["a <b> hint"], note="hints unavailable: <x>")
+    assert "<ul class='hints'><li>a &lt;b&gt; hint</li></ul>" in html and "hints unavailable: &lt;x&gt;" in html
+    assert "Right-sizing" not in page("t", [], T0, T0)

@@ -2,7 +2,8 @@
 user sees their own (another user's page is a 403). Logged in through the hub (OAuth); the chart is SVG
 drawn here, so the page needs no script and no CDN. Data: the usage collector's store (store.py).
 
-    python -m gpu_spawner.services.usage.web --store DIR --profiles-file FILE [--since 7d]
+    python -m gpu_spawner.services.usage.web --store DIR [--since 7d]
+        [--profiles-file FILE --prometheus-url URL [--scrape-interval 30]]   # right-sizing hints too
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import argparse
 import html
 import os
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
@@ -41,8 +42,12 @@ def bar_chart_svg(rows: list[dict[str, Any]], value: str = "gpu_hours_held", uni
     return "".join(parts)
 
 
-def page(title: str, rows: list[dict[str, Any]], since: datetime, until: datetime) -> str:
+def page(title: str, rows: list[dict[str, Any]], since: datetime, until: datetime,
+         hints: list[str] = (), note: str = "") -> str:
     """The whole HTML page (pure)."""
+    extra = "".join(f"<li>{html.escape(h)}</li>" for h in hints)
+    extra = (f"<h2>Right-sizing</h2><ul class='hints'>{extra}</ul>" if extra else "") + \
+        (f"<p class='note'>{html.escape(note)}</p>" if note else "")
     cells = "".join(
         f"<tr><td>{html.escape(str(r['key']))}</td><td>{r['gpu_hours_held']:.2f}</td><td>{r['cost']:.2f}</td>"
         f"<td>{r['pods']}</td></tr>" for r in rows)
@@ -52,11 +57,28 @@ def page(title: str, rows: list[dict[str, Any]], since: datetime, until: datetim
             f"<h1>{html.escape(title)}</h1><p>{since:%Y-%m-%d %H:%M} → {until:%Y-%m-%d %H:%M} UTC · GPU-hours held "
             "(GPUs, MIG slices or time-sliced shares × hours) and their $ from the profiles file's prices</p>"
             f"{bar_chart_svg(rows)}<table><tr><th>who / what</th><th>GPU-h held</th><th>$</th><th>pods</th></tr>"
-            f"{cells}</table></body></html>")
+            f"{cells}</table>{extra}</body></html>")
 
 
-def make_app(store: UsageStore, since: timedelta, prefix: str) -> web.Application:
-    args = {"store": store, "since": since}
+Hinter = Callable[[list[acc.Lifetime], datetime, datetime], list]
+
+
+def make_hinter(cfg, prometheus_url: str, scrape_interval: float) -> Hinter:
+    """Right-sizing hints (rightsize.py) from DCGM use in Prometheus over the page's range (blocking I/O)."""
+    from gpu_spawner.services.usage import collect
+    from gpu_spawner.services.usage.rightsize import hints
+
+    costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()}
+
+    def hinter(lifetimes, since, until):
+        used = collect.used_from_prometheus(prometheus_url, since, until, scrape_interval)
+        return hints(lifetimes, used, cfg, costs, since, until)
+
+    return hinter
+
+
+def make_app(store: UsageStore, since: timedelta, prefix: str, hinter: Hinter | None = None) -> web.Application:
+    args = {"store": store, "since": since, "hinter": hinter}
     return web.Application([
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"users/([^/]+)/?", UsagePage, args),
@@ -67,31 +89,32 @@ def make_app(store: UsageStore, since: timedelta, prefix: str) -> web.Applicatio
 class UsagePage(HubOAuthenticated, web.RequestHandler):
     """Who may see what: the caller's hub identity (OAuth cookie); `access:services!service=gpu-usage`."""
 
-    def initialize(self, store: UsageStore, since: timedelta) -> None:
-        self.store, self.since = store, since
-
-    def rows(self, user: str | None) -> tuple[list[dict], datetime, datetime]:
-        until = datetime.now(timezone.utc)
-        since = until - self.since
-        opened, _ = self.store.load_open()
-        lts = [*self.store.finished(), *opened.values()]
-        if user is not None:
-            lts = [lt for lt in lts if lt.user == user]
-        by = "profile" if user is not None else "user"
-        return [r.as_dict() for r in acc.aggregate(lts, since, until, by)], since, until
+    def initialize(self, store: UsageStore, since: timedelta, hinter: Hinter | None) -> None:
+        self.store, self.since, self.hinter = store, since, hinter
 
     @web.authenticated
-    def get(self, user: str | None = None):
+    async def get(self, user: str | None = None):
         me = self.current_user
         name, admin = me.get("name"), bool(me.get("admin"))
         if user is None and not admin:
             user = name
         if user is not None and user != name and not admin:
             raise web.HTTPError(403, "you may only see your own usage")
-        rows, since, until = self.rows(user)
+        until = datetime.now(timezone.utc)
+        since = until - self.since
+        opened, _ = self.store.load_open()
+        lts = [lt for lt in [*self.store.finished(), *opened.values()] if user is None or lt.user == user]
+        rows = [r.as_dict() for r in acc.aggregate(lts, since, until, "profile" if user is not None else "user")]
+        hints, note = [], ""
+        if self.hinter is not None:
+            try:
+                hints = [h.text for h in await ioloop.IOLoop.current().run_in_executor(
+                    None, self.hinter, lts, since, until)]
+            except Exception as e:  # Prometheus down: the usage still shows, the hints say why they are missing
+                note = f"right-sizing hints unavailable: GPU use could not be read ({type(e).__name__})"
         title = f"GPU usage of {user}" if user is not None else "GPU usage by user"
         self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
-        self.finish(page(title, rows, since, until))
+        self.finish(page(title, rows, since, until, hints, note))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +124,23 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True)
     p.add_argument("--since", default="7d")
+    p.add_argument("--profiles-file", help="with --prometheus-url: right-sizing hints")
+    p.add_argument("--prometheus-url")
+    p.add_argument("--scrape-interval", type=float, default=30.0, help="the DCGM exporter's, seconds")
     a = p.parse_args(argv)
+    if bool(a.profiles_file) != bool(a.prometheus_url):
+        p.error("--profiles-file and --prometheus-url go together (right-sizing hints need both)")
     seconds = parse(a.since)
     if not seconds or seconds <= 0:
         p.error(f"--since {a.since!r}: a duration such as 7d")
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:9403"))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-usage/")
-    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix).listen(url.port or 80, url.hostname)
+    hinter = None
+    if a.prometheus_url:
+        from gpu_spawner.model.profiles import load_profiles
+
+        hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
+    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, url.hostname)
     ioloop.IOLoop.current().start()
     return 0
 
