@@ -27,8 +27,8 @@ from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JO
                                   PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.model.choices import ChoiceError, check_options, choose_profile
 from gpu_spawner.model import quantities
+from gpu_spawner.model.choices import ChoiceError, check_options, choose_profile
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 RUNNER_CONTAINER = "runner"
@@ -106,12 +106,9 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
               name: str | None = None, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """[Job, ConfigMap] for one submission, or JobRequestError saying why not. `options`: the profile's option
     choices (as a server's user_options); the job runs in the image they choose, like the server."""
-    try:
-        image = check_options(profile, user, groups, {} if options is None else options).image
-    except ChoiceError as e:
-        raise JobRequestError(str(e)) from None
     try:  # callers choose first; checked again here because this builds what runs on the GPU
         choose_profile(cfg, user, groups, profile.slug, gpu=True)
+        image = check_options(profile, user, groups, {} if options is None else options).image
     except ChoiceError as e:
         raise JobRequestError(str(e)) from None
     team = cfg.team_for(groups)
