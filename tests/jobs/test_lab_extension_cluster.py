@@ -106,7 +106,7 @@ def test_run_on_gpu_queue_saves_submits_and_the_panel_follows_the_job(cluster, j
         page.locator(".jp-Cell .jp-InputArea-editor").nth(2).click()
         page.keyboard.press("Shift+Enter")
         said = page.locator(".jp-OutputArea-output").filter(has_text="JupyterLab saved lab.ipynb; submitting it.")
-        said.wait_for(timeout=60_000)
+        said.wait_for(timeout=120_000)
         assert "second edit" in nb_file.read_text()
         second = said.inner_text().split("Job ", 1)[1].split(" submitted")[0]
         assert second.startswith("gpu-alice-lab-") and second != name, said.inner_text()
