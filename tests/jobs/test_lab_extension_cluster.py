@@ -51,7 +51,8 @@ def submit_from_the_toolbar(page, path: str, profile: str, parameters: str = "")
 
 def replace_cell_source(page, index: int, text: str) -> None:
     editor = page.locator(".jp-Cell .jp-InputArea-editor").nth(index)
-    editor.click()
+    page.keyboard.press("Escape")  # a notification or dialog JupyterLab opened on load must not take the click
+    editor.click(timeout=60_000)
     page.keyboard.press("Control+A")
     page.keyboard.insert_text(text)
 

@@ -391,10 +391,11 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
     try:
         page.goto(f"{jobs_hub.url}/user/alice/lab/tree/widget.ipynb", timeout=180_000)
         page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+        page.keyboard.press("Escape")  # nothing JupyterLab opened on load may sit over the menu
         page.click("text=Run >> nth=0")
         page.click("text=Run All Cells")
         form = page.locator(".jp-OutputArea-output .widget-vbox").first
-        form.locator("text=Run this notebook as a GPU job").wait_for(timeout=60_000)
+        form.locator("text=Run this notebook as a GPU job").wait_for(timeout=120_000)
         select = form.locator(".widget-dropdown select").first
         labels = [t.replace("\xa0", " ") for t in select.locator("option").all_inner_texts()]  # ipywidgets: nbsp
         assert labels and not any("Full H100" in label for label in labels), labels  # only alice's GPU profiles
