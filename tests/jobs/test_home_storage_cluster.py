@@ -112,7 +112,7 @@ def test_a_job_reads_home_and_its_output_and_checkpoints_are_in_the_users_server
     assert [e["name"] for e in ckpt] == ["step"]
     # and it opens in alice's JupyterLab (Chromium), with the output the job wrote
     page = hub_page(hub.url, "alice", width=1300, height=900)
-    page.goto(f"{hub.url}/user/alice/lab/tree/gpu-jobs/{name}/reader.ipynb", timeout=180_000)
+    page.goto(f"{hub.url}/user/alice/lab/tree/gpu-jobs/{name}/reader.ipynb?reset", timeout=180_000)
     page.locator(".jp-OutputArea-output:has-text(\"INPUT hello from alice's home\")").first.wait_for(timeout=120_000)
     page.screenshot(path=str(artifacts / "job-output-in-home.png"))
 

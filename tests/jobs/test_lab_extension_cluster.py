@@ -9,6 +9,7 @@ import json
 import pytest
 import requests
 
+from .lab_page import open_notebook, replace_cell_source, run_cell
 from .test_service_cluster import RUN_NB, SLOW_NB, clean_teams, jobs_hub, jobs_profiles  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cluster
@@ -33,13 +34,6 @@ def stop_server(jobs_hub, user: str) -> None:
                     timeout=60)
 
 
-def open_notebook(jobs_hub, hub_page, user: str, path: str):
-    page = hub_page(jobs_hub.url, user, width=1400, height=1000)
-    page.goto(f"{jobs_hub.url}/user/{user}/lab/tree/{path}", timeout=180_000)
-    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
-    return page
-
-
 def submit_from_the_toolbar(page, path: str, profile: str, parameters: str = "") -> None:
     page.click(".gpuhub-run-button")
     dialog = page.locator(".jp-Dialog")
@@ -47,14 +41,6 @@ def submit_from_the_toolbar(page, path: str, profile: str, parameters: str = "")
     dialog.locator("select[name=profile]").select_option(profile)
     dialog.locator("textarea[name=parameters]").fill(parameters)
     dialog.locator("button:has-text('Submit')").click()
-
-
-def replace_cell_source(page, index: int, text: str) -> None:
-    editor = page.locator(".jp-Cell .jp-InputArea-editor").nth(index)
-    page.keyboard.press("Escape")  # a notification or dialog JupyterLab opened on load must not take the click
-    editor.click(timeout=60_000)
-    page.keyboard.press("Control+A")
-    page.keyboard.insert_text(text)
 
 
 def test_run_on_gpu_queue_saves_submits_and_the_panel_follows_the_job(cluster, jobs_hub, clean_teams, hub_page,
@@ -66,10 +52,9 @@ def test_run_on_gpu_queue_saves_submits_and_the_panel_follows_the_job(cluster, j
     start_server(jobs_hub, "alice")
     page = hub_page(jobs_hub.url, "alice", width=1400, height=1000)
     try:
-        page.goto(f"{jobs_hub.url}/user/alice/lab/tree/lab.ipynb", timeout=180_000)
-        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+        panel = open_notebook(page, jobs_hub.url, "alice", "lab.ipynb")
         # edited in the browser, not saved
-        replace_cell_source(page, 1, "print('edited in the browser', steps * 7)")
+        replace_cell_source(page, panel, 1, "print('edited in the browser', steps * 7)")
         assert "edited in the browser" not in nb_file.read_text()
         assert page.locator(".jp-mod-dirty").count() >= 1  # JupyterLab marks the tab unsaved
         page.click(".gpuhub-run-button")
@@ -102,11 +87,10 @@ def test_run_on_gpu_queue_saves_submits_and_the_panel_follows_the_job(cluster, j
         page.locator(".jp-Dialog").wait_for(state="detached", timeout=10_000)
 
         # %gpu_submit in an edited, unsaved notebook: the magic asks JupyterLab to save first
-        replace_cell_source(page, 1, "print('second edit', steps + 40)")
+        replace_cell_source(page, panel, 1, "print('second edit', steps + 40)")
         assert "second edit" not in nb_file.read_text()
-        page.locator(".jp-Cell .jp-InputArea-editor").nth(2).click()
-        page.keyboard.press("Shift+Enter")
-        said = page.locator(".jp-OutputArea-output").filter(has_text="JupyterLab saved lab.ipynb; submitting it.")
+        run_cell(page, panel, 2)
+        said = panel.locator(".jp-OutputArea-output").filter(has_text="JupyterLab saved lab.ipynb; submitting it.")
         said.wait_for(timeout=120_000)
         assert "second edit" in nb_file.read_text()
         second = said.inner_text().split("Job ", 1)[1].split(" submitted")[0]
@@ -139,7 +123,8 @@ def test_a_queued_job_moves_to_succeeded_in_the_panel_once_the_blocker_is_cancel
     cluster.wait_until(lambda: jobs_hub.status("tina", blocker)["state"] != "Queued", 60, "the long job to start")
     start_server(jobs_hub, "tina")
     try:
-        page = open_notebook(jobs_hub, hub_page, "tina", "quick.ipynb")
+        page = hub_page(jobs_hub.url, "tina", width=1400, height=1000)
+        open_notebook(page, jobs_hub.url, "tina", "quick.ipynb")
         submit_from_the_toolbar(page, "quick.ipynb", "t4-shared")
         page.click(".lm-TabBar-tab[title='GPU jobs']")
         row = page.locator(".gpuhub-job").filter(has_text="quick.ipynb").first

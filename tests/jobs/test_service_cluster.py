@@ -20,6 +20,7 @@ from devcluster.testing import JobsHub, hub_with_agent
 from extension.widgets import view
 
 from .conftest import NB
+from .lab_page import open_notebook
 
 pytestmark = pytest.mark.cluster
 
@@ -389,12 +390,10 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
     assert r.status_code in (201, 202), r.text
     page = hub_page(jobs_hub.url, "alice", width=1300, height=1000)
     try:
-        page.goto(f"{jobs_hub.url}/user/alice/lab/tree/widget.ipynb", timeout=180_000)
-        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
-        page.keyboard.press("Escape")  # nothing JupyterLab opened on load may sit over the menu
+        panel = open_notebook(page, jobs_hub.url, "alice", "widget.ipynb")
         page.click("text=Run >> nth=0")
         page.click("text=Run All Cells")
-        form = page.locator(".jp-OutputArea-output .widget-vbox").first
+        form = panel.locator(".jp-OutputArea-output .widget-vbox").first
         form.locator("text=Run this notebook as a GPU job").wait_for(timeout=120_000)
         select = form.locator(".widget-dropdown select").first
         labels = [t.replace("\xa0", " ") for t in select.locator("option").all_inner_texts()]  # ipywidgets: nbsp
@@ -418,22 +417,21 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         assert link.startswith("/user/alice/lab/tree/gpu-jobs/gpu-alice-widget-") and link.endswith("/widget.ipynb")
         page.screenshot(path=str(artifacts / "gpu-submit-status.png"))
         # one widget only: the magic displays it and returns nothing (no second copy as the cell's Out)
-        assert page.locator("text=✔ Succeeded").count() == 1
+        assert panel.locator("text=✔ Succeeded").count() == 1
         job = link.split("/")[-2]
         # a long job from elsewhere (another notebook, the API) is running meanwhile
         r = jobs_hub.submit("alice", profile="t4-shared", notebook=SLOW_NB, parameters={"steps": 120})
         assert r.status_code == 201, r.text
         slow = r.json()["name"]
         # a browser refresh loses the live widget; %gpu_jobs shows the jobs again, unfinished ones live
-        page.reload()
-        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
-        page.locator(".jp-Cell .jp-InputArea-editor:has-text('%gpu_jobs')").click()
+        panel = open_notebook(page, jobs_hub.url, "alice", "widget.ipynb")
+        panel.locator(".jp-Cell .jp-InputArea-editor:has-text('%gpu_jobs')").click()
         page.keyboard.press("Shift+Enter")
-        again = page.locator(".jp-OutputArea-output .widget-html").filter(has_text=f"{job}: Succeeded")
+        again = panel.locator(".jp-OutputArea-output .widget-html").filter(has_text=f"{job}: Succeeded")
         again.wait_for(timeout=60_000)
         assert "widget.ipynb" in again.inner_text()
         assert again.locator("a:has-text('output notebook')").get_attribute("href") == link
-        live = page.locator(".jp-OutputArea-output .widget-hbox").filter(has_text=slow)
+        live = panel.locator(".jp-OutputArea-output .widget-hbox").filter(has_text=slow)
         live.locator("text=▶ Running").wait_for(timeout=90_000)
         live.locator("button:has-text('Cancel')").click()
         live.locator("text=■ Cancelled").wait_for(timeout=30_000)
