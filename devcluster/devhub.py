@@ -60,6 +60,20 @@ class HubSettings:
         return f"http://127.0.0.1:{self.port}"
 
 
+def loopback_lines(state_dir: Path, port: int) -> str:
+    """Config lines every local hub shares: loopback only, free internal ports, the repo's proxy, and its
+    database, cookie secret and pid file in `state_dir` (several hubs may run at once)."""
+    return f'''c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {free_port()}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
+c.JupyterHub.db_url = "sqlite:///{state_dir / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = {str(state_dir / 'cookie_secret')!r}
+c.JupyterHub.pid_file = {str(state_dir / 'jupyterhub.pid')!r}'''
+
+
 def write_config(s: HubSettings) -> Path:
     """The dev layer: loopback only, DevAuthenticator, local proxy; then the repo's own config."""
     import yaml
@@ -84,16 +98,7 @@ configure(c, {str(s.profiles)!r},
                                  "AgentLogs.state_dir": {str(s.state_dir)!r},
                                  "GPUJobs.pod_labels": "{DEV_AGENT_LABEL}=run"}}}},
           jobs_url_for_servers={s.url + "/services/gpu-jobs/"!r})
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {s.port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {free_port()}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
-c.JupyterHub.db_url = "sqlite:///{s.state_dir / 'jupyterhub.sqlite'}"
-c.JupyterHub.cookie_secret_file = {str(s.state_dir / 'cookie_secret')!r}
-c.JupyterHub.pid_file = {str(s.state_dir / 'jupyterhub.pid')!r}
-c.JupyterHub.authenticator_class = "devcluster.devauth.DevAuthenticator"
+{loopback_lines(s.state_dir, s.port)}c.JupyterHub.authenticator_class = "devcluster.devauth.DevAuthenticator"
 c.DevAuthenticator.groups_file = {str(groups)!r}
 c.Authenticator.admin_users = {set(s.admin_users)!r}
 c.JupyterHub.authenticate_prometheus = False

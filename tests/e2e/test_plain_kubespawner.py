@@ -3,7 +3,6 @@ own profile_list with profile_options, KubeSpawner's form, KubeSpawner's pod), a
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import urllib.request
 import pytest
 from kubernetes.client import ApiException
 
-from devcluster.devhub import free_port, login, proxy_command, xsrf_token
+from devcluster.devhub import free_port, login, loopback_lines, xsrf_token
 
 pytestmark = pytest.mark.cluster
 
@@ -28,14 +27,7 @@ PROFILE_LIST = [
 
 def hub_config(tmp_path, port: int) -> str:
     return f"""c = get_config()  # noqa
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {free_port()}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
-c.JupyterHub.db_url = "sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
-c.JupyterHub.cookie_secret = bytes.fromhex({secrets.token_hex(32)!r})
+{loopback_lines(tmp_path, port)}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
 c.JupyterHub.spawner_class = "gpu_spawner.hub.spawner.GPUSpawner"

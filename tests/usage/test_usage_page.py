@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from culler.fixtures import SCRAPE, _stop, _wait_http, exporter, prometheus  # noqa: F401 (fixtures)
-from devcluster.devhub import free_port, proxy_command
+from devcluster.devhub import free_port, loopback_lines
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.accounting import Lifetime
@@ -52,15 +52,7 @@ def usage_hub(tmp_path_factory, prometheus, exporter):
                        f"--scrape-interval={SCRAPE}"]}
     config = state / "jupyterhub_config.py"
     config.write_text(f"""c = get_config()  # noqa: F821
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {free_port()}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-c.ConfigurableHTTPProxy.command = [{proxy_command()!r}]
-c.JupyterHub.db_url = "sqlite:///{state / 'jupyterhub.sqlite'}"
-c.JupyterHub.cookie_secret = bytes.fromhex({secrets.token_hex(32)!r})
-c.JupyterHub.pid_file = {str(state / 'jupyterhub.pid')!r}
+{loopback_lines(state, port)}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {{"boss"}}
