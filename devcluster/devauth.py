@@ -81,4 +81,5 @@ class DevAuthenticator(Authenticator):
         name = (data.get("username") or "").strip()
         if not name:
             return None
+        name = self.normalize_username(name)  # "Alice" logs in as the hub's "alice" and gets alice's groups
         return {"name": name, "groups": self.groups_for(name)}

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.cluster
 ODD = ["admin?", "a#b", "with space", "ünï", "Alice", "x%2fy", "admin?all=1"]
 #: Names JupyterHub refuses at login (validate_username): they can never hold a token.
 REFUSED = ["a/b", "..", "%2e%2e"]
-#: The DevAuthenticator looks groups up by the name as typed, before JupyterHub lower-cases it.
-GROUPS = {"alice": ["data-science"], "Alice": ["data-science"], "admin": ["data-science", "ml-research"],
+#: The DevAuthenticator looks groups up by the hub's (lower-cased) name: `Alice` gets alice's groups.
+GROUPS = {"alice": ["data-science"], "admin": ["data-science", "ml-research"],
           "rita": ["ml-research"]}
 
 

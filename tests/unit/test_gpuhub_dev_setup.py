@@ -143,3 +143,16 @@ def test_begin_makes_every_signal_a_hurry(handlers):
     stopping.begin()
     os.kill(os.getpid(), signal.SIGHUP)
     assert stopping.hurry.is_set()
+
+
+def test_dev_authenticator_gives_groups_to_the_name_the_hub_keeps(tmp_path):
+    """JupyterHub lower-cases user names; groups must follow the stored name, not the typed one."""
+    import asyncio
+
+    groups = tmp_path / "groups.yaml"
+    groups.write_text("alice: [data-science]\n")
+    auth = DevAuthenticator(parent=JupyterHub(ip="127.0.0.1"), groups_file=str(groups))
+    said = asyncio.run(auth.authenticate(None, {"username": "  Alice "}))
+    assert said == {"name": "alice", "groups": ["data-science"]}
+    assert asyncio.run(auth.authenticate(None, {"username": "bob"})) == {"name": "bob", "groups": []}
+    assert asyncio.run(auth.authenticate(None, {"username": "  "})) is None
