@@ -115,3 +115,23 @@ def test_kueue_evictions_still_count_after_readmission():
     assert s["state"] == "Preempted-and-resumed" and s["preempted"] == 2
     j["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
     assert derive_status(j, wl, [])["preempted"] == 2
+
+
+def test_queued_status_is_explained_in_plain_words_with_kueues_text_kept():
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from gpu_spawner.services.jobs.words import explain
+
+    cfg = load_profiles(EXAMPLE_PROFILES)
+    j = job()
+    wl = workload(j["metadata"]["name"])
+    wl["status"]["conditions"][0]["message"] = ("couldn't assign flavors to pod set main: flavor gpuh100 doesn't "
+                                                "match node affinity, insufficient unused quota for "
+                                                "nvidia.com/mig-1g.10gb in flavor gpumig, 1 more needed")
+    s = explain(cfg, derive_status(j, wl, [], {"position": 1, "of": 2}))
+    assert s["message"] == "your team's 14 A100 80GB MIG slices are in use; starts when one finishes — 1 of 2 waiting"
+    assert s["kueue_message"].startswith("couldn't assign flavors") and s["kueue_reason"] == "Pending"
+    preempted = explain(cfg, derive_status(job(suspend=True), workload(j["metadata"]["name"], evicted=True),
+                                           [pod("p1", phase="Failed", exit_code=143)], {"position": 1, "of": 1}))
+    assert preempted["message"].startswith("preempted; waiting to resume — ")
+    running = derive_status(job(suspend=False), workload(j["metadata"]["name"], admitted=True), [pod("p1")])
+    assert explain(cfg, running) == running

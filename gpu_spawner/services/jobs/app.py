@@ -6,6 +6,7 @@
   GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`)
   DELETE /jobs/{name}       cancel
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
+  GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
 A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs.
 Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed service).
 """
@@ -33,7 +34,7 @@ from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs import limits, words
 from gpu_spawner.services.jobs.auth import Caller, TokenAuth
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
@@ -108,6 +109,10 @@ class Base(web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(obj))
 
+    def explained(self, statuses: list[dict]) -> list[dict]:
+        """Queued jobs' Kueue reasons in plain words (Kueue's own stay in `kueue_message`)."""
+        return [words.explain(self.cfg, s) for s in statuses]
+
     async def own_job(self, name: str) -> dict:
         try:
             limits.job_name(name)
@@ -128,7 +133,7 @@ class JobsHandler(Base):
     async def get(self):
         everyone = self.who.admin and self.get_argument("all", "") in ("1", "true", "yes")
         jobs = await self.kube.jobs(None if everyone else self.who.name)
-        statuses = await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0")
+        statuses = self.explained(await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0"))
         statuses.sort(key=lambda s: s.get("created") or "", reverse=True)
         self.send({"jobs": statuses})
 
@@ -161,7 +166,7 @@ class JobsHandler(Base):
             if await self.kube.job(job["metadata"]["name"]) is None:  # the cache has not seen it yet: count it
                 gate.created(user, job["metadata"]["name"], slug)
         log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
-        (status,) = await self.kube.statuses([job], with_logs=False)
+        (status,) = self.explained(await self.kube.statuses([job], with_logs=False))
         self.send(status, 201)
 
     async def create(self, user: str, objs: list[dict]) -> dict:
@@ -182,7 +187,7 @@ class JobsHandler(Base):
 class JobHandler(Base):
     async def get(self, name):
         job = await self.own_job(name)
-        (status,) = await self.kube.statuses([job])
+        (status,) = self.explained(await self.kube.statuses([job]))
         self.send(status)
 
     async def delete(self, name):
@@ -233,7 +238,9 @@ class HealthHandler(web.RequestHandler):
 
 
 def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
-             prefix: str = "/") -> web.Application:
+             prefix: str = "/", notifier=None, hub_url: str = "") -> web.Application:
+    from gpu_spawner.services.notify import web as notify_web  # it builds on Base, above
+
     p = prefix.rstrip("/")
     return web.Application([
         (rf"{p}/health", HealthHandler),
@@ -241,7 +248,8 @@ def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceS
         (rf"{p}/jobs/([^/]+)/?", JobHandler),  # any name: a bad one is a clear 400 (limits.job_name)
         (rf"{p}/jobs/([^/]+)/logs", LogsHandler),
         (rf"{p}/profiles/?", ProfilesHandler),
-    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate())
+        *notify_web.routes(p),
+    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(), notifier=notifier, hub_url=hub_url)
 
 
 def listen_address(host: str | None) -> str:
@@ -260,6 +268,8 @@ def listen_address(host: str | None) -> str:
 async def serve(opts) -> None:
     """Run the service with `options.GPUJobs` settings until stopped."""
     from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
+    from gpu_spawner.services.notify.options import Notifications
+    from gpu_spawner.services.notify.watch import watch_jobs
 
     path = opts.profiles_file or profiles_path()
     if not path:  # never the example file: a service without the hub's profiles would check nothing right
@@ -285,7 +295,11 @@ async def serve(opts) -> None:
     auth = TokenAuth(HubAuth(access_scopes={access}), {access})
     url = urlparse(opts.url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
-    app = make_app(cfg, kube, auth, service, prefix)
+    notifications = Notifications(parent=opts)
+    notifier = notifications.notifier()  # None: the admin set no channel
+    app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url)
+    if notifier is not None:  # job state changes → the e-mails and webhooks users opted into
+        app.settings["notify_watch"] = asyncio.create_task(watch_jobs(kube, notifier, notifications.hub_url))
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)

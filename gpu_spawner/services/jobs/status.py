@@ -154,6 +154,10 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
             out["message"] = "waiting for Kueue to queue it"
         elif c := condition(workload, "QuotaReserved"):
             out["message"] = c.get("message") or ""
+            # Kueue's own words, kept for "details"; `explain` (services/jobs/words.py) puts plain ones in message
+            out["kueue_message"], out["kueue_reason"] = out["message"], c.get("reason")
+        if preempted and not out.get("kueue_message") and (c := condition(workload, "Evicted")) and c.get("message"):
+            out["kueue_message"], out["kueue_reason"] = c["message"], c.get("reason")
         if preempted:
             out["message"] = f"preempted; waiting to resume ({out['message']})" if out["message"] else \
                 "preempted; waiting to resume"

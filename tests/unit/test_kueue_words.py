@@ -1,0 +1,87 @@
+"""Kueue's condition messages (as Kueue writes them into Workload conditions) told in plain words."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from gpu_spawner.model.kueue_words import QueueContext, context_for, plain_reason, slot_noun
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+
+CFG = load_profiles(EXAMPLE_PROFILES)
+T4 = context_for(CFG, "team-ds", "t4-shared", position=1, of=2)
+
+
+def test_context_reads_the_teams_quota_and_the_pools_unit():
+    assert (T4.team, T4.pool, T4.quota, T4.noun, T4.position, T4.of) == ("data-science", "gput4", 8, "T4 slots", 1, 2)
+    mig = context_for(CFG, "team-mlr", "a100-mig-1g10gb")
+    assert mig.quota == 7 and mig.noun.endswith("MIG slices")
+    assert slot_noun(CFG.pools["gpuh100"]).endswith("GPUs")
+    unknown = context_for(CFG, "nowhere", "no-such-profile")
+    assert (unknown.team, unknown.pool, unknown.quota) == (None, None, None)
+
+
+def test_quota_in_use_names_the_teams_slots_and_the_place_in_the_queue():
+    raw = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gput4, " \
+          "1 more needed"
+    assert plain_reason(raw, T4, "Pending") == "your team's 8 T4 slots are in use; starts when one finishes — " \
+                                                "1 of 2 waiting"
+
+
+def test_flavors_of_pools_the_user_never_chose_are_left_out():
+    raw = ("couldn't assign flavors to pod set main: flavor gpuh100 doesn't match node affinity, flavor gpumig "
+           "doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor gput4, 1 more needed")
+    said = plain_reason(raw, T4)
+    assert said.startswith("your team's 8 T4 slots are in use")
+    assert "gpuh100" not in said and "affinity" not in said
+
+
+def test_request_above_the_teams_whole_quota_can_never_start():
+    raw = ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gput4, "
+           "request > maximum capacity (12 > 8)")
+    said = plain_reason(raw, T4)
+    assert "more T4 slots than your team's quota can ever give (12 asked, at most 8 possible)" in said
+    assert "ask an admin to raise the team's quota" in said
+    older = "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gput4 in " \
+            "ClusterQueue"
+    assert "can ever give, so it cannot start" in plain_reason(older, T4)
+
+
+def test_resource_without_quota_and_namespace_selector_are_setup_problems():
+    said = plain_reason("couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in "
+                        "ClusterQueue", T4)
+    assert said.startswith("your team's quota has no T4 slots")
+    said = plain_reason("Workload namespace doesn't match ClusterQueue selector", T4, "Inadmissible")
+    assert "does not take jobs from this namespace" in said and "gpuhub doctor" in said
+    for raw in ("ClusterQueue team-data-science is inactive", "LocalQueue data-science doesn't exist",
+                "ClusterQueue team-data-science doesn't exist"):
+        assert plain_reason(raw, T4, "Inadmissible").startswith("your team's queue is not ready"), raw
+    taint = "couldn't assign flavors to pod set main: untolerated taint {sku gpu NoSchedule} in flavor gput4"
+    assert "disagree about where this job may run" in plain_reason(taint, T4)
+
+
+@pytest.mark.parametrize("raw,reason,why", [
+    ("Preempted to accommodate a workload (UID: 5c1f, JobUID: 77aa) due to prioritization in the ClusterQueue",
+     "InClusterQueue", "a higher-priority job needed the GPU"),
+    ("Preempted to accommodate a workload (UID: 5c1f, JobUID: 77aa) due to reclamation within the cohort",
+     "InCohortReclamation", "another team took back GPUs it had lent to yours"),
+    ("Preempted to accommodate a workload (UID: 5c1f, JobUID: 77aa) due to Fair Sharing within the cohort",
+     "InCohortFairSharing", "shared out fairly"),
+    ("Preempted to accommodate a higher priority Workload", "Preempted", "a higher-priority job needed the GPU"),
+])
+def test_preemption_messages(raw, reason, why):
+    said = plain_reason(raw, T4, reason)
+    assert why in said and "resume from its last checkpoint" in said and "UID" not in said
+
+
+def test_pending_preemption_and_empty_or_unknown_messages():
+    assert plain_reason("Pending the preemption of 2 workload(s)", T4).startswith(
+        "making room: 2 lower-priority jobs are being stopped")
+    assert plain_reason("", T4) == "waiting in your team's queue — 1 of 2 waiting"
+    assert plain_reason("something Kueue says one day", QueueContext()) == "waiting in your team's queue"
+
+
+@given(st.text(max_size=300))
+def test_any_message_gives_a_short_sentence_without_raw_kueue_terms(raw):
+    said = plain_reason(raw, T4)
+    assert said and len(said) < 300
+    assert "pod set" not in said and "flavor" not in said
