@@ -13,6 +13,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -45,20 +46,56 @@ def read_snapshot(path: Path) -> dict:
     return json.loads(raw)
 
 
-class CellProgress(logging.Handler):
-    """Turns papermill's 'Executing Cell N' log lines into our progress lines (the widget reads them)."""
+#: Papermill's own log lines that say nothing about the notebook (its paths, its kernel, the missing-tag
+#: warning), and the text/plain stand-ins of rich outputs (`<IPython.core.display.HTML object>`,
+#: `<Figure size 640x480 with 1 Axes>`): the output notebook shows those outputs, the log would not.
+_BOILERPLATE = re.compile(r"^(Input Notebook:|Output Notebook:|Executing notebook with kernel|Executing Cell|"
+                          r"Ending Cell|Input notebook does not contain a cell with tag|Black is not installed)")
+_REPR = re.compile(r"^<[\w.]+(?: [^<>]*)? object>$|^<Figure size [^<>]*>$")
 
-    def __init__(self, total: int):
+
+def log_line(message: str) -> str | None:
+    """What of one papermill log record goes into the job's log (None: nothing)."""
+    if _BOILERPLATE.match(message.lstrip()):
+        return None
+    kept = [ln for ln in message.rstrip().splitlines() if not _REPR.match(ln.strip())]
+    text = "\n".join(kept).rstrip()
+    return text if text.strip() else None
+
+
+def injected_at(cells: list[dict], parameters: dict) -> int | None:
+    """1-based index of the cell papermill inserts for the parameters (after the `parameters` cell, else
+    first), None when it inserts none (no parameters)."""
+    if not parameters:
+        return None
+    tagged = [i for i, c in enumerate(cells) if "parameters" in ((c.get("metadata") or {}).get("tags") or [])]
+    return tagged[-1] + 2 if tagged else 1
+
+
+def user_cell(n: int, injected: int | None) -> int | None:
+    """Papermill's cell `n` as the user counts the cells of their notebook (None: the injected cell)."""
+    if injected is None or n < injected:
+        return n
+    return None if n == injected else n - 1
+
+
+class CellProgress(logging.Handler):
+    """Turns papermill's 'Executing Cell N' log lines into our progress lines (the widget reads them),
+    counted as the user's notebook counts them (the injected parameters cell is not one of them)."""
+
+    def __init__(self, total: int, injected: int | None = None):
         super().__init__(logging.INFO)
-        self.total = total
+        self.total, self.injected = total, injected
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
         if msg.startswith("Executing Cell"):
-            n = "".join(ch for ch in msg if ch.isdigit())
-            say(cell_progress(n, self.total))
-        elif msg.strip() and not msg.startswith(("Executing", "Ending Cell")):
-            print(msg.rstrip(), flush=True)
+            digits = "".join(ch for ch in msg if ch.isdigit())
+            n = user_cell(int(digits), self.injected) if digits else None
+            if n is not None:
+                say(cell_progress(n, self.total))
+        elif (line := log_line(msg)) is not None:
+            print(line, flush=True)
 
 
 def _mark_stopped(output: Path, why: str) -> None:
@@ -115,9 +152,8 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
         say(f"the earlier attempt's output is kept as {kept}")
     source = output.with_suffix(".input.ipynb")
     source.write_text(json.dumps(nb))
-    injected = bool(parameters) and any("parameters" in (c.get("metadata") or {}).get("tags", [])
-                                        for c in nb.get("cells", []))
-    logging.getLogger("papermill").addHandler(CellProgress(len(nb.get("cells", [])) + injected))
+    cells = nb.get("cells", [])
+    logging.getLogger("papermill").addHandler(CellProgress(len(cells), injected_at(cells, parameters)))
     logging.getLogger("papermill").setLevel(logging.INFO)
 
     def on_sigterm(signum, frame):

@@ -57,6 +57,15 @@ def outputs_text(nb_path: Path) -> str:
                    for c in nb["cells"] for o in c.get("outputs", []))
 
 
+def test_rich_outputs_leave_no_stand_in_text_in_the_log(tmp_path):
+    snap = snapshot(tmp_path, "from IPython.display import HTML, display\ndisplay(HTML('<b>hi</b>'))\nprint('plain')")
+    proc = runner(tmp_path, snap, {}, tmp_path)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_OK, log
+    assert "plain" in log and "IPython.core.display.HTML object" not in log
+    assert "cell 2/2 running" in log  # no parameters: nothing injected, nothing left out
+
+
 def test_parameters_progress_and_output(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -64,7 +73,9 @@ def test_parameters_progress_and_output(tmp_path):
     proc = runner(tmp_path, snap, {"steps": 4}, ckpt)
     log, _ = proc.communicate(timeout=180)
     assert proc.returncode == EXIT_OK, log
-    assert "[gpuhub-runner]" in log and "cell 3/4 running" in log
+    # three cells as the user counts them: the injected parameters cell is not one of them
+    assert "[gpuhub-runner]" in log and "cell 3/3 running" in log and "/4 running" not in log
+    assert "Input Notebook:" not in log and "Executing notebook with kernel" not in log  # papermill boilerplate
     assert "over TCP" not in log  # the kernel talks over Unix sockets, not TCP ports
     out = tmp_path / "out" / "train.ipynb"
     text = outputs_text(out)
