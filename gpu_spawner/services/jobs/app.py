@@ -27,6 +27,7 @@ from tornado.httpserver import HTTPServer
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
+from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.hub.informers import TimeoutApiClient
 from gpu_spawner.services.jobs.cache import JobsCache
@@ -219,7 +220,8 @@ class ProfilesHandler(Base):
         for p in self.cfg.profiles_for(groups):
             if p.is_gpu:
                 out.append({"slug": p.slug, "display_name": p.display_name, "description": p.description,
-                            "gpus": p.gpu.count, "resource": self.cfg.resource_name(p), "pool": p.pool,
+                            "gpus": p.gpu.count, "gpu_label": gpu_amount(self.cfg, p),  # "¼ T4 (time-sliced)"
+                            "resource": self.cfg.resource_name(p), "pool": p.pool,
                             "priority": self.cfg.effective_priority(p), "max_per_user": p.max_per_user,
                             "priorities": self.cfg.allowed_priorities(p, groups),
                             "max_timeout": min(p.max_job_timeout or JobSettings().max_timeout,
