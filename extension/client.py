@@ -17,7 +17,12 @@ SERVICE = JOBS_SERVICE
 
 
 class JobsError(RuntimeError):
-    """The service refused or could not be reached; the message is for the user."""
+    """The service refused or could not be reached; the message is for the user (a sentence, no "HTTP 400":
+    the code is in `status`, None when there was no answer)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def service_url(env: dict | None = None) -> str:
@@ -118,7 +123,7 @@ class JobsClient:
                 message = r.json().get("message") or r.reason
             except ValueError:
                 message = r.text[:300] or r.reason
-            raise JobsError(f"{message} (HTTP {r.status_code})")
+            raise JobsError(str(message), r.status_code)
         return r
 
     def profiles(self) -> dict:

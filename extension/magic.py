@@ -83,9 +83,9 @@ class GPUMagics(Magics):
 
     def _say(self, text: str, error: bool = False) -> None:
         from IPython.display import HTML, display
-        import html
-        color = "#cf222e" if error else "#57606a"
-        display(HTML(f"<div style='color:{color}'>{html.escape(text)}</div>"))
+
+        from .widgets import note_html
+        display(HTML(note_html(text, error)))  # theme colours; an error is announced (role=alert)
 
     def submit(self, client: JobsClient, profile: str, parameters: dict, priority: str | None, timeout: str | None,
                notebook: str | None = None, options: dict | None = None):
@@ -138,7 +138,7 @@ class GPUMagics(Magics):
         import ipywidgets as w
         from IPython.display import display
 
-        from .widgets import FINAL, StatusWidget, output_link
+        from .widgets import FINAL, TEXT, StatusWidget, output_link
 
         try:
             jobs = self._client().jobs(everyone="--all" in line.split())
@@ -155,9 +155,9 @@ class GPUMagics(Magics):
             if j.get("state") in FINAL:
                 link = "" if j["state"] == "Cancelled" else \
                     f' · <a href="{html.escape(output_link(j))}" target="_blank">output notebook</a>'
-                rows.append(w.HTML(f"<b>{html.escape(j['name'])}</b>: {html.escape(j['state'])} — "
+                rows.append(w.HTML(f"<div style='{TEXT}'><b>{html.escape(j['name'])}</b>: {html.escape(j['state'])} — "
                                    f"{html.escape(j.get('message') or '')} ({html.escape(str(j.get('notebook')))})"
-                                   + link))
+                                   + link + "</div>"))
             else:
                 rows.append(StatusWidget(client, j["name"], j).box)
         display(w.VBox(rows))

@@ -15,9 +15,15 @@ from gpu_spawner.contract import (ADMITTED, CANCELLED, CLIENT_FINAL, FAILED, QUE
                                   UNKNOWN)
 from gpu_spawner.parameters import format_value, parse_assignments, split_assignments
 
-STYLE = {QUEUED: ("#8a6d00", "⏳"), ADMITTED: ("#1f6feb", "✅"), RUNNING: ("#1a7f37", "▶"),
-         RESUMED: ("#9a6700", "↻"), SUCCEEDED: ("#1a7f37", "✔"), FAILED: ("#cf222e", "✖"),
-         CANCELLED: ("#57606a", "■"), UNKNOWN: ("#57606a", "?")}
+#: State → (JupyterLab theme colour of the widget's left border, icon). The colour marks the state beside
+#: the words, never as text colour: every text uses the theme's font colours (readable in light and dark).
+STYLE = {QUEUED: ("var(--jp-warn-color1, #f57c00)", "⏳"), ADMITTED: ("var(--jp-brand-color1, #1976d2)", "✅"),
+         RUNNING: ("var(--jp-success-color1, #388e3c)", "▶"), RESUMED: ("var(--jp-warn-color1, #f57c00)", "↻"),
+         SUCCEEDED: ("var(--jp-success-color1, #388e3c)", "✔"), FAILED: ("var(--jp-error-color1, #d32f2f)", "✖"),
+         CANCELLED: ("var(--jp-border-color1, #bdbdbd)", "■"), UNKNOWN: ("var(--jp-border-color1, #bdbdbd)", "?")}
+#: Text in the theme's own colours: primary and secondary (both at least 4.5:1 on the theme's background).
+TEXT = "color: var(--jp-ui-font-color1, #000000de)"
+MUTED = "color: var(--jp-ui-font-color1, #000000de); opacity: .85"
 FINAL = CLIENT_FINAL
 #: States whose pod has run: the log and the output notebook are worth showing.
 _HAS_RUN = (RUNNING, RESUMED, SUCCEEDED, FAILED)
@@ -84,13 +90,27 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
 
 
 def render_html(name: str, v: dict, status: dict | None) -> str:
+    """The widget's head: name, state and plain-words detail; Kueue's own text only under "details"."""
     link = f' · <a href="{html.escape(v["link"])}" target="_blank">output notebook</a>' if v.get("link") else ""
     extra = ""
     if status:
-        extra = (f'<div style="color:#57606a;font-size:90%">{html.escape(str(status.get("profile")))} · '
+        extra = (f'<div style="{MUTED};font-size:90%">{html.escape(str(status.get("profile")))} · '
                  f'priority {html.escape(str(status.get("priority")))} · {html.escape(str(status.get("notebook")))}</div>')
-    return (f'<div><b>{html.escape(name)}</b>: <span style="color:{v["color"]};font-weight:bold">{v["icon"]} '
-            f'{html.escape(v["title"])}</span>{link}<div>{html.escape(v["detail"])}</div>{extra}</div>')
+    raw = (status or {}).get("kueue_message") if v["state"] == QUEUED else None
+    details = (f'<details><summary>details</summary><div style="{TEXT}">Kueue says: '
+               f'<code>{html.escape(raw)}</code></div></details>') if raw else ""
+    return (f'<div class="gpuhub-job-status" data-state="{html.escape(v["state"])}" style="{TEXT};border-left:4px '
+            f'solid {v["color"]};padding-left:.6em"><b>{html.escape(name)}</b>: <span style="font-weight:bold">'
+            f'{v["icon"]} {html.escape(v["title"])}</span>{link}<div>{html.escape(v["detail"])}</div>{details}'
+            f'{extra}</div>')
+
+
+def note_html(text: str, error: bool = False) -> str:
+    """A line for the user in theme colours; an error is marked by a red border and announced (role=alert)."""
+    if error:
+        return (f'<div role="alert" style="{TEXT};border-left:4px solid var(--jp-error-color1, #d32f2f);'
+                f'padding-left:.6em">{html.escape(text)}</div>')
+    return f'<div style="{MUTED}">{html.escape(text)}</div>'
 
 
 class StatusWidget:
@@ -102,9 +122,19 @@ class StatusWidget:
         self.client, self.name, self.status, self.log_lines = client, name, status, log_lines
         self.head = w.HTML()
         self.log = w.HTML()
-        self.cancel_button = w.Button(description="Cancel", button_style="danger", layout=w.Layout(width="90px"))
-        self.cancel_button.on_click(lambda _: self.cancel())
-        self.box = w.VBox([w.HBox([self.head, self.cancel_button]), self.log])
+        self.cancel_button = w.Button(description="Cancel", button_style="danger", layout=w.Layout(width="90px"),
+                                      tooltip=f"Cancel {name} (asks first)")
+        self.cancel_button.on_click(lambda _: self.ask_cancel())
+        # Cancel asks first: a second, explicit button does it, another keeps the job
+        self.confirm_note = w.HTML()
+        self.confirm_button = w.Button(description="Yes, cancel it", button_style="danger",
+                                       layout=w.Layout(width="130px"))
+        self.keep_button = w.Button(description="Keep it", layout=w.Layout(width="90px"))
+        self.confirm_button.on_click(lambda _: self.cancel())
+        self.keep_button.on_click(lambda _: self.show_confirm(False))
+        self.confirm = w.HBox([self.confirm_note, self.confirm_button, self.keep_button])
+        self.confirm.layout.display = "none"
+        self.box = w.VBox([w.HBox([self.head, self.cancel_button]), self.confirm, self.log])
         self._stop = threading.Event()
         self.refresh_view(status)
         if autostart and view(status)["poll"]:
@@ -127,13 +157,16 @@ class StatusWidget:
         try:
             self.status = self.client.job(self.name)
         except JobsError as e:
-            gone = "HTTP 404" in str(e)
+            gone = e.status == 404
             error = None if gone else str(e)
         v = self.refresh_view(self.status, error, bool(gone))
         if v["show_log"]:
             try:
                 tail = self.client.logs(self.name, 16384).splitlines()[-self.log_lines:]
-                self.log.value = ('<pre style="max-height:16em;overflow:auto;font-size:85%;background:#f6f8fa">'
+                self.log.value = ('<pre class="gpuhub-job-log" tabindex="0" aria-label="job log, last lines" '
+                                  'style="max-height:16em;overflow:auto;font-size:85%;padding:.4em;'
+                                  'background:var(--jp-layout-color2, #eeeeee);'
+                                  'color:var(--jp-content-font-color1, #000000de)">'
                                   + html.escape("\n".join(tail)) + "</pre>")
             except JobsError:
                 pass
@@ -149,13 +182,24 @@ class StatusWidget:
     def stop(self):
         self._stop.set()
 
+    def show_confirm(self, on: bool) -> None:
+        self.confirm_note.value = (f'<span role="alert" style="{TEXT}">Cancel {html.escape(self.name)}? Its pod stops; '
+                                   'the output so far and its checkpoints stay.</span>') if on else ""
+        self.confirm.layout.display = None if on else "none"
+        self.cancel_button.disabled = on
+
+    def ask_cancel(self) -> None:
+        """The Cancel button: ask first (a job may have run for hours)."""
+        self.show_confirm(True)
+
     def cancel(self):
         from .client import JobsError
 
+        self.show_confirm(False)
         try:
             self.client.cancel(self.name)
         except JobsError as e:
-            self.head.value += f"<div style='color:#cf222e'>cancel failed: {html.escape(str(e))}</div>"
+            self.head.value += note_html(f"cancel failed: {e}", error=True)
             return
         self._stop.set()
         self.refresh_view(self.status, gone=True)
@@ -181,7 +225,8 @@ class SubmitForm:
         for p in self.profiles:
             free = "" if p.get("free") is None else f", {p['free']} free"
             queued = "" if p.get("queued") is None else f", {p['queued']} queued"
-            options.append((f"{p['display_name']} ({p['gpus']} GPU{free}{queued})", p["slug"]))
+            gpu = p.get("gpu_label") or f"{p['gpus']} GPU"  # "¼ T4 (time-sliced)", "1g.10gb MIG slice"
+            options.append((f"{p['display_name']} ({gpu}{free}{queued})", p["slug"]))
         self.profile = w.Dropdown(options=options or [("no GPU profile is available to you", "")],
                                   value=defaults.get("profile") if defaults.get("profile") in
                                   [o[1] for o in options] else (options[0][1] if options else ""),
@@ -212,14 +257,14 @@ class SubmitForm:
         try:
             params = parse_params(self.params.value)
         except ValueError as e:
-            self.message.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
+            self.message.value = note_html(str(e), error=True)
             return
         self.button.disabled = True
         try:
             widget, note = submit(profile=self.profile.value, parameters=params, priority=self.priority.value or None,
                                   timeout=self.timeout.value or None)
         except Exception as e:  # shown, not raised, in a button callback
-            self.message.value = f"<span style='color:#cf222e'>{html.escape(str(e))}</span>"
+            self.message.value = note_html(str(e), error=True)
             self.button.disabled = False
             return
         self.message.value = html.escape(note)

@@ -122,3 +122,77 @@ def test_a_running_job_never_resubmits_itself(monkeypatch):
     assert shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb") is None
     assert shell.run_line_magic("gpu_submit", "") is None
     assert said == ["%gpu_submit skipped: this notebook is running as GPU job gpu-alice-train-abc123"] * 2
+
+
+def test_widget_shows_plain_words_and_folds_kueues_text_in_theme_colours():
+    from extension.widgets import render_html
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from gpu_spawner.services.jobs.words import explain
+
+    j = job()
+    wl = workload(j["metadata"]["name"])
+    wl["status"]["conditions"][0]["message"] = ("couldn't assign flavors to pod set main: insufficient unused quota "
+                                                "for nvidia.com/mig-1g.10gb in flavor gpumig, 1 more needed")
+    s = explain(load_profiles(EXAMPLE_PROFILES), derive_status(j, wl, [], {"position": 1, "of": 2}))
+    v = view(s)
+    assert v["detail"].startswith("your team's 14 A100 80GB MIG slices are in use; starts when one finishes")
+    page = render_html(j["metadata"]["name"], v, s)
+    head, folded = page.split("<details>")
+    assert "couldn&#x27;t assign flavors" not in head and "couldn&#x27;t assign flavors" in folded
+    assert "var(--jp-ui-font-color1" in page and "#57606a" not in page and "#8a6d00" not in page
+
+
+class _Recorder:
+    """Stands in for the gpu-jobs HTTP client: records what the widget asked (the service is exercised in
+    tests/jobs/test_service_cluster.py)."""
+
+    def __init__(self):
+        self.cancelled = []
+
+    def cancel(self, name):
+        self.cancelled.append(name)
+        return {"name": name, "cancelled": True}
+
+
+def test_cancel_asks_first_and_keep_it_backs_out():
+    from extension.widgets import StatusWidget
+
+    running = derive_status(job(suspend=False), workload("gpu-alice-nb-abc123", admitted=True), [pod("p1")])
+    client = _Recorder()
+    w = StatusWidget(client, "gpu-alice-nb-abc123", running, autostart=False)
+    w.cancel_button.click()
+    assert client.cancelled == [] and w.confirm.layout.display is None and w.cancel_button.disabled
+    assert 'role="alert"' in w.confirm_note.value and "checkpoints stay" in w.confirm_note.value
+    w.keep_button.click()
+    assert client.cancelled == [] and w.confirm.layout.display == "none" and not w.cancel_button.disabled
+    w.cancel_button.click()
+    w.confirm_button.click()
+    assert client.cancelled == ["gpu-alice-nb-abc123"] and "■ Cancelled" in w.head.value
+
+
+def test_service_refusals_read_as_sentences_without_http_codes():
+    """A refusal from an HTTP server reaches the user as the server's sentence; the code stays in `status`."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from extension.client import JobsClient
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"status": 400, "message": "timeout '9d' is over the profile's limit of 1 day"})
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(JobsError) as e:
+            JobsClient(f"http://127.0.0.1:{server.server_port}/", "token").job("gpu-alice-nb-abc123")
+    finally:
+        server.shutdown()
+    assert str(e.value) == "timeout '9d' is over the profile's limit of 1 day" and e.value.status == 400

@@ -85,3 +85,14 @@ def test_any_message_gives_a_short_sentence_without_raw_kueue_terms(raw):
     said = plain_reason(raw, T4)
     assert said and len(said) < 300
     assert "pod set" not in said and "flavor" not in said
+
+
+def test_gpu_amount_says_a_share_or_a_slice_never_one_gpu():
+    from gpu_spawner.model.gpu_amount import gpu_amount
+
+    said = {p.slug: gpu_amount(CFG, p) for p in CFG.profiles}
+    assert said["t4-shared"] == "¼ T4 (time-sliced)"
+    assert said["a100-mig-1g10gb"] == "1g.10gb MIG slice"
+    assert said["h100-full"] == "1 × H100 NVL" and said["cpu"] == "no GPU"
+    two = CFG.profiles[2].model_copy(update={"gpu": CFG.profiles[2].gpu.model_copy(update={"count": 2})})
+    assert gpu_amount(CFG, two) == "2 × 1g.10gb MIG slices"

@@ -63,7 +63,7 @@ export async function request<T>(path: string, init: RequestInit = {}): Promise<
     } catch {
       // not JSON: keep the text
     }
-    throw new Error(`${message} (HTTP ${response.status})`);
+    throw new Error(message); // a sentence for people; the status code is no help to them
   }
   return JSON.parse(text) as T; // every gpuhub route answers JSON
 }
