@@ -12,6 +12,7 @@ from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.model.choices import default_choice_for
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
+from gpu_spawner.services.usage.eta import ETA, frees_text
 
 
 def _duration(seconds: int) -> str:
@@ -92,8 +93,9 @@ def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
 
 
 def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,
-                  groups: list[str] = (), admin: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings."""
+                  groups: list[str] = (), admin: dict[str, Any] | None = None, eta: ETA | None = None) -> dict[str, Any]:
+    """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings;
+    `eta`: the pool's queue estimate (hub/queue_eta.py), shown when the pool is full."""
     cost = hourly_cost(cfg, profile)
     overrides = podspec.spawner_overrides(cfg, profile, admin)
     info: dict[str, Any] = {
@@ -109,6 +111,9 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
     elif capacity is not None:
         info.update(capacity=capacity.summary, outlook=capacity.outlook, full=capacity.full,
                     free=capacity.free_slots, total=capacity.total_slots, waiting=capacity.waiting)
+        if capacity.full and capacity.resource:  # "usually frees in ~12 min (p90 ~40 min)" / "no estimate yet"
+            info.update(eta=frees_text(eta), eta_p50_s=round(eta.p50_s) if eta and eta.known else "",
+                        eta_p90_s=round(eta.p90_s) if eta and eta.known else "")
     return {
         "slug": profile.slug,
         "display_name": profile.display_name,

@@ -21,9 +21,12 @@ from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub import metrics
 from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders.kueue import server_queue_labels
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
+from gpu_spawner.hub.queued import QueuedSpawnMixin, is_patience, merged
+from gpu_spawner.hub.queue_eta import PoolHistory, progress_line
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -65,7 +68,7 @@ class ProfileNotAllowed(web.HTTPError, ValueError):
         self.jupyterhub_message = message
 
 
-class GPUSpawner(KubeSpawner):
+class GPUSpawner(QueuedSpawnMixin, KubeSpawner):
     """Spawns single-user servers onto GPU pools described by a profiles file."""
 
     profiles_file = Unicode(
@@ -93,6 +96,7 @@ class GPUSpawner(KubeSpawner):
     )
 
     _informers: CapacityInformers | None = None
+    _pool_history: PoolHistory | None = None  # the queue ETA's view of the same pod watch (hub/queue_eta.py)
     _informers_lock: asyncio.Lock | None = None
     _said_plain = False  # the "no profiles file" line is logged once per process
 
@@ -157,6 +161,8 @@ class GPUSpawner(KubeSpawner):
             inf = cls._informers
             if inf is None:
                 inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
+                cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
+                inf.views.append(cls._pool_history)  # fed by the same list and watch: no request of its own
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
                 await inf.start()  # not synced in time: the picker says "unknown" until it is
             elif inf.state.cfg is not self.profiles:
@@ -202,9 +208,11 @@ class GPUSpawner(KubeSpawner):
         allowed = spawner.allowed_profiles()
         has_default = any(p.default for p in allowed)
         state = await spawner.cluster_state()
+        history = GPUSpawner._pool_history if state else None
         return [
             picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
-                                 state.profile_capacity(p) if state else None, groups, admin)
+                                 state.profile_capacity(p) if state else None, groups, admin,
+                                 eta=history.picker_eta(p) if history else None)
             for i, p in enumerate(allowed)
         ]
 
@@ -259,7 +267,16 @@ class GPUSpawner(KubeSpawner):
         if not self.profiles_file:
             return pod
         self.add_readiness_probe(pod)
+        self.add_queue_labels(pod)
         return self.guard_pod(pod)
+
+    def add_queue_labels(self, pod):
+        """A GPU server waits in its team's Kueue queue (the admin's choice per profile or pool): Kueue's
+        pod integration gates it until its team's quota, borrowing included, has room, at its priority."""
+        profile = getattr(self, "gpu_profile", None)
+        labels = server_queue_labels(self.profiles, profile, self.user_groups()) if profile else {}
+        if labels:
+            pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
 
     def add_readiness_probe(self, pod):
         """Ready only once Jupyter answers: the GPU health check runs before it, so a pod whose GPU is
@@ -296,13 +313,26 @@ class GPUSpawner(KubeSpawner):
             return
         state = await self.cluster_state()
         profile = getattr(self, "gpu_profile", None)
-        async for event in super().progress():
+        async for event in merged(super().progress(), self.queue_events()):
             raw = event.get("raw_event")
             if raw:
                 plain = explain.explain_event(raw, profile, state)
+                if plain and raw.get("reason") == "FailedScheduling":
+                    plain = progress_line(plain, self.pool_eta(profile, state))
                 if plain:
                     event = {**event, "message": plain}
+            elif is_patience(event):
+                continue  # KubeSpawner's "Please be patient": the page shows the time waited itself
+            self._headline = event.get("message") or self._headline
             yield event
+
+    def pool_eta(self, profile, state):
+        """The queue ETA of this server's waiting pod when its pool is full (hub/queue_eta.py), else None."""
+        history = GPUSpawner._pool_history
+        if history is None or profile is None or state is None or not state.profile_capacity(profile).full:
+            return None
+        pod = self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}") if self.pod_reflector else None
+        return history.pod_eta(((pod or {}).get("metadata") or {}).get("uid"), profile)
 
     def is_pod_running(self, pod):
         """KubeSpawner polls this until the pod runs; raising ends the wait early with a clear message."""
@@ -312,6 +342,7 @@ class GPUSpawner(KubeSpawner):
         failure = explain.container_failure(pod)
         if failure:
             raise SpawnImpossible(failure, status=503)
+        self.check_deadlines(pod)
         profile = getattr(self, "gpu_profile", None)
         inf = GPUSpawner._informers
         if pod and profile and inf and not inf.stale and not (pod.get("spec") or {}).get("nodeName") and any(

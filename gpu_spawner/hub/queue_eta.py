@@ -1,0 +1,132 @@
+"""Queue ETA for servers waiting on a full GPU pool: the picker's "usually frees in ~12 min (p90 ~40 min)"
+and the same words in the spawn progress.
+
+A pool has no queue object like Kueue's: a server waits as a Pending pod until the scheduler binds it when
+a slot frees. So a pod's "admission" is its binding (its PodScheduled condition), and the history of a
+pool is the (created, scheduled) pairs of the pods that asked for its GPU resource — anyone's: servers,
+Jobs, other workloads all take the slots. `PoolHistory` keeps that history per (pool, GPU resource) as a
+view of the hub's one pod watch (informers.py; no API call of its own, nothing per page render), and
+`usage/eta.estimate` turns it into p50/p90 for a position (1 + the pods waiting ahead). In memory and
+bounded (`MAX_HISTORY` per pool): after a hub restart the history is the pods that still exist, and the
+picker says "no estimate yet" until enough have queued.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+from gpu_spawner.hub.capacity import pod_requests
+from gpu_spawner.model.node_pools import pool_of
+from gpu_spawner.model.profiles import Profile, ProfilesConfig
+from gpu_spawner.services.culler.decide import parse_time
+from gpu_spawner.services.usage.eta import ETA, Admission, estimate, frees_text
+
+#: Bindings kept per (pool, resource): more than the estimator samples (usage/eta.HISTORY), bounded.
+MAX_HISTORY = 1000
+#: An estimate is reused for this many seconds (the picker renders often; the history changes slowly).
+MEMO_S = 15.0
+
+Key = tuple[str, str]  # (pool name, GPU resource)
+
+
+def scheduled_at(pod: dict[str, Any]):
+    """When the scheduler bound the pod (its PodScheduled condition), or None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def pod_key(pod: dict[str, Any], cfg: ProfilesConfig) -> Key | None:
+    """(pool, GPU resource) a pod waits for: its node selector names the pool (servers, Jobs once Kueue
+    admits them, anyone's pod pinned to a pool); None for pods that ask for no GPU of a known pool."""
+    spec = pod.get("spec") or {}
+    pool = pool_of(cfg.pools, spec.get("nodeSelector") or {})
+    if pool is None:
+        return None
+    gpus = sorted(r for r, v in pod_requests(pod).items() if r.startswith("nvidia.com/") and v > 0)
+    return (pool, gpus[0]) if gpus else None
+
+
+class PoolHistory:
+    """A view of the hub's pod informer (`replace(items)`, `apply(kind, pod)`): bindings and waiting pods
+    per (pool, GPU resource)."""
+
+    def __init__(self, cfg: Callable[[], ProfilesConfig]):
+        self.cfg = cfg  # the current profiles (they may be reloaded)
+        self.history: dict[Key, OrderedDict[str, Admission]] = {}
+        self.waiting: dict[str, tuple[Key, Any]] = {}  # uid → (key, created) of pods not bound yet
+        self._memo: dict[tuple[Key, int], tuple[float, ETA]] = {}
+
+    def replace(self, items: list[dict]) -> None:
+        """A full relist: the pods that wait are exactly those listed; history is kept, and grows."""
+        self.waiting = {}
+        for pod in items:
+            self.apply("ADDED", pod)
+
+    def apply(self, kind: str, pod: dict) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        self.waiting.pop(uid, None)
+        phase = (pod.get("status") or {}).get("phase")
+        key = pod_key(pod, self.cfg())
+        created = parse_time(meta.get("creationTimestamp"))
+        if key is None or created is None:
+            return
+        bound = scheduled_at(pod)
+        if bound is not None:
+            hist = self.history.setdefault(key, OrderedDict())
+            if uid not in hist:
+                hist[uid] = Admission(created, bound)
+                if len(hist) > MAX_HISTORY:
+                    hist.popitem(last=False)
+        elif kind != "DELETED" and phase not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):
+            self.waiting[uid] = (key, created)
+
+    def ahead_of(self, uid: str) -> int | None:
+        """How many pods of the same pool and resource wait before this one (None: it is not waiting)."""
+        if uid not in self.waiting:
+            return None
+        key, created = self.waiting[uid]
+        return sum(1 for k, c in self.waiting.values() if k == key and c < created)
+
+    def waiting_for(self, key: Key) -> int:
+        return sum(1 for k, _ in self.waiting.values() if k == key)
+
+    def eta(self, key: Key, position: int) -> ETA:
+        """The estimate for the pod at `position` of this pool's line (usage/eta.py)."""
+        now = time.monotonic()
+        memo = self._memo.get((key, position))
+        if memo and now - memo[0] < MEMO_S:
+            return memo[1]
+        hist = sorted(self.history.get(key, {}).values(), key=lambda a: a.admitted)
+        e = estimate(hist, position)
+        if len(self._memo) > 256:
+            self._memo.clear()
+        self._memo[(key, position)] = (now, e)
+        return e
+
+    # ------------------------------------------------------------------ what the hub shows
+    def profile_key(self, profile: Profile) -> Key | None:
+        resource = self.cfg().resource_name(profile)
+        return (profile.pool, resource) if resource and profile.pool else None
+
+    def picker_eta(self, profile: Profile) -> ETA | None:
+        """For a new server of this profile: behind every pod now waiting for its pool's resource."""
+        key = self.profile_key(profile)
+        return None if key is None else self.eta(key, self.waiting_for(key) + 1)
+
+    def pod_eta(self, pod_uid: str | None, profile: Profile | None) -> ETA | None:
+        """For a waiting server pod: its own place in its pool's line."""
+        key = self.profile_key(profile) if profile is not None else None
+        ahead = self.ahead_of(pod_uid) if pod_uid else None
+        return None if key is None or ahead is None else self.eta(key, ahead + 1)
+
+
+def progress_line(message: str, eta: ETA | None) -> str:
+    """A spawn-progress sentence with the pool's ETA after it: '... Usually frees in ~12 min (p90 ~40 min).'"""
+    if eta is None:
+        return message
+    words = frees_text(eta)
+    return f"{message} {words[0].upper()}{words[1:]}."
