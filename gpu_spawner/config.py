@@ -27,6 +27,18 @@ SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
 SERVICES = (JOBS_SERVICE, CULLER_SERVICE)
 
 
+def refuse_short_idle_timeouts(c, path: str, cfg: ProfilesConfig) -> None:
+    """Stop the hub when a profile's idle_timeout is shorter than the activity interval this hub runs with
+    (model/activity.py): the culler would stop open, busy servers."""
+    from gpu_spawner.model.activity import hub_activity_interval, idle_timeout_problems
+
+    hub = c.JupyterHub.last_activity_interval if "last_activity_interval" in c.JupyterHub else None
+    problems = idle_timeout_problems(cfg, hub_activity_interval(hub, _spawner_environment(c)))
+    if problems:
+        print(f"jupyterhub-gpu: refusing to start: {ProfilesError(problems, path)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def load_or_exit(path: str | None = None) -> tuple[str, ProfilesConfig]:
     """Load the profiles file or stop the hub, listing every problem (a bad file must not half-start)."""
     path = path or profiles_path()
@@ -73,6 +85,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     ports, options, environment = _per_service(ports, "ports"), _per_service(options, "options"), \
         _per_service(environment, "environment")
     path, cfg = load_or_exit(profiles_file)
+    refuse_short_idle_timeouts(c, path, cfg)
 
     c.JupyterHub.spawner_class = spawner_class
     c.GPUSpawner.profiles_file = path

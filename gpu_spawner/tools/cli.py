@@ -26,7 +26,12 @@ def _load(path: str):
 
 
 def cmd_validate(args) -> int:
+    from gpu_spawner.model.activity import idle_timeout_problems
+    from gpu_spawner.model.validation import ProfilesError
+
     cfg = _load(args.file)
+    if problems := idle_timeout_problems(cfg, args.activity_interval):
+        raise ProfilesError(problems, args.file)
     gpu_pools = sum(p.is_gpu for p in cfg.pools.values())
     print(f"ok: {args.file}: {len(cfg.pools)} pools ({gpu_pools} GPU), {len(cfg.profiles)} profiles, "
           f"{len(cfg.teams)} teams")
@@ -174,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check a profiles file; list every problem")
     v.add_argument("file")
+    v.add_argument("--activity-interval", type=int, default=300, metavar="SECONDS",
+                   help="JupyterHub's activity report interval the hub runs with (default 300, JupyterHub's); "
+                        "a shorter idle_timeout is refused")
     v.set_defaults(run=cmd_validate)
 
     r = sub.add_parser("render", help="print the manifests a profiles file produces")
