@@ -1,0 +1,55 @@
+"""An idle_timeout shorter than JupyterHub's activity report interval is refused with a clear reason."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from traitlets.config import Config
+
+from gpu_spawner.config import configure
+from gpu_spawner.model.activity import hub_activity_interval, idle_timeout_problems
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+
+
+def short_file(tmp_path, idle="2m"):
+    data = yaml.safe_load(EXAMPLE_PROFILES.read_text())
+    data["profiles"][1]["idle_timeout"] = idle
+    path = tmp_path / "profiles.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_idle_timeout_below_the_interval_is_a_problem(tmp_path):
+    cfg = load_profiles(short_file(tmp_path))
+    (problem,) = idle_timeout_problems(cfg, 300)
+    assert problem.path == "profiles[1].idle_timeout"
+    assert problem.message.startswith("2 min is shorter than JupyterHub's activity report interval (5 min)")
+    assert "valid: at least 5 min" in problem.message
+    assert idle_timeout_problems(cfg, 60) == []  # a hub that learns of activity every minute may cull at 2 min
+    assert idle_timeout_problems(load_profiles(EXAMPLE_PROFILES)) == []
+
+
+def test_the_slower_of_the_hubs_poll_and_the_servers_report_counts():
+    assert hub_activity_interval(None, {}) == 300
+    assert hub_activity_interval(60, {"JUPYTERHUB_ACTIVITY_INTERVAL": "30"}) == 60
+    assert hub_activity_interval(60, {"JUPYTERHUB_ACTIVITY_INTERVAL": "600"}) == 600
+    assert hub_activity_interval(60, {"JUPYTERHUB_ACTIVITY_INTERVAL": "{junk}"}) == 300
+
+
+def test_hub_config_refuses_to_start_and_validate_says_why(tmp_path, capsys):
+    path = short_file(tmp_path)
+    with pytest.raises(SystemExit):
+        configure(Config(), str(path))
+    assert "profiles[1].idle_timeout: 2 min is shorter than JupyterHub's activity" in capsys.readouterr().err
+    fast = Config()
+    fast.JupyterHub.last_activity_interval = 60
+    fast.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "60"}
+    assert configure(fast, str(path))[0] == str(path)  # this hub sees activity every minute: accepted
+    r = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "validate", str(path)], capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "shorter than JupyterHub's activity report interval" in r.stderr
+    ok = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "validate", str(path),
+                         "--activity-interval", "60"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
