@@ -18,6 +18,7 @@ from tornado import web
 from traitlets import Bool, Unicode, default
 
 from gpu_spawner.hub import progress as explain
+from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
 from gpu_spawner.hub import metrics
 from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
@@ -50,11 +51,14 @@ def profile_list_conflict(profiles_file, profile_list) -> str | None:
 
 
 class SpawnImpossible(web.HTTPError):
-    """Waiting is pointless: no node could ever fit the pod (409), or its GPU is not usable (503)."""
+    """Waiting is pointless: no node could ever fit the pod (409), or its GPU is not usable (503).
+    `html`: the spawn page's version of the message (JupyterHub's jupyterhub_html_message)."""
 
-    def __init__(self, message: str, status: int = 409):
+    def __init__(self, message: str, status: int = 409, html: str | None = None):
         super().__init__(status, log_message=message, reason="Server cannot start")
         self.jupyterhub_message = message
+        if html:
+            self.jupyterhub_html_message = html
 
     def __str__(self) -> str:  # JupyterHub shows str(e) to the user: the sentence, not "HTTP 409: ..."
         return self.log_message
@@ -68,7 +72,7 @@ class ProfileNotAllowed(web.HTTPError, ValueError):
         self.jupyterhub_message = message
 
 
-class GPUSpawner(QueuedSpawnMixin, KubeSpawner):
+class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
     """Spawns single-user servers onto GPU pools described by a profiles file."""
 
     profiles_file = Unicode(
@@ -212,7 +216,8 @@ class GPUSpawner(QueuedSpawnMixin, KubeSpawner):
         return [
             picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
                                  state.profile_capacity(p) if state else None, groups, admin,
-                                 eta=history.picker_eta(p) if history else None)
+                                 eta=history.picker_eta(p) if history else None,
+                                 degraded=spawner.pool_failing_note(p.pool))
             for i, p in enumerate(allowed)
         ]
 
@@ -268,7 +273,7 @@ class GPUSpawner(QueuedSpawnMixin, KubeSpawner):
             return pod
         self.add_readiness_probe(pod)
         self.add_queue_labels(pod)
-        return self.guard_pod(pod)
+        return avoid_nodes(self.guard_pod(pod), self.nodes_to_avoid())  # nodes whose GPU check just failed
 
     def add_queue_labels(self, pod):
         """A GPU server waits in its team's Kueue queue (the admin's choice per profile or pool): Kueue's
@@ -337,9 +342,14 @@ class GPUSpawner(QueuedSpawnMixin, KubeSpawner):
     def is_pod_running(self, pod):
         """KubeSpawner polls this until the pod runs; raising ends the wait early with a clear message."""
         running = super().is_pod_running(pod)
+        if running and self.profiles_file:
+            self.gpu_check_passed(pod)  # a node that failed before works again
         if running or not self.profiles_file:
             return running
         failure = explain.container_failure(pod)
+        if failure and explain.GPU_HEALTH_PREFIX in failure:  # short message first, the node avoided next time
+            text, page = self.record_gpu_failure(pod, failure)
+            raise SpawnImpossible(text, status=503, html=page)
         if failure:
             raise SpawnImpossible(failure, status=503)
         self.check_deadlines(pod)

@@ -1,0 +1,180 @@
+"""Nodes whose GPU failed the server's health check (extension/gpucheck.py), kept by the hub for a while.
+
+A failed check used to end with "try again in a few minutes", and the next start landed on the same broken
+node. The hub now remembers the node (`GPUFaults`), new servers keep off it (`avoid_nodes`: a required node
+affinity on `metadata.name`), the picker marks its pool as degraded, and the user reads one short sentence
+first with the technical details folded (`failure_message`), announced to screen readers (role=alert).
+A node is forgotten after `ttl` seconds (a fixed driver or device plugin makes it usable again) or as soon
+as a server passes the check on it.
+"""
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from traitlets import HasTraits, Integer
+
+
+@dataclass
+class GPUFaults:
+    """node → (pool, when its GPU check failed); one per hub process, pure apart from the clock."""
+
+    ttl: float = 1800.0
+    clock: Callable[[], float] = time.time
+    _nodes: dict[str, tuple[str | None, float]] = field(default_factory=dict)
+
+    def record(self, node: str, pool: str | None, at: float | None = None) -> None:
+        self._nodes[node] = (pool, self.clock() if at is None else at)
+
+    def clear(self, node: str) -> None:
+        self._nodes.pop(node, None)
+
+    def _current(self) -> dict[str, tuple[str | None, float]]:
+        now = self.clock()
+        for node in [n for n, (_, at) in self._nodes.items() if now - at > self.ttl]:
+            del self._nodes[node]
+        return self._nodes
+
+    def failing(self, pool: str | None = None, known_only: bool = False) -> list[str]:
+        """Nodes (of `pool`, or all) whose GPU check failed within the last `ttl` seconds; a node whose pool
+        was not known when recorded (a restarted hub) counts for every pool unless `known_only`."""
+        return sorted(n for n, (p, _) in self._current().items()
+                      if pool is None or p == pool or (p is None and not known_only))
+
+    def since(self, node: str) -> float | None:
+        entry = self._current().get(node)
+        return entry[1] if entry else None
+
+
+def failure_message(gpu_label: str, details: str) -> tuple[str, str]:
+    """(plain text, HTML) for a failed GPU check: the short sentence first, the check's own message folded."""
+    short = (f"This {gpu_label} node's GPU isn't working; pick another profile or start again — "
+             "you'll get another node.")
+    text = f"{short} Details: {details}"
+    page = (f'<div role="alert" class="gpuhub-gpu-failure"><p><strong>{html.escape(short)}</strong></p>'
+            f'<details><summary>Details</summary><p>{html.escape(details)}</p></details></div>')
+    return text, page
+
+
+def degraded_note(failing: int, nodes: int) -> str:
+    """The picker's line for a pool with failing nodes."""
+    which = "1 node's GPU is" if failing == 1 else f"{failing} nodes' GPUs are"
+    of = f" (of {nodes})" if nodes else ""
+    return f"degraded: {which} failing its check{of}; new servers keep off it"
+
+
+def avoid_nodes(pod, nodes: list[str]):
+    """The pod (a kubernetes_asyncio V1Pod) with a required node affinity keeping it off `nodes`: the
+    requirement is added to every term (terms are ORed, requirements within a term ANDed)."""
+    if not nodes:
+        return pod
+    from kubernetes_asyncio.client import (V1Affinity, V1NodeAffinity, V1NodeSelector, V1NodeSelectorRequirement,
+                                           V1NodeSelectorTerm)
+
+    keep_off = V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=sorted(nodes))
+    spec = pod.spec
+    spec.affinity = spec.affinity or V1Affinity()
+    spec.affinity.node_affinity = spec.affinity.node_affinity or V1NodeAffinity()
+    na = spec.affinity.node_affinity
+    required = na.required_during_scheduling_ignored_during_execution
+    if required is None or not required.node_selector_terms:
+        na.required_during_scheduling_ignored_during_execution = V1NodeSelector(
+            node_selector_terms=[V1NodeSelectorTerm(match_fields=[keep_off])])
+        return pod
+    for term in required.node_selector_terms:
+        if isinstance(term, dict):  # KubeSpawner passes the admin's node_affinity_required as dicts
+            term.setdefault("matchFields", []).append({"key": "metadata.name", "operator": "NotIn",
+                                                       "values": sorted(nodes)})
+        else:
+            term.match_fields = [*(term.match_fields or []), keep_off]
+    return pod
+
+
+class AvoidFailingGPUs(HasTraits):
+    """GPUSpawner's part: record a failed check's node, keep new servers off it, remember it in the user's
+    spawner state (a restarted hub still knows), forget it once a server passes the check there."""
+
+    gpu_check_avoid_seconds = Integer(
+        1800,
+        config=True,
+        help="""How long new servers keep off a node whose GPU failed the server's health check.
+
+        The picker marks the node's pool as degraded meanwhile; a server that passes the check on the node
+        clears it sooner. 0: never avoid (a new start may land on the same node again).
+        """,
+    )
+
+    _gpu_faults: GPUFaults | None = None  # one per hub process, on the class
+
+    def gpu_faults(self) -> GPUFaults:
+        cls = type(self)
+        if cls._gpu_faults is None:
+            cls._gpu_faults = GPUFaults(ttl=self.gpu_check_avoid_seconds)
+        return cls._gpu_faults
+
+    def nodes_to_avoid(self) -> list[str]:
+        """Failing nodes of the chosen pool, unless they are all it has and it cannot grow (then waiting for
+        them beats never starting)."""
+        profile = getattr(self, "gpu_profile", None)
+        if profile is None or profile.pool is None or self.gpu_check_avoid_seconds <= 0:
+            return []
+        failing = self.gpu_faults().failing(profile.pool)
+        inf = type(self)._informers
+        if failing and inf is not None and not inf.stale:
+            nodes = inf.state.pool_nodes(profile.pool)
+            pool = self.profiles.pool_of(profile)
+            can_grow = pool is not None and pool.max_nodes is not None and pool.max_nodes > len(nodes)
+            if not can_grow and not any(n.name not in failing and n.schedulable for n in nodes):
+                return []
+        return failing
+
+    def pool_failing_note(self, pool: str | None) -> str | None:
+        """The picker's 'degraded' line for this pool, None while none of its nodes is failing."""
+        failing = self.gpu_faults().failing(pool, known_only=True) if pool and type(self)._gpu_faults else []
+        if not failing:
+            return None
+        inf = type(self)._informers
+        return degraded_note(len(failing), len(inf.state.pool_nodes(pool)) if inf is not None else 0)
+
+    def record_gpu_failure(self, pod: dict, details: str) -> tuple[str, str]:
+        """Remember the node; (text, html) of the short message with `details` folded."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        profile = getattr(self, "gpu_profile", None)
+        pool = self.profiles.pool_of(profile) if profile else None
+        if node and self.gpu_check_avoid_seconds > 0:
+            faults = self.gpu_faults()
+            at = faults.clock()
+            faults.record(node, profile.pool if profile else None, at)
+            self._gpu_failed_nodes = {**getattr(self, "_gpu_failed_nodes", {}), node: at}
+        return failure_message(pool.label.removeprefix("NVIDIA ") if pool is not None else "GPU", details)
+
+    def gpu_check_passed(self, pod: dict | None) -> None:
+        node = ((pod or {}).get("spec") or {}).get("nodeName")
+        if node and type(self)._gpu_faults is not None:
+            type(self)._gpu_faults.clear(node)
+
+    def get_state(self):
+        """This user's failing nodes still within the window, kept across hub restarts."""
+        state = super().get_state()
+        mine = getattr(self, "_gpu_failed_nodes", {})
+        if mine and type(self)._gpu_faults is not None:
+            kept = {n: at for n, at in mine.items() if self.gpu_faults().since(n) is not None}
+            if kept:
+                state["gpu_failed_nodes"] = kept
+        return state
+
+    def load_state(self, state):
+        """A restarted hub learns the failing nodes back from the users' states."""
+        super().load_state(state)
+        failed = (state or {}).get("gpu_failed_nodes")
+        if not isinstance(failed, dict) or not failed:
+            return
+        faults = self.gpu_faults()
+        inf = type(self)._informers
+        for node, at in failed.items():
+            if isinstance(node, str) and isinstance(at, (int, float)) and faults.since(node) is None:
+                known = inf.state.nodes.get(node) if inf is not None else None
+                faults.record(node, known.pool if known else None, at)
+        self._gpu_failed_nodes = {n: at for n, at in failed.items() if isinstance(n, str)}

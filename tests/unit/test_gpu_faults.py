@@ -1,0 +1,53 @@
+"""Nodes whose GPU check failed (pure): remembered for a while, kept off by new pods, said shortly first."""
+from __future__ import annotations
+
+from kubernetes_asyncio.client import (V1Affinity, V1Container, V1NodeAffinity, V1NodeSelector,
+                                       V1NodeSelectorRequirement, V1NodeSelectorTerm, V1Pod, V1PodSpec)
+
+from gpu_spawner.hub.gpu_faults import GPUFaults, avoid_nodes, degraded_note, failure_message
+
+DETAILS = ("GPU check failed on node aks-gput4-0: this server was given 1 x nvidia.com/gpu, but /dev/nvidiactl "
+           "does not exist (no NVIDIA driver device files).")
+
+
+def test_a_failing_node_is_remembered_per_pool_until_the_window_ends_or_it_works_again():
+    now = [1000.0]
+    faults = GPUFaults(ttl=600, clock=lambda: now[0])
+    faults.record("aks-gput4-0", "gput4")
+    faults.record("aks-gpumig-1", "gpumig")
+    assert faults.failing("gput4") == ["aks-gput4-0"] and faults.failing() == ["aks-gpumig-1", "aks-gput4-0"]
+    now[0] += 601
+    assert faults.failing() == [] and faults.since("aks-gput4-0") is None
+    faults.record("aks-gput4-1", "gput4")
+    faults.clear("aks-gput4-1")  # a server passed the check there
+    assert faults.failing("gput4") == []
+    faults.record("restored", None)  # pool unknown (a restarted hub): avoided everywhere, not shown as degraded
+    assert faults.failing("gput4") == ["restored"] and faults.failing("gput4", known_only=True) == []
+
+
+def test_the_message_is_short_first_with_the_checks_words_folded_and_announced():
+    text, page = failure_message("T4", DETAILS)
+    assert text.startswith("This T4 node's GPU isn't working; pick another profile or start again — you'll get "
+                           "another node.") and DETAILS in text
+    assert page.startswith('<div role="alert"') and "<details><summary>Details</summary>" in page
+    assert page.index("isn&#x27;t working") < page.index("<details>") < page.index("/dev/nvidiactl")
+    assert "<script>" not in failure_message("T4", "<script>alert(1)</script>")[1]
+    assert degraded_note(1, 2) == "degraded: 1 node's GPU is failing its check (of 2); new servers keep off it"
+
+
+def pod(affinity=None):
+    return V1Pod(spec=V1PodSpec(containers=[V1Container(name="notebook")], affinity=affinity))
+
+
+def test_new_pods_keep_off_failing_nodes_in_every_affinity_term():
+    p = avoid_nodes(pod(), ["n2", "n1"])
+    (term,) = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert term.match_fields[0].to_dict() == {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    admin = V1NodeSelectorTerm(match_expressions=[V1NodeSelectorRequirement(key="zone", operator="In", values=["a"])])
+    both = [admin, {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]
+    p = avoid_nodes(pod(V1Affinity(node_affinity=V1NodeAffinity(
+        required_during_scheduling_ignored_during_execution=V1NodeSelector(node_selector_terms=both)))), ["n1"])
+    terms = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert terms[0].match_expressions[0].key == "zone" and terms[0].match_fields[0].values == ["n1"]
+    assert terms[1]["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]
+    assert avoid_nodes(pod(), []).spec.affinity is None
