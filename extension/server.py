@@ -26,8 +26,8 @@ from jupyter_server.utils import ensure_async, url_path_join
 from tornado import web
 
 from gpu_spawner.builders.jobs import JobRequestError
-from gpu_spawner.contract import (CULLER_SERVICE, ENV_CULLER_URL, ENV_JOBS_URL, JOBS_FOLDER, JOBS_SERVICE,
-                                  LAB_API_PREFIX)
+from gpu_spawner.contract import (CULLER_SERVICE, ENV_CULLER_URL, ENV_JOBS_URL, JOBS_SERVICE, LAB_API_PREFIX,
+                                  output_notebook_path)
 from gpu_spawner.parameters import parse_assignments, split_assignments
 from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
 
@@ -56,8 +56,7 @@ def culler_url(env: dict | None = None, origin: str | None = None) -> str:
 
 def output_path(status: dict) -> str:
     """Where the job's output notebook lands, relative to the server's root (the home folder)."""
-    nb = str(status.get("notebook") or "notebook.ipynb").rsplit("/", 1)[-1]
-    return f"{JOBS_FOLDER}/{status['name']}/{nb}"
+    return output_notebook_path(status["name"], status.get("notebook"))
 
 
 def for_lab(status: dict) -> dict:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from traitlets.config import LazyConfigValue
 
-from gpu_spawner.contract import CULLER_SERVICE, ENV_JOBS_URL, JOBS_SERVICE
+from gpu_spawner.contract import CULLER_SERVICE, ENV_JOBS_URL, JOBS_SERVICE, NOTIFY_CULL_PATH
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
 from gpu_spawner.model.validation import ProfilesError
@@ -97,8 +97,11 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
                                    options=options.get(JOBS_SERVICE), environment=environment.get(JOBS_SERVICE),
                                    env=env)
     warnings = warnings_file()
+    # new cull warnings go to gpu-jobs, which e-mails / posts them for users who opted in (services/notify)
+    notify_url = f"{jobs_entry[0]['url'].rstrip('/')}/services/{JOBS_SERVICE}/{NOTIFY_CULL_PATH}"
     culler_entry = culler_service(path, port=ports.get(CULLER_SERVICE), host=services_host, env=env,
-                                  options={"warnings-file": str(warnings), **options.get(CULLER_SERVICE, {})},
+                                  options={"warnings-file": str(warnings), "notify-url": notify_url,
+                                           **options.get(CULLER_SERVICE, {})},
                                   environment=environment.get(CULLER_SERVICE))
     for service, role in (jobs_entry, culler_entry):
         c.JupyterHub.services = _replace(_current(c.JupyterHub, "services"), service)

@@ -120,3 +120,20 @@ HOME_SHARE_LABEL = f"{LABEL_PREFIX}/home-share"
 #: "checkpoints": Jupyter's contents API reserves `<path>/checkpoints`, so JupyterLab could not open it).
 JOBS_FOLDER = "gpu-jobs"
 CHECKPOINTS_FOLDER = "checkpoint"
+
+
+def output_notebook_path(job: str, notebook: str | None) -> str:
+    """Where a job's output notebook lands, relative to the user's home (the runner writes it there)."""
+    return f"{JOBS_FOLDER}/{job}/{str(notebook or 'notebook.ipynb').rsplit('/', 1)[-1]}"
+
+
+# ---------------------------------------------------------------------- notifications outside JupyterLab
+#: What a user may ask to be told about (gpu-jobs' /notifications preferences; the culler forwards warnings).
+NOTIFY_ADMITTED, NOTIFY_PREEMPTED, NOTIFY_RESUMED = "admitted", "preempted", "resumed"
+NOTIFY_SUCCEEDED, NOTIFY_FAILED, NOTIFY_CULL_WARNING = "succeeded", "failed", "cull-warning"
+NOTIFY_EVENTS = (NOTIFY_ADMITTED, NOTIFY_PREEMPTED, NOTIFY_RESUMED, NOTIFY_SUCCEEDED, NOTIFY_FAILED,
+                 NOTIFY_CULL_WARNING)
+#: The e-mail channel's name in a user's preferences (webhook channels are named by the admin).
+NOTIFY_EMAIL = "email"
+#: Where the culler posts new cull warnings on gpu-jobs (with its own service token).
+NOTIFY_CULL_PATH = "notifications/cull-warnings"

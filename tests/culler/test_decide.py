@@ -327,7 +327,8 @@ def test_reclaimed_until_max_age_or_horizon():
 def test_service_registration_has_exactly_the_least_scopes():
     service, role = culler_service("/p.yaml", env={"GPUHUB_CULLER_POLICY": "gpu"}, port=1234)
     assert sorted(role["scopes"]) == sorted(SCOPES) == sorted(
-        ["list:users", "read:users:activity", "read:servers", "delete:servers"])
+        ["list:users", "read:users:activity", "read:servers", "delete:servers",
+         "access:services!service=gpu-jobs"])  # forwarding its warnings to gpu-jobs (services/notify)
     assert role["services"] == [service["name"]] == ["gpu-culler"]
     assert service["command"][:3] == [sys.executable, "-m", "gpu_spawner.services.culler"]
     assert "--profiles-file=/p.yaml" in service["command"] and "--gpu-idle-policy=gpu" in service["command"]

@@ -44,12 +44,16 @@ def test_wires_the_spawner_both_services_and_least_privilege_roles():
     assert services["gpu-culler"]["url"] == "http://127.0.0.1:10102"
     assert f"--profiles-file={EXAMPLE}" in services["gpu-culler"]["command"]
     assert "--warnings-file=" + str(Path.cwd() / "gpuhub-culler-warnings.json") in services["gpu-culler"]["command"]
+    # new cull warnings go to gpu-jobs' notifications endpoint, straight to the service (not through the proxy)
+    assert "--notify-url=http://127.0.0.1:10101/services/gpu-jobs/notifications/cull-warnings" in \
+        services["gpu-culler"]["command"]
     roles = by_name(c.JupyterHub.load_roles)
     assert roles == {
         "gpu-jobs-service": {"name": "gpu-jobs-service", "description": roles["gpu-jobs-service"]["description"],
                              "scopes": jobs.SCOPES, "services": ["gpu-jobs"]},
         "gpu-culler-role": {"name": "gpu-culler-role", "description": "GPU-aware idle culler (least privilege)",
-                            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+                            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
+                                       "access:services!service=gpu-jobs"],  # to forward its warnings
                             "services": ["gpu-culler"]},
         "user": {"name": "user", "scopes": ["self", "access:services!service=gpu-jobs"]},
     }

@@ -9,12 +9,13 @@ import os
 import sys
 from typing import Any, Mapping
 
-from gpu_spawner.contract import CULLER_SERVICE as SERVICE_NAME
+from gpu_spawner.contract import CULLER_SERVICE as SERVICE_NAME, JOBS_ACCESS_SCOPE
 
 DEFAULT_PORT = 10102  # gpu-jobs uses 10101
-#: The culler's role and its scopes: exactly what culling needs.
+#: The culler's role and its scopes: exactly what culling (and forwarding its warnings) needs.
 ROLE = f"{SERVICE_NAME}-role"
-SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers",
+          JOBS_ACCESS_SCOPE]  # to hand new warnings to gpu-jobs, which notifies users who opted in
 #: Hub environment read here: the warnings/metrics server's port, and its full URL when the proxy runs in
 #: another pod (e.g. http://hub:10102; a host name makes the culler listen on all interfaces).
 ENV_PORT, ENV_URL = "GPUHUB_CULLER_PORT", "GPUHUB_CULLER_URL"

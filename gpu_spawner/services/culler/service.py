@@ -36,6 +36,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
+from gpu_spawner.services.culler.forward import Forwarder
 
 decision_log = logging.getLogger("gpuhub.culler.decisions")
 
@@ -125,6 +126,9 @@ class GPUCuller(IdleCuller):
         config=True)
     reclaim_horizon = Int(8 * 3600, help="For reclaimed estimates: how long an uncull'd server would "
                                          "otherwise have run, at most (s)").tag(config=True)
+    notify_url = Unicode("", help="gpu-jobs' cull-warnings endpoint (configure(c) sets it): each new warning is "
+                                  "posted there once, and e-mailed / posted to webhooks for users who opted in "
+                                  "(services/notify). Empty, or a dry run: not forwarded.").tag(config=True)
     warnings_file = Unicode("", help="Also write the warnings here for the hub's banner (culler/banner.py)").tag(
         config=True)
     once = Bool(False, help="Run one cycle and exit").tag(config=True)
@@ -142,6 +146,7 @@ class GPUCuller(IdleCuller):
         "min-coverage": "GPUCuller.min_coverage",
         "warn-before": "GPUCuller.warn_before",
         "warnings-file": "GPUCuller.warnings_file",
+        "notify-url": "GPUCuller.notify_url",
         "dry-run": "GPUCuller.dry_run",
         "exempt-admins": "GPUCuller.exempt_admins",
         "pod-name-template": "GPUCuller.pod_name_template",
@@ -169,6 +174,13 @@ class GPUCuller(IdleCuller):
         self.last_cycle: CycleResult | None = None
         #: (user, server) → (the future last_activity it reported, when this culler first saw that value)
         self.future_seen: dict[tuple[str, str], tuple[str, datetime]] = {}
+        self._forwarder: Forwarder | None = None
+
+    @property
+    def forwarder(self) -> Forwarder:
+        if self._forwarder is None or self._forwarder.url != self.notify_url:  # set after a config file
+            self._forwarder = Forwarder(self.notify_url)
+        return self._forwarder
 
     # ------------------------------------------------------------------ settings
 
@@ -340,6 +352,8 @@ class GPUCuller(IdleCuller):
         self.warnings = warnings
         if self.warnings_file:
             banner.write_warnings(self.warnings_file, warnings)
+        if self.notify_url and not self.dry_run:
+            await self.forwarder.cycle(warnings)
         dt = time.perf_counter() - t0
         self.metrics.cycle_seconds.observe(dt)
         self.last_cycle = CycleResult(decisions, None if not gpu_on else evidence is not None, dt)

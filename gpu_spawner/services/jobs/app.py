@@ -239,7 +239,9 @@ class HealthHandler(web.RequestHandler):
 
 
 def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
-             prefix: str = "/") -> web.Application:
+             prefix: str = "/", notifier=None, hub_url: str = "") -> web.Application:
+    from gpu_spawner.services.notify import web as notify_web  # it builds on Base, above
+
     p = prefix.rstrip("/")
     return web.Application([
         (rf"{p}/health", HealthHandler),
@@ -247,7 +249,8 @@ def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceS
         (rf"{p}/jobs/([^/]+)/?", JobHandler),  # any name: a bad one is a clear 400 (limits.job_name)
         (rf"{p}/jobs/([^/]+)/logs", LogsHandler),
         (rf"{p}/profiles/?", ProfilesHandler),
-    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate())
+        *notify_web.routes(p),
+    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(), notifier=notifier, hub_url=hub_url)
 
 
 def listen_address(host: str | None) -> str:
@@ -266,6 +269,8 @@ def listen_address(host: str | None) -> str:
 async def serve(opts) -> None:
     """Run the service with `options.GPUJobs` settings until stopped."""
     from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
+    from gpu_spawner.services.notify.options import Notifications
+    from gpu_spawner.services.notify.watch import watch_jobs
 
     path = opts.profiles_file or profiles_path()
     if not path:  # never the example file: a service without the hub's profiles would check nothing right
@@ -291,7 +296,11 @@ async def serve(opts) -> None:
     auth = TokenAuth(HubAuth(access_scopes={access}), {access})
     url = urlparse(opts.url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
-    app = make_app(cfg, kube, auth, service, prefix)
+    notifications = Notifications(parent=opts)
+    notifier = notifications.notifier()  # None: the admin set no channel
+    app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url)
+    if notifier is not None:  # job state changes → the e-mails and webhooks users opted into
+        app.settings["notify_watch"] = asyncio.create_task(watch_jobs(kube, notifier, notifications.hub_url))
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)

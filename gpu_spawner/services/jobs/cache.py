@@ -119,6 +119,11 @@ class JobsCache:
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
         return self.stores[(kind, namespace)].by_name.get(name)
 
+    @property
+    def change_signal(self) -> asyncio.Event:
+        """Set at the next change the watches see (take it before reading, so no change is missed)."""
+        return self._changed
+
     async def wait_for(self, check: Callable[[], bool], timeout: float = 5.0) -> bool:
         """Until `check()` holds for what the watches have seen (False after `timeout` seconds)."""
         deadline = time.monotonic() + timeout

@@ -22,6 +22,7 @@ from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, ephemeral_stor
 from gpu_spawner.builders.jobs import JobSettings
 from gpu_spawner.builders.storage import HomeStorage, StorageError, home_subpath
 from gpu_spawner.model.profiles import duration_seconds
+from gpu_spawner.services.notify.options import Notifications
 
 
 class GPUJobs(Application):
@@ -71,6 +72,8 @@ class GPUJobs(Application):
                                 help="Scratch disk of each Job pod (request = limit: the writable layer, logs, "
                                      "non-memory emptyDirs); a pod that writes more is evicted instead of filling "
                                      f"the node's disk. At most {MAX_EPHEMERAL_STORAGE}.").tag(config=True)
+
+    classes = [Notifications]  # --Notifications.<trait>=... (e-mail and webhooks: services/notify/options.py)
 
     aliases = {"profiles": "GPUJobs.profiles_file", "url": "GPUJobs.url", "runner-image": "GPUJobs.runner_image",
                "home-claim": "GPUJobs.home_claim", "home-subpath": "GPUJobs.home_subpath",

@@ -1,0 +1,159 @@
+"""Delivery: each event to each channel its user opted into, in the background, retried with exponential
+backoff (a mail server or webhook that is down for a while loses nothing; one that refuses is not
+hammered). Bounded: at most `max_pending` deliveries wait at once, and an event key is delivered once.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import aiohttp
+import aiosmtplib
+
+from gpu_spawner.contract import NOTIFY_EMAIL
+from gpu_spawner.services.notify.events import Event
+from gpu_spawner.services.notify.payloads import email_message, webhook_payload
+from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
+
+log = logging.getLogger("gpuhub.notify")
+
+
+class Permanent(Exception):
+    """A refusal that retrying will not change (a 4xx from a webhook, a 5xx from the mail server)."""
+
+
+def backoff_delays(retries: int, base: float, cap: float, jitter: float = 0.1,
+                   rand: Callable[[], float] = random.random) -> list[float]:
+    """Seconds to wait before each of `retries` retries: base, 2·base, 4·base, … at most `cap`, each
+    spread by ±`jitter` (a fraction) so that many deliveries do not retry in step."""
+    return [min(cap, base * 2 ** i) * (1 + jitter * (2 * rand() - 1)) for i in range(max(0, retries))]
+
+
+@dataclass(frozen=True)
+class Smtp:
+    host: str
+    port: int = 587
+    security: str = "starttls"  # "starttls", "tls" (implicit TLS, port 465) or "none"
+    username: str = ""
+    password: str = ""
+    sender: str = ""
+    timeout: float = 20.0
+
+
+async def send_email(smtp: Smtp, event: Event, to: str) -> None:
+    try:
+        await aiosmtplib.send(email_message(event, to, smtp.sender), hostname=smtp.host, port=smtp.port,
+                              username=smtp.username or None, password=smtp.password or None,
+                              use_tls=smtp.security == "tls", start_tls=True if smtp.security == "starttls" else False,
+                              timeout=smtp.timeout)
+    except aiosmtplib.SMTPRecipientsRefused as e:
+        if all(r.code >= 500 for r in e.recipients):
+            raise Permanent(f"the mail server refused {to}") from e
+        raise
+    except aiosmtplib.SMTPResponseException as e:
+        if e.code >= 500:
+            raise Permanent(f"the mail server answered {e.code} {e.message}") from e
+        raise
+
+
+async def send_webhook(session: aiohttp.ClientSession, url: str, payload: dict, timeout: float) -> None:
+    """POST the payload; 2xx is done, 408/429/5xx or no answer is tried again, other answers are final.
+    Redirects are not followed (the admin's URL is the only place the service posts to)."""
+    async with session.post(url, json=payload, allow_redirects=False,
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        if 200 <= r.status < 300:
+            return
+        body = (await r.text())[:200]
+        if r.status in (408, 429) or r.status >= 500:
+            raise aiohttp.ClientResponseError(r.request_info, (), status=r.status, message=body)
+        raise Permanent(f"the webhook answered {r.status}: {body}")
+
+
+TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, OSError, aiosmtplib.SMTPException)
+
+
+class Notifier:
+    """Events in, deliveries out; `stats` counts queued / sent / retried / failed / dropped."""
+
+    def __init__(self, channels: Channels, store: PreferenceStore, smtp: Smtp | None = None, retries: int = 5,
+                 backoff: float = 2.0, backoff_max: float = 300.0, timeout: float = 20.0, max_pending: int = 1000,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.channels, self.store, self.smtp = channels, store, smtp
+        self.retries, self.backoff, self.backoff_max, self.timeout = retries, backoff, backoff_max, timeout
+        self.max_pending, self._sleep = max_pending, sleep
+        self.stats: Counter = Counter()
+        self._tasks: set[asyncio.Task] = set()
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._session: aiohttp.ClientSession | None = None
+
+    def notify(self, event: Event) -> int:
+        """Queue `event` for each channel its user chose for its kind; returns how many were queued."""
+        queued = 0
+        for name in self.store.wants(event.user, event.kind, self.channels):
+            key = (name, f"{event.user}/{event.key}")
+            if key in self._seen:
+                continue
+            self._seen[key] = None
+            while len(self._seen) > 10_000:
+                self._seen.popitem(last=False)
+            if len(self._tasks) >= self.max_pending:
+                self.stats["dropped"] += 1
+                log.error("notification %s for %s to %s dropped: %d deliveries already wait", event.kind,
+                          event.user, name, len(self._tasks))
+                continue
+            task = asyncio.ensure_future(self.deliver(name, event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            self.stats["queued"] += 1
+            queued += 1
+        return queued
+
+    async def _once(self, name: str, event: Event) -> None:
+        if name == NOTIFY_EMAIL:
+            to = self.channels.address(event.user, self.store.get(event.user))
+            if to is None or self.smtp is None:
+                raise Permanent("no e-mail address or mail server")
+            await send_email(self.smtp, event, to)
+            return
+        hook = self.channels.webhooks[name]
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        await send_webhook(self._session, hook.url, webhook_payload(hook.kind, event), self.timeout)
+
+    async def deliver(self, name: str, event: Event) -> bool:
+        """One event to one channel, retried with backoff; True when it was delivered."""
+        delays = backoff_delays(self.retries, self.backoff, self.backoff_max)
+        for attempt in range(len(delays) + 1):
+            if attempt:
+                self.stats["retried"] += 1
+                await self._sleep(delays[attempt - 1])
+            try:
+                await self._once(name, event)
+            except Permanent as e:
+                log.error("notification %s for %s to %s not delivered: %s", event.kind, event.user, name, e)
+                break
+            except TRANSIENT as e:
+                log.warning("notification %s for %s to %s: attempt %d failed (%s: %s)", event.kind, event.user,
+                            name, attempt + 1, type(e).__name__, e)
+                continue
+            self.stats["sent"] += 1
+            log.info("notification %s for %s sent to %s", event.kind, event.user, name)
+            return True
+        self.stats["failed"] += 1
+        return False
+
+    async def drain(self) -> None:
+        """Until every queued delivery has ended (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,80 @@
+"""Local receivers for notification tests: a real SMTP server (aiosmtpd) and an HTTP webhook endpoint,
+each in its own thread, recording what arrives."""
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from aiosmtpd.controller import Controller
+
+
+class SmtpSink:
+    """An SMTP server on 127.0.0.1 (free port) keeping each message as an `email.message.EmailMessage`."""
+
+    def __init__(self):
+        self.messages: list = []
+        self.envelopes: list[tuple[str, list[str]]] = []
+        sink = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                sink.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
+                sink.messages.append(email.message_from_bytes(envelope.original_content or envelope.content,
+                                                              policy=email.policy.default))
+                return "250 OK"
+
+        with socket.socket() as s:  # the Controller checks its server by connecting: it needs a real port
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+
+    def __enter__(self) -> "SmtpSink":
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.controller.stop()
+
+
+class WebhookSink:
+    """An HTTP server on 127.0.0.1 recording (path, JSON body) of each POST; the first `fail_first` POSTs
+    (of each path) are answered `fail_status`."""
+
+    def __init__(self, fail_first: int = 0, fail_status: int = 503):
+        self.received: list[tuple[str, dict]] = []
+        self.attempts: dict[str, list[float]] = {}
+        self.fail_first, self.fail_status = fail_first, fail_status
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                tries = sink.attempts.setdefault(self.path, [])
+                tries.append(time.monotonic())
+                if len(tries) <= sink.fail_first:
+                    self.send_response(sink.fail_status)
+                    self.end_headers()
+                    self.wfile.write(b"try again")
+                    return
+                sink.received.append((self.path, json.loads(body)))
+                self.send_response(202)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "WebhookSink":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
