@@ -98,7 +98,8 @@ configure(c, {str(s.profiles)!r},
                                  "AgentLogs.state_dir": {str(s.state_dir)!r},
                                  "GPUJobs.pod_labels": "{DEV_AGENT_LABEL}=run"}}}},
           jobs_url_for_servers={s.url + "/services/gpu-jobs/"!r})
-{loopback_lines(s.state_dir, s.port)}c.JupyterHub.authenticator_class = "devcluster.devauth.DevAuthenticator"
+{loopback_lines(s.state_dir, s.port)}
+c.JupyterHub.authenticator_class = "devcluster.devauth.DevAuthenticator"
 c.DevAuthenticator.groups_file = {str(groups)!r}
 c.Authenticator.admin_users = {set(s.admin_users)!r}
 c.JupyterHub.authenticate_prometheus = False
