@@ -1,15 +1,19 @@
-"""Benchmark: the profile picker's render with live capacity at 1,000 GPU nodes and 20,000 pods.
+"""Benchmark: the profile picker's render with live capacity at 1,000 GPU nodes and 20,000 pods (or more).
 
 The state is filled by the same event handlers the informers call (`ClusterState.apply_*`) with
 node manifests shaped by the dev cluster's builder; each render is GPUSpawner's real path:
 the profile list with capacity (`allowed_profile_list`) and KubeSpawner's form template render.
-API requests per render are counted on the spawner's Kubernetes client (must stay 0).
+API requests per render are counted on the spawner's Kubernetes client (must stay 0). `rss_mib` is
+this process's resident memory after the fill (the hub holds the same state); `state_mib` what the fill
+added to it.
 
     python bench/picker_render.py [--nodes 1000] [--pods 20000] [--renders 300] [--churn]
+    python bench/picker_render.py --churn --sizes 1000/20000,5000/100000   # both sizes, one run, ratio
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import asyncio
 import random
 import statistics
@@ -19,13 +23,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+
+def _capacity_module_from_argv() -> None:
+    """`--capacity-module FILE`: measure another version of hub/capacity.py (e.g. the one before a change,
+    `git show REV:gpu_spawner/hub/capacity.py > FILE`) in its place; it must be imported first."""
+    if "--capacity-module" not in sys.argv:
+        return
+    import importlib.util
+    path = sys.argv[sys.argv.index("--capacity-module") + 1]
+    spec = importlib.util.spec_from_file_location("gpu_spawner.hub.capacity", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_spawner.hub.capacity"] = module
+    spec.loader.exec_module(module)
+
+
+_capacity_module_from_argv()
+
 from devcluster.nodes import build_nodes  # noqa: E402
 from gpu_spawner.hub.capacity import ClusterState  # noqa: E402
 from gpu_spawner.hub.informers import CapacityInformers  # noqa: E402
 from gpu_spawner.hub.render_pod import make_spawner  # noqa: E402
 from gpu_spawner.model.profiles import load_profiles  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
-from gpu_spawner.hub.spawner import GPUSpawner
+from gpu_spawner.hub.spawner import GPUSpawner  # noqa: E402
+
+
+def rss_mib() -> float:
+    """This process's resident memory (VmRSS), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def fill(state: ClusterState, nodes: int, pods: int, seed: int = 7) -> None:
@@ -74,19 +102,25 @@ async def main_async(args) -> dict:
     spawner = make_spawner(EXAMPLE_PROFILES, "bench", ["data-science", "ml-research"], live_capacity=True)
     core = CountingCore()
     informers = CapacityInformers(spawner.profiles, core)
+    gc.collect()
+    rss0 = rss_mib()
     t0 = time.perf_counter()
     fill(informers.state, args.nodes, args.pods)
     fill_s = time.perf_counter() - t0
+    gc.collect()
+    rss1 = rss_mib()
     informers.nodes.synced.set()
     informers.pods.synced.set()
     GPUSpawner._informers = informers  # what cluster_state() returns once the informers have synced
     times = []
+    gpu_node = next(n for n in informers.state.nodes if "gpu" in n)
+    res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
     churn_pod = {"metadata": {"name": "churn", "namespace": "bench"},
-                 "spec": {"nodeName": next(iter(informers.state.nodes)), "containers": []},
+                 "spec": {"nodeName": gpu_node, "containers": [{"name": "c", "resources": {"requests": res}}]},
                  "status": {"phase": "Running"}}
     for i in range(args.renders):
-        if args.churn:  # a watch event between renders: the capacity memo cannot be reused
-            informers.state.apply_pod("MODIFIED", churn_pod)
+        if args.churn:  # a watch event between renders (a server starts, then stops): no memo can be reused
+            informers.state.apply_pod("DELETED" if i % 2 else "ADDED", churn_pod)
         start = time.perf_counter()
         profile_list = await spawner.profile_list(spawner)
         html = spawner._render_options_form(profile_list)
@@ -99,6 +133,7 @@ async def main_async(args) -> dict:
         "renders": args.renders, "events_between_renders": int(args.churn), "p50_ms": round(statistics.median(times), 2),
         "p95_ms": round(times[int(len(times) * 0.95) - 1], 2), "max_ms": round(times[-1], 2),
         "api_requests_per_render": core.calls / args.renders, "state_fill_s": round(fill_s, 2),
+        "rss_mib": round(rss1, 1), "state_mib": round(rss1 - rss0, 1),
     }
 
 
@@ -108,9 +143,23 @@ def main() -> None:
     p.add_argument("--pods", type=int, default=20000)
     p.add_argument("--renders", type=int, default=300)
     p.add_argument("--churn", action="store_true", help="one pod event before every render (busy cluster)")
-    result = asyncio.run(main_async(p.parse_args()))
-    for k, v in result.items():
-        print(f"{k:>24}: {v}")
+    p.add_argument("--capacity-module", metavar="FILE", help="measure this capacity.py instead (see above)")
+    p.add_argument("--sizes", default="", help="NODES/PODS,NODES/PODS,...: each size in turn in this process, "
+                   "then the ratio of the last p95 to the first (overrides --nodes/--pods)")
+    args = p.parse_args()
+    sizes = [tuple(int(x) for x in s.split("/")) for s in args.sizes.split(",") if s] or [(args.nodes, args.pods)]
+    results = []
+    for nodes, pods in sizes:
+        args.nodes, args.pods = nodes, pods
+        result = asyncio.run(main_async(args))
+        results.append(result)
+        for k, v in result.items():
+            print(f"{k:>24}: {v}")
+        print()
+        GPUSpawner._informers = None
+        gc.collect()
+    if len(results) > 1:
+        print(f"{'p95_ratio_last_first':>24}: {results[-1]['p95_ms'] / results[0]['p95_ms']:.2f}")
 
 
 if __name__ == "__main__":

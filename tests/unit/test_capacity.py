@@ -127,7 +127,9 @@ def test_explain_insufficient_gpu(cfg, state):
 
 def test_explain_mig_not_ready(cfg, state):
     prof = cfg.by_slug["a100-mig-1g10gb"]
-    state.nodes[MIG_NODE].mig_state = "pending"
+    node = next(n for n in build_nodes(cfg, 2) if n["metadata"]["name"] == MIG_NODE)
+    node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "pending"
+    state.apply_node("MODIFIED", ready(node))
     event = {"reason": "FailedScheduling", "message": "0/12 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb."}
     assert "still being partitioned into MIG slices (mig.config.state: pending)" in explain.explain_event(
         event, prof, state)
@@ -146,10 +148,13 @@ def test_explain_other_events(cfg, state, reason, message, expected):
 
 def test_never_fits(cfg):
     s = ClusterState(cfg)
-    s.replace("nodes", [ready(n) for n in build_nodes(cfg, {"system": 1, "gpuh100": 2})])
+    nodes = [ready(n) for n in build_nodes(cfg, {"system": 1, "gpuh100": 2})]
+    s.replace("nodes", nodes)
     assert explain.never_fits(cfg.by_slug["h100-full"], s) is None
-    s.nodes["aks-gpuh100-00000001-vmss000000"].allocatable["nvidia.com/gpu"] = 0
-    s.nodes["aks-gpuh100-00000001-vmss000001"].allocatable["nvidia.com/gpu"] = 0
+    for n in nodes:  # the H100 nodes' device plugin reports no GPU
+        if "gpuh100" in n["metadata"]["name"]:
+            n["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+            s.apply_node("MODIFIED", n)
     msg = explain.never_fits(cfg.by_slug["h100-full"], s)
     assert "No node of the NVIDIA H100 NVL pool offers 1 x nvidia.com/gpu" in msg and "gpuhub doctor" in msg
     # a pool that can still grow is never declared impossible

@@ -102,8 +102,9 @@ def test_spawn_check_uses_the_real_allocatable(unknown):
         n["status"]["allocatable"].update(cpu="95", memory=str(950 * 2**30))
     state.replace("nodes", nodes)
     assert progress.never_fits(unknown.by_slug["huge"], state) is None
-    for n in state.nodes.values():
-        n.allocatable["cpu"] = 64.0
+    for n in nodes:
+        n["status"]["allocatable"]["cpu"] = "64"
+        state.apply_node("MODIFIED", n)
     msg = progress.never_fits(unknown.by_slug["huge"], state)
     assert "needs 90 CPUs" in msg and "offers pods 64 CPUs" in msg and "can never start" in msg
     assert progress.never_fits(unknown.by_slug["half"], state) is None
