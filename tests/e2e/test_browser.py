@@ -13,7 +13,7 @@ def test_login_pick_a_gpu_and_reach_jupyterlab(hub, hub_page, artifacts):
         page.wait_for_selector("#gpuhub-picker")
         legend = page.inner_text("#gpuhub-picker legend")
         assert legend == "Choose where your server runs"
-        labels = page.locator(".gpuhub-card h3").all_inner_texts()
+        labels = page.locator(".gpuhub-card .gpuhub-name").all_inner_texts()
         assert labels == ["CPU only", "Shared T4 (time-sliced)", "A100 MIG 1g.10gb"]
         assert "A100 80GB MIG 1g.10gb slices free" in page.inner_text("[data-profile=a100-mig-1g10gb]")
         page.screenshot(path=str(artifacts / "picker.png"), full_page=True)

@@ -26,7 +26,7 @@ def hog(cluster, namespace, name, pool, resource, count):
 
 def cards(page: str) -> dict[str, dict[str, str]]:
     out = {}
-    for m in re.finditer(r'data-profile="([^"]+)"(.*?)</label>', page, re.S):
+    for m in re.finditer(r'data-profile="([^"]+)"(.*?)(?=<div class="gpuhub-card"|</fieldset>)', page, re.S):
         body = m.group(2)
         cap = re.search(r'data-free="(\d+)"\s+data-total="(\d+)"\s+data-waiting="(\d+)">([^<]*)<', body)
         out[m.group(1)] = {"text": html.unescape(re.sub(r"<[^>]+>", " ", body)),

@@ -18,7 +18,7 @@ MINE = "myregistry.azurecr.io/ml-research/rita-experiments:7"
 
 
 def card(page: str, slug: str) -> str:
-    m = re.search(rf'data-profile="{slug}"(.*?)</label>', page, re.S)
+    m = re.search(rf'data-profile="{slug}"(.*?)(?=<div class="gpuhub-card"|</fieldset>)', page, re.S)
     assert m, f"no card for {slug}"
     return m.group(1)
 
