@@ -51,3 +51,13 @@ def test_new_pods_keep_off_failing_nodes_in_every_affinity_term():
     assert terms[0].match_expressions[0].key == "zone" and terms[0].match_fields[0].values == ["n1"]
     assert terms[1]["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]
     assert avoid_nodes(pod(), []).spec.affinity is None
+
+
+def test_the_readme_tells_to_annotate_with_the_key_the_dev_agent_reads():
+    from pathlib import Path
+
+    from devcluster.simulator_keys import SIMULATE_GPU_ANNOTATION
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"kubectl annotate node NODE {SIMULATE_GPU_ANNOTATION}=missing" in readme
+    assert f"label a node {SIMULATE_GPU_ANNOTATION}" not in readme.lower()
