@@ -1,8 +1,9 @@
 """Nodes whose GPU failed the server's health check (extension/gpucheck.py), kept by the hub for a while.
 
 A failed check used to end with "try again in a few minutes", and the next start landed on the same broken
-node. The hub now remembers the node (`GPUFaults`), new servers keep off it (`avoid_nodes`: a required node
-affinity on `metadata.name`), the picker marks its pool as degraded, and the user reads one short sentence
+node. The hub now remembers the node (`GPUFaults`): that user's next server keeps off it (`avoid_nodes`: a
+required node affinity on `metadata.name`), everyone's servers prefer other nodes, the picker marks its pool
+as degraded, and the user reads one short sentence
 first with the technical details folded (`failure_message`), announced to screen readers (role=alert).
 A node is forgotten after `ttl` seconds (a fixed driver or device plugin makes it usable again) or as soon
 as a server passes the check on it.
@@ -65,19 +66,27 @@ def degraded_note(failing: int, nodes: int) -> str:
     return f"degraded: {which} failing its check{of}; new servers keep off it"
 
 
-def avoid_nodes(pod, nodes: list[str]):
-    """The pod (a kubernetes_asyncio V1Pod) with a required node affinity keeping it off `nodes`: the
-    requirement is added to every term (terms are ORed, requirements within a term ANDed)."""
-    if not nodes:
-        return pod
+def avoid_nodes(pod, nodes: list[str], prefer_not: list[str] = ()):
+    """The pod (a kubernetes_asyncio V1Pod) kept off `nodes` (a required node affinity, added to every term:
+    terms are ORed, requirements within a term ANDed) and steered away from `prefer_not` (a preferred one)."""
     from kubernetes_asyncio.client import (V1Affinity, V1NodeAffinity, V1NodeSelector, V1NodeSelectorRequirement,
-                                           V1NodeSelectorTerm)
+                                           V1NodeSelectorTerm, V1PreferredSchedulingTerm)
 
-    keep_off = V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=sorted(nodes))
+    prefer_not = sorted(set(prefer_not) - set(nodes))
+    if not nodes and not prefer_not:
+        return pod
     spec = pod.spec
     spec.affinity = spec.affinity or V1Affinity()
     spec.affinity.node_affinity = spec.affinity.node_affinity or V1NodeAffinity()
     na = spec.affinity.node_affinity
+    if prefer_not:
+        away = V1PreferredSchedulingTerm(weight=100, preference=V1NodeSelectorTerm(match_fields=[
+            V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=prefer_not)]))
+        na.preferred_during_scheduling_ignored_during_execution = [
+            *(na.preferred_during_scheduling_ignored_during_execution or []), away]
+    if not nodes:
+        return pod
+    keep_off = V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=sorted(nodes))
     required = na.required_during_scheduling_ignored_during_execution
     if required is None or not required.node_selector_terms:
         na.required_during_scheduling_ignored_during_execution = V1NodeSelector(
@@ -114,21 +123,23 @@ class AvoidFailingGPUs(HasTraits):
             cls._gpu_faults = GPUFaults(ttl=self.gpu_check_avoid_seconds)
         return cls._gpu_faults
 
-    def nodes_to_avoid(self) -> list[str]:
-        """Failing nodes of the chosen pool, unless they are all it has and it cannot grow (then waiting for
-        them beats never starting)."""
+    def nodes_to_avoid(self) -> tuple[list[str], list[str]]:
+        """(nodes this user's server must keep off, nodes it should rather not use) in the chosen pool: where
+        this user's own start failed its GPU check, and where anyone's did. The first stay a preference only
+        when they are all the pool has and it cannot grow (then waiting for them beats never starting)."""
         profile = getattr(self, "gpu_profile", None)
         if profile is None or profile.pool is None or self.gpu_check_avoid_seconds <= 0:
-            return []
+            return [], []
         failing = self.gpu_faults().failing(profile.pool)
+        mine = [n for n in failing if n in getattr(self, "_gpu_failed_nodes", {})]
         inf = type(self)._informers
-        if failing and inf is not None and not inf.stale:
+        if mine and inf is not None and not inf.stale:
             nodes = inf.state.pool_nodes(profile.pool)
             pool = self.profiles.pool_of(profile)
             can_grow = pool is not None and pool.max_nodes is not None and pool.max_nodes > len(nodes)
-            if not can_grow and not any(n.name not in failing and n.schedulable for n in nodes):
-                return []
-        return failing
+            if not can_grow and not any(n.name not in mine and n.schedulable for n in nodes):
+                mine = []
+        return mine, failing
 
     def pool_failing_note(self, pool: str | None) -> str | None:
         """The picker's 'degraded' line for this pool, None while none of its nodes is failing."""

@@ -273,7 +273,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             return pod
         self.add_readiness_probe(pod)
         self.add_queue_labels(pod)
-        return avoid_nodes(self.guard_pod(pod), self.nodes_to_avoid())  # nodes whose GPU check just failed
+        return avoid_nodes(self.guard_pod(pod), *self.nodes_to_avoid())  # nodes whose GPU check just failed
 
     def add_queue_labels(self, pod):
         """A GPU server waits in its team's Kueue queue (the admin's choice per profile or pool): Kueue's

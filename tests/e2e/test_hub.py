@@ -146,19 +146,42 @@ def test_impossible_profile_fails_fast_with_a_clear_message(hub):
            "start. Choose another profile" in message
 
 
-def test_gpu_health_check_failure_names_the_node(hub, cluster):
+def test_gpu_health_check_failure_says_it_shortly_and_the_retry_lands_on_another_node(hub, cluster):
+    from devcluster.simulator_keys import SIMULATE_GPU_ANNOTATION
+
     t4 = sorted(n.metadata.name for n in cluster.core.list_node(
         label_selector="kubernetes.azure.com/agentpool=gput4").items)
     broken, other = t4[0], t4[1]
-    cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": "missing"}}})
+    cluster.core.patch_node(broken, {"metadata": {"annotations": {SIMULATE_GPU_ANNOTATION: "missing"}}})
     cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
     try:
-        hub.login("bob")
-        message = spawn_failure(hub, "bob", "t4-shared", 503)
-        assert f"GPU check failed on node {broken}: this server was given 1 x nvidia.com/gpu" in message
-        assert "driver or device plugin on that node is probably not ready" in message
+        session = hub.login("bob")
+        r = hub.api("POST", "/users/bob/server", json={"profile": "t4-shared"})
+        if r.status_code in (201, 202):
+            last = hub.progress("bob", lambda e: e.get("failed"), timeout=120)[-1]
+            message, page = last["message"], last.get("html_message", "")
+            # the spawn page shows the HTML: the short sentence first, announced, the check's words folded
+            assert page.startswith('<div role="alert"') and "<details><summary>Details</summary>" in page
+            assert page.index("isn&#x27;t working") < page.index("<details>") < page.index(broken)
+        else:
+            assert r.status_code == 503, r.text
+            message = r.json()["message"]
+        assert "This T4 node's GPU isn't working; pick another profile or start again — you'll get another " \
+               "node." in message
+        assert message.index("another node.") < message.index(f"GPU check failed on node {broken}: this server "
+                                                               "was given 1 x nvidia.com/gpu")
+        hub.wait_stopped("bob")
         # the failed server was cleaned up: no pod is left holding the GPU
         assert not cluster.core.list_namespaced_pod("jhub", label_selector="hub.jupyter.org/username=bob").items
+        # the picker marks the T4 pool as degraded while its node is failing
+        t4_card = cards(session.get(f"{hub.url}/hub/spawn", timeout=30).text)["t4-shared"]["text"]
+        assert "degraded: 1 node's GPU is failing its check (of 2); new servers keep off it" in t4_card
+        # start again: the hub keeps the new server off the failing node
+        cluster.core.patch_node(other, {"spec": {"unschedulable": False}})
+        r = hub.api("POST", "/users/bob/server", json={"profile": "t4-shared"})
+        assert r.status_code in (201, 202), r.text
+        assert cluster.wait_bound("jhub", "jupyter-bob", timeout=90) == other
     finally:
-        cluster.core.patch_node(broken, {"metadata": {"annotations": {"gpuhub.io/simulate-gpu": None}}})
+        hub.stop("bob")
+        cluster.core.patch_node(broken, {"metadata": {"annotations": {SIMULATE_GPU_ANNOTATION: None}}})
         cluster.core.patch_node(other, {"spec": {"unschedulable": False}})

@@ -53,6 +53,18 @@ def test_new_pods_keep_off_failing_nodes_in_every_affinity_term():
     assert avoid_nodes(pod(), []).spec.affinity is None
 
 
+def test_everyone_else_prefers_other_nodes():
+    p = avoid_nodes(pod(), [], ["n1", "n2"])
+    na = p.spec.affinity.node_affinity
+    assert na.required_during_scheduling_ignored_during_execution is None
+    (away,) = na.preferred_during_scheduling_ignored_during_execution
+    assert away.weight == 100 and away.preference.match_fields[0].values == ["n1", "n2"]
+    both = avoid_nodes(pod(), ["n1"], ["n1", "n2"]).spec.affinity.node_affinity
+    assert both.preferred_during_scheduling_ignored_during_execution[0].preference.match_fields[0].values == ["n2"]
+    assert both.required_during_scheduling_ignored_during_execution.node_selector_terms[0].match_fields[0].values \
+        == ["n1"]
+
+
 def test_the_readme_tells_to_annotate_with_the_key_the_dev_agent_reads():
     from pathlib import Path
 
