@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -150,27 +149,16 @@ def exporter():
 def prometheus(exporter, tmp_path_factory):
     """Debian's prometheus scraping the exporter every second. The static `pod` label plays the part of
     Kubernetes service discovery's: the exporter's own `pod` label becomes `exported_pod`, as in a cluster."""
-    binary = shutil.which("prometheus")
-    if not binary:
-        pytest.skip("prometheus is not installed (make system-deps installs Debian's package)")
-    d = tmp_path_factory.mktemp("prometheus")
-    (d / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": f"{SCRAPE}s", "evaluation_interval": f"{SCRAPE}s"},
-        "scrape_configs": [{"job_name": "dcgm", "static_configs": [{
-            "targets": [f"127.0.0.1:{exporter.port}"],
-            "labels": {"pod": "nvidia-dcgm-exporter-x7k2p", "namespace": "gpu-operator"}}]}],
-    }))
-    port = free_port()
-    log = (d / "prometheus.log").open("wb")
-    proc = subprocess.Popen([binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    from devcluster import prometheus as prom
+
     try:
-        _wait_http(f"{url}/-/ready", 60, proc, "prometheus")
+        proc, url = prom.start(tmp_path_factory.mktemp("prometheus"), exporter.port, SCRAPE)
+    except prom.PrometheusMissing as e:
+        pytest.skip(str(e))
+    try:
         yield url
     finally:
-        _stop(proc)
+        prom.stop(proc)
 
 
 # ------------------------------------------------------------------ hub
