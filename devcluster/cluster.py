@@ -323,7 +323,9 @@ def apply_kueue_objects(kube: Kube, cfg, timeout: float = 60) -> None:
     namespaces have their default service account (so Jobs and pods can be created right away)."""
     from gpu_spawner.builders.kueue import render_kueue
 
-    objs = render_kueue(cfg)
+    # the hub's namespace first: its servers' LocalQueues live there (the admin's release namespace)
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": storage.HUB_NAMESPACE}})
+    objs = render_kueue(cfg, storage.HUB_NAMESPACE)
     for obj in objs:
         kube.apply(obj)
     queues = {o["metadata"]["name"] for o in objs if o["kind"] == "ClusterQueue"}

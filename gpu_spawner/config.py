@@ -24,7 +24,9 @@ SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
 TIMEOUTS = {"start_timeout": 600, "http_timeout": 120}
 #: JupyterHub's default scopes of a server's own token (the `server` role), to which gpu-jobs access is added.
 SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
-SERVICES = (JOBS_SERVICE, CULLER_SERVICE)
+SERVICES = (JOBS_SERVICE, CULLER_SERVICE, USAGE_SERVICE, USAGE_COLLECTOR_SERVICE)
+#: Our versions of JupyterHub's home, spawn and spawn-pending pages (each extends JupyterHub's own).
+HUB_PAGES = os.path.join(os.path.dirname(__file__), "hub", "templates", "pages")
 
 
 def refuse_short_idle_timeouts(c, path: str, cfg: ProfilesConfig) -> None:
@@ -123,6 +125,9 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
 
 
 def _per_service(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    # the hub's pages that say why a start failed (after a reload too) and keep the spawn page honest
+    paths = _current(c.JupyterHub, "template_paths")
+    c.JupyterHub.template_paths = [p for p in paths if p != HUB_PAGES] + [HUB_PAGES]
     """A per-service mapping, refusing names of services this package does not configure (typos)."""
     value = dict(value or {})
     unknown = sorted(set(value) - set(SERVICES))

@@ -35,6 +35,8 @@ KUEUE_VERSION = "v1beta2"
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
 PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
+#: The scheduling gate Kueue's pod integration puts on a pod carrying QUEUE_LABEL until it admits it.
+KUEUE_ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
 
 # ---------------------------------------------------------------------- hub services
 JOBS_SERVICE = "gpu-jobs"

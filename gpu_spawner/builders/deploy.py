@@ -78,6 +78,8 @@ def hub_permissions(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESP
                    "spawn progress and Pending explanations read pod events"),
         Permission("", "nodes", ("get", "list", "watch"), None, "live GPU capacity in the picker"),
         Permission("", "pods", ("get", "list", "watch"), None, "GPU slots in use on every node"),
+        Permission(KUEUE_GROUP, "workloads", ("list",), hub_namespace, "a queued server's place among its team's"),
+        Permission(KUEUE_GROUP, "clusterqueues", ("get",), None, "how many wait in a queued server's team queue"),
     ] + jobs_permissions(cfg)
 
 

@@ -2,7 +2,8 @@
 
 One ResourceFlavor per GPU pool (its node labels and tolerations, which Kueue copies into admitted
 pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus the CPU and memory
-that many GPUs' share of a node carries), a LocalQueue in the team's namespace, and a
+that many GPUs' share of a node carries), a LocalQueue in the team's namespace and one of the same
+name in the hub's namespace (notebook servers queue there: Kueue's pod integration), and a
 WorkloadPriorityClass and PriorityClass per priority. Kueue API v1beta2 only. Team namespaces
 enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
@@ -12,11 +13,12 @@ from decimal import Decimal
 from typing import Any
 
 
+from gpu_spawner.builders.deploy import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.pods import priority_class_name
-from gpu_spawner.contract import KUEUE_API, MANAGED_BY, TEAM_LABEL
+from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 from gpu_spawner.model import quantities
-from gpu_spawner.model.profiles import Pool, ProfilesConfig, Team
+from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team
 
 EPHEMERAL = "ephemeral-storage"
 
@@ -70,7 +72,36 @@ def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
     return [n for n in cfg.pools if n in names]
 
 
-def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, Any]:
+def queues_servers(cfg: ProfilesConfig, profile: Profile) -> bool:
+    """The admin's choice: the profile's `queue_servers`, else its pool's, else yes for GPU profiles."""
+    pool = cfg.pool_of(profile)
+    for choice in (profile.queue_servers, pool.queue_servers if pool else None):
+        if choice is not None:
+            return choice
+    return profile.gpu is not None
+
+
+def server_queue(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> tuple[str, Team] | None:
+    """(team name, team) whose queue a server of `profile` waits in, for a user in `groups`; None when
+    servers of this profile are not queued, the user has no team, or the team's queue does not cover the
+    pool (Kueue could never admit it: the server is scheduled as before)."""
+    found = cfg.team_for(groups) if queues_servers(cfg, profile) and profile.pool else None
+    if found is None or profile.pool not in _cohort_pools(cfg, found[1]):
+        return None
+    return found
+
+
+def server_queue_labels(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> dict[str, str]:
+    """Labels that put a server pod in its team's queue at the profile's priority (Kueue's pod integration
+    gates the pod until it admits it), or {} when it is not queued."""
+    found = server_queue(cfg, profile, groups)
+    if found is None:
+        return {}
+    return {QUEUE_LABEL: local_queue_name(found[0]), PRIORITY_LABEL: cfg.effective_priority(profile)}
+
+
+def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team,
+                  hub_namespace: str = DEFAULT_HUB_NAMESPACE) -> dict[str, Any]:
     pools = _cohort_pools(cfg, team)
     gpu_resources = sorted({r for n in pools for r in cfg.pools[n].slots_per_node()})
     flavors = []
@@ -93,7 +124,9 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
                 r["borrowingLimit"] = team.borrowing_limit if r["name"] in own else 0
         flavors.append({"name": name, "resources": resources})
     spec: dict[str, Any] = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+        # the team's Jobs, and the servers in the hub's namespace
+        "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                    "values": sorted({team.namespace, hub_namespace})}]},
         "queueingStrategy": "BestEffortFIFO",
         "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
         "resourceGroups": [{"coveredResources": ["cpu", "memory", EPHEMERAL, *gpu_resources], "flavors": flavors}],
@@ -104,9 +137,10 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team) -> dict[str, 
             "spec": spec}
 
 
-def local_queue(team_name: str, team: Team) -> dict[str, Any]:
+def local_queue(team_name: str, team: Team, namespace: str | None = None) -> dict[str, Any]:
+    """The team's LocalQueue in its namespace (Jobs), or in `namespace` (the hub's: servers)."""
     return {"apiVersion": KUEUE_API, "kind": "LocalQueue",
-            "metadata": _meta(local_queue_name(team_name), namespace=team.namespace),
+            "metadata": _meta(local_queue_name(team_name), namespace=namespace or team.namespace),
             "spec": {"clusterQueue": cluster_queue_name(team_name)}}
 
 
@@ -118,8 +152,8 @@ def team_namespace(team_name: str, team: Team) -> dict[str, Any]:
                                                              **POD_SECURITY_LABELS}}}
 
 
-def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
-    """Every object, in the order `kubectl apply` needs them."""
+def render_kueue(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE) -> list[dict[str, Any]]:
+    """Every object, in the order `kubectl apply` needs them (the hub's namespace must exist)."""
     objs: list[dict[str, Any]] = []
     objs += [team_namespace(name, team) for name, team in cfg.teams.items()]
     for name, value in cfg.priorities.items():
@@ -133,6 +167,8 @@ def render_kueue(cfg: ProfilesConfig) -> list[dict[str, Any]]:
                      "value": value, "description": f"jupyterhub-gpu priority {name!r} for queued GPU jobs"})
     used = {p for team in cfg.teams.values() for p in _cohort_pools(cfg, team)}
     objs += [resource_flavor(n, p) for n, p in cfg.pools.items() if n in used]
-    objs += [cluster_queue(cfg, n, t) for n, t in cfg.teams.items()]
+    objs += [cluster_queue(cfg, n, t, hub_namespace) for n, t in cfg.teams.items()]
     objs += [local_queue(n, t) for n, t in cfg.teams.items()]
+    if any(queues_servers(cfg, p) for p in cfg.profiles):
+        objs += [local_queue(n, t, hub_namespace) for n, t in cfg.teams.items() if t.namespace != hub_namespace]
     return objs

@@ -143,6 +143,9 @@ class Pool(_Strict):
     min_nodes: int = Field(0, ge=0)
     max_nodes: int | None = Field(None, ge=0)
     display_name: str | None = None
+    queue_servers: bool | None = Field(None, description=(
+        "Notebook servers on this pool wait in their team's Kueue queue, counted in its quota (default: yes "
+        "for GPU pools); a profile's own `queue_servers` wins."))
 
     @property
     def is_gpu(self) -> bool:
@@ -313,6 +316,9 @@ class Profile(_Strict):
     options: dict[Slug, ProfileOption] = Field({}, description=(
         "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "
         "`%gpu_submit` jobs from it use too. Option names are DNS labels other than `profile`."))
+    queue_servers: bool | None = Field(None, description=(
+        "Servers of this profile wait in their team's Kueue queue, counted in its quota at the profile's "
+        "priority (default: the pool's setting, else yes for GPU profiles)."))
 
     @property
     def is_gpu(self) -> bool:

@@ -67,7 +67,7 @@ def cmd_render_pod(args) -> int:
 def cmd_render_kueue(args) -> int:
     from gpu_spawner.builders.kueue import render_kueue
 
-    print(yaml.safe_dump_all(render_kueue(_load(args.file)), sort_keys=False), end="")
+    print(yaml.safe_dump_all(render_kueue(_load(args.file), args.hub_namespace), sort_keys=False), end="")
     return 0
 
 
@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     from gpu_spawner.builders.deploy import add_arguments as deploy_arguments
 
     deploy_arguments(rd)
+    rk.add_argument("--hub-namespace", default="jhub",
+                    help="where servers run: their teams' LocalQueues go there (default jhub)")
     rd.set_defaults(run=cmd_render_deploy)
     rs = rsub.add_parser("storage", help="the users' home share: a PersistentVolume and claim `gpuhub-home` for the "
                                          "hub namespace and each team namespace, all on one ReadWriteMany share")

@@ -330,7 +330,7 @@ def _diff(want: dict[str, Any], have: dict[str, Any]) -> list[str]:
     return [f"{k}: live {have.get(k)!r}, file says {want[k]!r}" for k in want if want[k] != have.get(k)]
 
 
-def check_kueue_objects(cfg: ProfilesConfig, snap: Snapshot, file: str) -> list[Check]:
+def check_kueue_objects(cfg: ProfilesConfig, snap: Snapshot, file: str, hub_namespace: str = "jhub") -> list[Check]:
     if snap.crds is None or any(f"{c}.kueue.x-k8s.io" not in snap.crds for c in KUEUE_CRDS):
         return []  # check_kueue_crds said why
     if snap.kueue is None:
@@ -338,7 +338,7 @@ def check_kueue_objects(cfg: ProfilesConfig, snap: Snapshot, file: str) -> list[
                       "run doctor with a kubeconfig that may list Kueue objects")]
     live = {(k, o["metadata"].get("namespace"), _name(o)): o for k, objs in snap.kueue.items() for o in objs}
     out = []
-    for obj in render_kueue(cfg):
+    for obj in render_kueue(cfg, hub_namespace):
         kind = obj["kind"]
         if kind not in KUEUE_KINDS:
             continue
@@ -414,7 +414,7 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
             if dp:
                 out.append(dp)
     out += check_kueue_crds(snap, file)
-    out += check_kueue_objects(cfg, snap, file)
+    out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
     if hub_namespace is not None:
         out += check_rbac(cfg, snap, hub_namespace)
     from gpu_spawner.tools.doctor_storage import check_storage

@@ -79,7 +79,8 @@ def test_render_kueue_yaml():
     docs = list(yaml.safe_load_all(r.stdout))
     kinds = [d["kind"] for d in docs]
     assert kinds.count("ResourceFlavor") == 4 and kinds.count("ClusterQueue") == 2
-    assert kinds.count("LocalQueue") == 2 and kinds.count("WorkloadPriorityClass") == 3
+    # each team's LocalQueue in its namespace (Jobs) and in the hub namespace (servers)
+    assert kinds.count("LocalQueue") == 4 and kinds.count("WorkloadPriorityClass") == 3
     assert all(d["apiVersion"] == "kueue.x-k8s.io/v1beta2" for d in docs if d["kind"] in
                ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"))
 

@@ -70,6 +70,9 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
         ("hub", None, "", "pods"): read,
         ("hub", "jhub", "", "pods"): read | {"create", "delete"},
         ("hub", "jhub", "", "events"): read,
+        # a queued server's place: the servers' Workloads, and the team queue's count (nothing of the teams')
+        ("hub", "jhub", "kueue.x-k8s.io", "workloads"): {"list"},
+        ("hub", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
             ("gpu-jobs", ns, "batch", "jobs"): read | {"create", "delete"},

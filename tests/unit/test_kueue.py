@@ -34,7 +34,9 @@ def test_every_flavor_lists_every_covered_resource():
 def test_team_quota_in_the_pools_resource_name_with_cpu_memory_share():
     cq = objects("ClusterQueue")["team-data-science"]
     assert cq["spec"]["cohortName"] == "gpu"
-    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-ds"}}
+    # the team's Jobs and its servers in the hub namespace (Kueue's pod integration) share the quota
+    assert cq["spec"]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["jhub", "team-ds"]}]}
     assert quota(cq, "gpumig", "nvidia.com/mig-1g.10gb") == {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 14,
                                                              "borrowingLimit": 4}
     # 14 of 7 slices per NC24ads_A100_v4, whose pods get 23.66 of its 24 vCPUs (AKS reserves the rest)
@@ -47,9 +49,10 @@ def test_team_quota_in_the_pools_resource_name_with_cpu_memory_share():
 
 
 def test_local_queue_in_team_namespace_and_priorities():
-    lq = objects("LocalQueue")
-    assert lq["data-science"]["metadata"]["namespace"] == "team-ds"
-    assert lq["data-science"]["spec"] == {"clusterQueue": "team-data-science"}
+    lqs = [o for o in render_kueue(load_profiles(EXAMPLE_PROFILES)) if o["kind"] == "LocalQueue"]
+    ds = {o["metadata"]["namespace"]: o for o in lqs if o["metadata"]["name"] == "data-science"}
+    assert set(ds) == {"team-ds", "jhub"}  # its Jobs' queue, and its servers' queue in the hub namespace
+    assert {o["spec"]["clusterQueue"] for o in ds.values()} == {"team-data-science"}
     assert {n: o["value"] for n, o in objects("WorkloadPriorityClass").items()} == {"low": 100, "normal": 1000,
                                                                                     "high": 10000}
     pcs = objects("PriorityClass")

@@ -1,0 +1,214 @@
+"""The waiting part of a spawn (GPUSpawner mixes this in): servers in their team's Kueue queue, deadlines
+with plain-words failures, the spawn page's headline while waiting, and the last failure kept for the
+home page.
+
+Deadlines: a queued server may wait `queue_wait_limit` in the queue; once admitted (or when not queued)
+it has the admin's `start_timeout` to become ready. JupyterHub's and KubeSpawner's own timeouts are moved
+past both, so the plain message always wins over an empty "Spawn failed:".
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from traitlets import Float, Integer
+from traitlets.config import LoggingConfigurable
+
+from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name, server_queue
+from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
+from gpu_spawner.hub import waiting
+from gpu_spawner.model.choices import ChoiceError
+
+#: JupyterHub's and KubeSpawner's timeouts run this much longer than ours, so ours always fire first.
+GRACE_S = 30
+
+
+def is_patience(event: dict[str, Any]) -> bool:
+    """KubeSpawner's "Please be patient … N seconds" (a message and nothing else): it would replace the
+    plain reason as the headline, so it is dropped; the spawn page counts the time waited itself."""
+    return set(event) == {"message"}
+
+
+async def merged(*sources: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """Events of several async generators as they come; ends when the first one (KubeSpawner's progress,
+    which ends with the spawn) ends; the others are closed."""
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(source, last: bool):
+        try:
+            async for event in source:
+                await queue.put(event)
+        finally:
+            if last:
+                await queue.put(done)
+
+    tasks = [asyncio.ensure_future(pump(src, i == 0)) for i, src in enumerate(sources)]
+    try:
+        while (event := await queue.get()) is not done:
+            yield event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class SpawnFailed(Exception):
+    """A spawn that gave up, with the plain sentence JupyterHub shows (`jupyterhub_message`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.jupyterhub_message = message
+
+
+class QueuedSpawnMixin(LoggingConfigurable):
+    """Mixed in before KubeSpawner; a stopped server's state keeps `_last_failure` (KubeSpawner's
+    clear_state leaves it), so the reason survives the stop JupyterHub runs after a failed start."""
+
+    queue_wait_limit = Integer(
+        4 * 3600,
+        config=True,
+        help="""Longest a server may wait in its team's Kueue queue, in seconds (0: no limit).
+
+        A queued spawn does not count against `start_timeout`; that applies once Kueue admits the server.
+        When the limit runs out the queued pod is removed and the user reads why and what to do instead.
+        """,
+    )
+
+    queue_status_interval = Float(
+        5.0,
+        config=True,
+        help="""How often a waiting spawn's page refreshes its place in the queue, in seconds (one list of
+        the team's Workloads per waiting spawn).""",
+    )
+
+    _base_start_timeout: int | None = None
+    _spawn_began: float | None = None
+    _admitted_at: float | None = None
+    _queue: tuple[str, Any] | None = None
+    _last_failure: dict[str, str] | None = None
+    _headline: str | None = None
+    _never: str | None = None  # Kueue says the queue can never admit this server
+
+    # ------------------------------------------------------------------ start: deadlines
+    def _queue_for(self, options: dict[str, Any]):
+        """(team name, team) whose queue this spawn waits in, or None."""
+        if not self.profiles_file:
+            return None
+        try:
+            chosen = self.check_profile_choice(options or {})
+        except ChoiceError:
+            return None  # load_user_options refuses it with the reason
+        return server_queue(self.profiles, chosen.profile, self.user_groups())
+
+    def start(self):
+        if self._base_start_timeout is None:
+            self._base_start_timeout = self.start_timeout
+        self._queue = self._queue_for(self.user_options)
+        self._spawn_began, self._admitted_at, self._headline, self._never = time.monotonic(), None, None, None
+        self._last_failure = None  # a new start: the last one's reason is history
+        # JupyterHub reads start_timeout right after start() returns: the whole wait, queue included
+        self.start_timeout = self._base_start_timeout + GRACE_S + (
+            (self.queue_wait_limit or 10 * 365 * 86400) if self._queue else 0)
+        return super().start()
+
+    async def _start(self):
+        try:
+            return await super()._start()
+        except asyncio.CancelledError:
+            raise  # the user pressed Stop (our deadlines fire before the hub's own)
+        except Exception as e:
+            message = getattr(e, "jupyterhub_message", None) or waiting.unexplained_message(e)
+            profile = getattr(self, "gpu_profile", None)
+            self._last_failure = waiting.failure_record(message, profile.display_name if profile else None)
+            raise
+        finally:
+            self._spawn_began = None
+            # the long value was read when the waits began; stop() waits for the pod with the plain one
+            self.start_timeout = self._base_start_timeout + GRACE_S
+
+    def check_deadlines(self, pod: dict[str, Any] | None) -> None:
+        """Raise SpawnFailed when the queue wait limit or (after admission) start_timeout has passed."""
+        began = self._spawn_began
+        if began is None or self._base_start_timeout is None:
+            return  # not our spawn (a poll after a hub restart)
+        now = time.monotonic()
+        profile = getattr(self, "gpu_profile", None)
+        name = profile.display_name if profile else "GPU"
+        if waiting.gated(pod):
+            if self._never:
+                raise SpawnFailed(waiting.over_quota_message(self._queue[0], name, self._never))
+            if self.queue_wait_limit and now - began > self.queue_wait_limit:
+                team = self._queue[0] if self._queue else "your"
+                raise SpawnFailed(waiting.queue_limit_message(team, now - began, name))
+            return
+        if pod is None and self._queue:
+            return  # not seen yet: it may still be gated
+        if self._admitted_at is None:
+            self._admitted_at = now
+        if now - self._admitted_at > self._base_start_timeout:
+            raise SpawnFailed(waiting.start_timeout_message(now - self._admitted_at, name, self._headline))
+
+    # ------------------------------------------------------------------ progress while queued
+    async def queue_place(self, pod_name: str) -> waiting.QueuePlace | None:
+        """This server's place in its team's queue (None: the Workloads cannot be read now): the servers'
+        Workloads in the hub namespace and the ClusterQueue's pending count (the hub reads nothing in team
+        namespaces)."""
+        from kubespawner.clients import shared_client
+
+        team_name = self._queue[0]
+        api = shared_client("CustomObjectsApi")
+        try:
+            got = await api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, self.namespace, "workloads",
+                                                          _request_timeout=10)
+            cq = await api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues",
+                                                     cluster_queue_name(team_name), _request_timeout=10)
+        except Exception as e:  # the API down or slow: say so, keep waiting
+            self.log.warning("queue position of %s: %s", pod_name, e)
+            return None
+        return waiting.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq)
+
+    async def queue_events(self) -> AsyncIterator[dict[str, Any]]:
+        """Spawn-page events while the server waits in the queue: its place when it changes, then its turn."""
+        if not self._queue:
+            return
+        team = self._queue[0]
+        last = None
+        while self._spawn_began is not None:
+            pod = self.pod_reflector.pods.get(self._pod_key()) if self.pod_reflector else None
+            if pod is not None and not waiting.gated(pod):
+                yield {"message": waiting.admitted_message(team), "gpuhub": {"queued": False}}
+                return
+            if pod is not None:
+                place = await self.queue_place(pod["metadata"]["name"])
+                self._never = place.never if place else None  # check_deadlines ends the spawn with it
+                message = waiting.queue_message(team, place, self._slots_text())
+                if message != last:
+                    last = message
+                    yield {"message": message, "gpuhub": {"queued": True}}
+            await asyncio.sleep(self.queue_status_interval)
+
+    def _pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+    def _slots_text(self) -> str:
+        profile = getattr(self, "gpu_profile", None)
+        pool = self.profiles.pool_of(profile) if profile else None
+        return f"{pool.display_name or pool.gpu.spec.name} quota" if pool and pool.gpu else "GPU quota"
+
+    # ------------------------------------------------------------------ the last failure, kept
+    @property
+    def gpuhub_last_failure(self) -> dict[str, str] | None:
+        """The last failed start's reason (home page and picker), until the next start."""
+        return self._last_failure
+
+    def get_state(self):
+        state = super().get_state()
+        if self._last_failure:
+            state["gpuhub_last_failure"] = self._last_failure
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        self._last_failure = waiting.valid_record((state or {}).get("gpuhub_last_failure"))
