@@ -24,7 +24,7 @@ SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
 TIMEOUTS = {"start_timeout": 600, "http_timeout": 120}
 #: JupyterHub's default scopes of a server's own token (the `server` role), to which gpu-jobs access is added.
 SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
-SERVICES = (JOBS_SERVICE, CULLER_SERVICE, USAGE_SERVICE, USAGE_COLLECTOR_SERVICE)
+SERVICES = (JOBS_SERVICE, CULLER_SERVICE)
 #: Our versions of JupyterHub's home, spawn and spawn-pending pages (each extends JupyterHub's own).
 HUB_PAGES = os.path.join(os.path.dirname(__file__), "hub", "templates", "pages")
 
@@ -120,14 +120,14 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     # each user sees their cull warnings as the banner of the hub's pages
     template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
     c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(warnings)}
+    # the hub's pages that say why a start failed (after a reload too) and keep the spawn page honest
+    paths = _current(c.JupyterHub, "template_paths")
+    c.JupyterHub.template_paths = [p for p in paths if p != HUB_PAGES] + [HUB_PAGES]
     exit_on_conflicts(c)
     return path, cfg
 
 
 def _per_service(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
-    # the hub's pages that say why a start failed (after a reload too) and keep the spawn page honest
-    paths = _current(c.JupyterHub, "template_paths")
-    c.JupyterHub.template_paths = [p for p in paths if p != HUB_PAGES] + [HUB_PAGES]
     """A per-service mapping, refusing names of services this package does not configure (typos)."""
     value = dict(value or {})
     unknown = sorted(set(value) - set(SERVICES))
