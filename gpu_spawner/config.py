@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from traitlets.config import LazyConfigValue
 
 from gpu_spawner.contract import CULLER_SERVICE, ENV_JOBS_URL, JOBS_SERVICE, NOTIFY_CULL_PATH
+from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
 from gpu_spawner.model.validation import ProfilesError
@@ -24,7 +25,7 @@ SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
 TIMEOUTS = {"start_timeout": 600, "http_timeout": 120}
 #: JupyterHub's default scopes of a server's own token (the `server` role), to which gpu-jobs access is added.
 SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
-SERVICES = (JOBS_SERVICE, CULLER_SERVICE)
+SERVICES = (JOBS_SERVICE, CULLER_SERVICE, USAGE_SERVICE, USAGE_COLLECTOR_SERVICE)
 #: Our versions of JupyterHub's home, spawn and spawn-pending pages (each extends JupyterHub's own).
 HUB_PAGES = os.path.join(os.path.dirname(__file__), "hub", "templates", "pages")
 
@@ -64,7 +65,8 @@ def load_or_exit(path: str | None = None) -> tuple[str, ProfilesConfig]:
 def configure(c, profiles_file: str | None = None, *, services_host: str | None = None,
               ports: Mapping[str, int] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
               environment: Mapping[str, Mapping[str, str]] | None = None, jobs_url_for_servers: str | None = None,
-              spawner_class: str = SPAWNER_CLASS, env: Mapping[str, str] | None = None) -> tuple[str, ProfilesConfig]:
+              spawner_class: str = SPAWNER_CLASS, env: Mapping[str, str] | None = None,
+              usage: bool | None = None) -> tuple[str, ProfilesConfig]:
     """Wire GPUSpawner, the `gpu-jobs` service and the `gpu-culler` service into the config `c`.
 
     - `profiles_file`: default $GPUHUB_PROFILES; a bad file stops the hub with every problem listed.
@@ -77,6 +79,8 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     - `jobs_url_for_servers`: where kernels reach gpu-jobs (default $GPUHUB_JOBS_PUBLIC_URL, else the
       servers' GPUHUB_JOBS_URL the admin set, else z2jh's `http://proxy-public/services/gpu-jobs/`).
     - `env`: the hub's environment to read (default os.environ).
+    - `usage`: run the usage collector and the showback page (`gpu-usage-collector`, `gpu-usage`: services/
+      usage/hub.py); default on unless $GPUHUB_USAGE is off/false/0/no. Off: both entries are removed.
     Returns (profiles file path, the validated profiles).
     """
     from gpu_spawner.services.culler import culler_service
@@ -108,6 +112,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     for service, role in (jobs_entry, culler_entry):
         c.JupyterHub.services = _replace(_current(c.JupyterHub, "services"), service)
         c.JupyterHub.load_roles = _replace(_current(c.JupyterHub, "load_roles"), role)
+    _configure_usage(c, path, usage, services_host, ports, options, environment, env)
     # every user may call gpu-jobs with their own token, and so may their server's token (the kernel's)
     c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), jobs.ACCESS)
     c.Spawner.server_token_scopes = _with_scope(c.Spawner["server_token_scopes"] if "server_token_scopes"
@@ -125,6 +130,22 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     c.JupyterHub.template_paths = [p for p in paths if p != HUB_PAGES] + [HUB_PAGES]
     exit_on_conflicts(c)
     return path, cfg
+
+
+def _configure_usage(c, path: str, usage: bool | None, host: str | None, ports, options, environment, env) -> None:
+    """The usage collector and page (services/usage/hub.py), or neither; users may open their own page."""
+    from gpu_spawner.services.usage import hub as usage_hub
+
+    names = (USAGE_SERVICE, USAGE_COLLECTOR_SERVICE)
+    services = [s for s in _current(c.JupyterHub, "services") if s.get("name") not in names]
+    if not usage_hub.usage_enabled(usage, env):
+        c.JupyterHub.services = services
+        return
+    for entry in usage_hub.usage_services(path, env=env, host=host, ports=ports, options=options,
+                                          environment=environment):
+        services = _replace(services, entry)
+    c.JupyterHub.services = services
+    c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), usage_hub.ACCESS)
 
 
 def _per_service(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:

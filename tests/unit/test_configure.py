@@ -24,6 +24,7 @@ def clean_env(monkeypatch, tmp_path):
     for var in HUB_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)  # the culler's warnings file defaults to the hub's working directory
+    monkeypatch.setenv("GPUHUB_USAGE", "off")  # the usage services have their own tests (test_usage_hub.py)
 
 
 def by_name(entries):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from prometheus_client import start_http_server
 
@@ -31,6 +31,18 @@ def cycle(api, cfg, hub_namespace: str, store: UsageStore, metrics: UsageMetrics
     return still, now
 
 
+#: How often the store is pruned (and once at start).
+PRUNE_EVERY_S = 24 * 3600
+
+
+def retention_of(text: str) -> timedelta | None:
+    """'400d' → 400 days; None for anything unparsable or under a day (that would drop today's usage)."""
+    from pytimeparse2 import parse
+
+    seconds = parse(text) if isinstance(text, str) and len(text) <= 32 else None
+    return timedelta(seconds=seconds) if seconds and seconds >= 86400 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpuhub-usage", description=__doc__)
     p.add_argument("--profiles-file", required=True)
@@ -40,9 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=60.0, help="seconds between cycles (default 60)")
     p.add_argument("--port", type=int, default=9402, help="/metrics port (default 9402)")
     p.add_argument("--once", action="store_true", help="one cycle, then exit (tests, cron)")
+    p.add_argument("--retention", default="400d",
+                   help="keep finished lifetimes this long (default 400d: a year's showback and then some); "
+                        "older ones are pruned at start and daily")
     args = p.parse_args(argv)
     if not 1 <= args.every <= 3600:
         p.error("--every must be between 1 and 3600 seconds")
+    retention = retention_of(args.retention)
+    if retention is None:
+        p.error(f"--retention {args.retention!r}: a duration of at least 1d, such as 90d or 400d")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from gpu_spawner.tools.doctor_cluster import api_client
 
@@ -51,7 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     open_, last = store.load_open()
     if not args.once:
         start_http_server(args.port, registry=metrics.registry)
+    pruned_at = None
     while True:
+        if pruned_at is None or time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+            pruned_at = time.monotonic()
+            try:
+                if n := store.prune(datetime.now(timezone.utc) - retention):
+                    log.info("pruned %d finished lifetimes older than %s", n, args.retention)
+            except OSError:
+                log.exception("pruning the store failed; retrying in a day")
         try:
             open_, last = cycle(api, cfg, args.hub_namespace, store, metrics, open_, last)
         except Exception:  # the cluster not answering is a missed cycle, not a crash: the store keeps all

@@ -9,6 +9,9 @@ forgets past usage; Prometheus keeps DCGM samples but not who held which GPU for
   with nothing but the standard library.
 - `open.json`: the lifetimes still running at the last cycle, replaced atomically each cycle, so a pod that
   ends while the collector is down is closed at its last-seen time instead of being lost.
+
+Retention: `prune()` rewrites `finished.jsonl` without the lifetimes that ended before a cutoff (atomically,
+by the collector, the only writer), so the file and every read of it stay bounded.
 """
 from __future__ import annotations
 
@@ -51,14 +54,35 @@ class UsageStore:
             out.setdefault(lt.uid, lt)
         return list(out.values())
 
-    def save_open(self, lifetimes: dict[str, Lifetime], seen: datetime) -> None:
-        body = json.dumps({"seen": seen.isoformat(), "open": [lt.to_json() for lt in lifetimes.values()]})
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".open-")
+    def prune(self, before: datetime) -> int:
+        """Drop finished lifetimes that ended before `before` (and lines that do not parse); how many went."""
+        if not self.finished_path.exists():
+            return 0
+        kept, dropped = [], 0
+        for line in self.finished_path.read_text(encoding="utf-8").splitlines():
+            try:
+                end = Lifetime.from_json(json.loads(line)).end
+            except (ValueError, TypeError, KeyError):
+                end = None
+            if end is None or end < before:
+                dropped += 1
+            else:
+                kept.append(line + "\n")
+        if dropped:
+            self._replace(self.finished_path, "".join(kept), ".finished-")
+        return dropped
+
+    def _replace(self, path: Path, body: str, prefix: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=prefix)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.open_path)
+        os.replace(tmp, path)
+
+    def save_open(self, lifetimes: dict[str, Lifetime], seen: datetime) -> None:
+        body = json.dumps({"seen": seen.isoformat(), "open": [lt.to_json() for lt in lifetimes.values()]})
+        self._replace(self.open_path, body, ".open-")
 
     def load_open(self) -> tuple[dict[str, Lifetime], datetime | None]:
         try:

@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         from gpu_spawner.model.profiles import load_profiles
 
         hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
-    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, url.hostname)
+    # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
+    address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
+    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, address)
     ioloop.IOLoop.current().start()
     return 0
 
