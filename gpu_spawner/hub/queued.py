@@ -103,6 +103,8 @@ class QueuedSpawnMixin(LoggingConfigurable):
         return server_queue(self.profiles, chosen.profile, self.user_groups())
 
     def start(self):
+        if not self.profiles_file:
+            return super().start()  # a plain KubeSpawner: its own timeouts, nothing kept
         if self._base_start_timeout is None:
             self._base_start_timeout = self.start_timeout
         self._queue = self._queue_for(self.user_options)
@@ -114,6 +116,8 @@ class QueuedSpawnMixin(LoggingConfigurable):
         return super().start()
 
     async def _start(self):
+        if not self.profiles_file:
+            return await super()._start()
         try:
             return await super()._start()
         except asyncio.CancelledError:
