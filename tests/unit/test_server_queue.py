@@ -252,3 +252,22 @@ def test_more_than_the_whole_quota_is_said_at_once(spawn):
     s._never = place.never
     with pytest.raises(SpawnFailed, match="needs more than the data-science team's whole quota"):
         s.check_deadlines(GATED)
+
+
+# ---------------------------------------------------------------------- the kept failure on the hub's pages
+def test_last_failure_banner_is_escaped_and_only_for_a_stopped_server():
+    from types import SimpleNamespace
+
+    from jinja2 import Environment, FileSystemLoader
+
+    from gpu_spawner.config import HUB_PAGES
+
+    banner = Environment(loader=FileSystemLoader(HUB_PAGES), autoescape=True).get_template(
+        "gpuhub_last_failure.html")
+    record = waiting.failure_record("<script>x</script> can never start", "H200 (retired pool)", T0)
+    html = banner.render(server=SimpleNamespace(active=False, gpuhub_last_failure=record))
+    assert 'role="alert"' in html and "(H200 (retired pool), 2026-01-05 09:00 UTC)" in html
+    assert "&lt;script&gt;x&lt;/script&gt; can never start" in html and "<script>" not in html
+    assert banner.render(server=SimpleNamespace(active=True, gpuhub_last_failure=record)).strip() == ""
+    assert banner.render(server=SimpleNamespace(active=False, gpuhub_last_failure=None)).strip() == ""
+    assert banner.render(server=None).strip() == ""
