@@ -24,6 +24,7 @@ from pathlib import Path
 from kubernetes_asyncio import client, config, watch
 
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
+from devcluster.pod_dns import PodHosts, pod_fqdn
 from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
 from gpu_spawner.contract import ENV_DEVICE_ROOT, ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
@@ -108,7 +109,10 @@ def container_env(pod: dict, container: dict) -> dict[str, str]:
         if "value" in e:
             env[e["name"]] = e["value"] or ""
         elif ref := ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
-            env[e["name"]] = fields.get(ref, "")
+            if m := re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", ref):  # e.g. a JobSet rank
+                env[e["name"]] = (pod["metadata"].get(m.group(1)) or {}).get(m.group(2), "")
+            else:
+                env[e["name"]] = fields.get(ref, "")
     return env
 
 
@@ -136,6 +140,7 @@ class DevNodeAgent:
         self.claim_users: dict[tuple[str, str], dict[str, str]] = {}
         self.starting: set[str] = set()
         self.retrying: set[str] = set()
+        self.hosts = PodHosts(state_dir / "dns" / "hosts.json")  # pod hostnames (a JobSet's ranks), see pod_dns
 
     def allocate_ip(self, port: int = 8888) -> str:
         """A loopback pod IP on which `port` is free (another agent's pod may hold it)."""
@@ -217,9 +222,12 @@ class DevNodeAgent:
             return
         ip = self.allocate_ip(container_port(container))
         pod["status"]["podIP"] = ip
+        ns = pod["metadata"]["namespace"]
+        if (fqdn := pod_fqdn(pod)) and await self._read(self.api.read_namespaced_service, pod["spec"]["subdomain"], ns):
+            self.hosts.add(key, fqdn, ip)  # as a cluster's DNS does for a pod under a headless Service
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
         env = {**os.environ, **self.ipython_env, **container_env(pod, container),
-               **simulated_gpu(self.state_dir, node)}
+               **simulated_gpu(self.state_dir, node), **self.hosts.env(ns)}
         if sim_path := env.pop(SIM_PATH_ENV, None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
         if "JUPYTERHUB_SERVICE_URL" in env:
@@ -405,6 +413,7 @@ class DevNodeAgent:
     def stop(self, key: str) -> None:
         run = self.running.pop(key, None)
         self.release_claims(key)
+        self.hosts.remove(key)
         if run is not None and run.proc.returncode is None:
             try:
                 os.killpg(run.proc.pid, signal.SIGTERM)

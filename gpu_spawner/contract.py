@@ -38,6 +38,16 @@ PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
 #: The scheduling gate Kueue's pod integration puts on a pod carrying QUEUE_LABEL until it admits it.
 KUEUE_ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
 
+# ---------------------------------------------------------------------- JobSet (multi-node jobs)
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_API = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+#: Set by the JobSet controller on its Jobs and pods (labels and annotations).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+#: The one replicated job of a multi-node job: its pods are `<jobset>-node-<rank>-0`.
+JOBSET_REPLICATED_JOB = "node"
+
 # ---------------------------------------------------------------------- hub services
 JOBS_SERVICE = "gpu-jobs"
 CULLER_SERVICE = "gpu-culler"
@@ -78,6 +88,15 @@ ENV_PARAMETERS = "GPUHUB_PARAMETERS"
 ENV_KERNEL = "GPUHUB_KERNEL"
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
 ENV_OUTPUT_DIR = "OUTPUT_DIR"
+# A multi-node job's ranks (`%gpu_submit --nodes N`): torchrun's names, one notebook process per node.
+ENV_MASTER_ADDR = "MASTER_ADDR"               # rank 0's stable hostname (the JobSet's headless service)
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"                 # the number of nodes (= notebook processes)
+ENV_RANK = "RANK"                             # this node's index, 0..WORLD_SIZE-1
+ENV_NODE_RANK = "NODE_RANK"                   # the same (torchrun --node_rank)
+ENV_LOCAL_RANK = "LOCAL_RANK"                 # 0: one notebook process per node
+ENV_NPROC_PER_NODE = "NPROC_PER_NODE"         # GPUs per node (torchrun --nproc_per_node)
+MASTER_PORT = 29500                           # torch.distributed's usual port
 
 
 # ---------------------------------------------------------------------- runner exit codes

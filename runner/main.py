@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_KERNEL, ENV_NOTEBOOK_NAME, ENV_PARAMETERS, ENV_SNAPSHOT,
-                                  RunnerExit, cell_progress, progress_line)
+from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_KERNEL, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR, ENV_PARAMETERS,
+                                  ENV_RANK, ENV_SNAPSHOT, RunnerExit, cell_progress, progress_line)
 
 EXIT_OK = RunnerExit.OK
 EXIT_NOTEBOOK_FAILED = RunnerExit.NOTEBOOK_FAILED
@@ -197,6 +197,14 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
     return EXIT_OK
 
 
+def default_output(name: str) -> Path:
+    """$OUTPUT_DIR/<name>.ipynb; a multi-node job's other ranks write theirs to $OUTPUT_DIR/rank-<k>/, so
+    rank 0's is the job's output notebook and the others' are kept beside it."""
+    rank = os.environ.get(ENV_RANK, "")
+    out = Path(os.environ.get(ENV_OUTPUT_DIR, "."))
+    return (out / f"rank-{int(rank)}" if rank.isdigit() and int(rank) > 0 else out) / f"{name}.ipynb"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpuhub-runner", description=__doc__.split("\n")[0])
     p.add_argument("--snapshot", type=Path, default=Path(os.environ.get(ENV_SNAPSHOT, "/snapshot/notebook.gz")))
@@ -205,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parameters", default=os.environ.get(ENV_PARAMETERS, "{}"), help="JSON object")
     p.add_argument("--kernel", default=os.environ.get(ENV_KERNEL) or None)
     a = p.parse_args(argv)
-    output = a.output or Path(os.environ.get("OUTPUT_DIR", ".")) / f"{a.name}.ipynb"
+    output = a.output or default_output(a.name)
     try:
         params = json.loads(a.parameters)
         if not isinstance(params, dict):

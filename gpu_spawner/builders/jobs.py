@@ -83,12 +83,12 @@ def check_parameters(params: dict[str, Any]) -> None:
         raise JobRequestError("parameter values must be JSON values (numbers, strings, lists, ...)") from None
 
 
-def job_name(user: str, notebook: str) -> str:
-    """Unique, valid DNS-1123 label: gpu-<user>-<notebook>-<random> in at most 52 characters, so the
+def job_name(user: str, notebook: str, limit: int = 52) -> str:
+    """Unique, valid DNS-1123 label: gpu-<user>-<notebook>-<random> in at most `limit` characters, so the
     pods Kubernetes names after it stay within 63."""
     stem = re.sub(r"\.ipynb$", "", notebook.rsplit("/", 1)[-1])
-    base = safe_slug(f"{user}-{stem}", max_length=38).replace("---", "-")
-    return f"gpu-{base}-{secrets.token_hex(3)}"[:52].strip("-")
+    base = safe_slug(f"{user}-{stem}", max_length=38).replace("---", "-")[:limit - 11].strip("-")
+    return f"gpu-{base}-{secrets.token_hex(3)}"[:limit].strip("-")
 
 
 def notebook_folder(notebook_path: str) -> str:
@@ -100,12 +100,39 @@ def notebook_folder(notebook_path: str) -> str:
     return "" if folder in ("", ".") else folder
 
 
-def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
+@dataclass(frozen=True)
+class JobParts:
+    """What a single-node Job and a multi-node JobSet share: the checked request, the pod, the snapshot."""
+
+    name: str
+    namespace: str
+    team: str
+    priority: str
+    timeout: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    pod_spec: dict[str, Any]
+    config_map: dict[str, Any]
+
+    def pod_template(self, settings: JobSettings) -> dict[str, Any]:
+        return {"metadata": {"labels": {**settings.pod_labels, **self.labels}, "annotations": dict(self.annotations)},
+                "spec": copy.deepcopy(self.pod_spec)}
+
+    def queued_labels(self) -> dict[str, str]:
+        """The labels of the object Kueue admits: the team's LocalQueue and the priority."""
+        return {**self.labels, QUEUE_LABEL: local_queue_name(self.team), PRIORITY_LABEL: self.priority}
+
+
+#: The runner's exit on a cell error fails the Job at once: retrying will not help.
+NOTEBOOK_FAILED_RULE = {"action": "FailJob", "onExitCodes": {"containerName": RUNNER_CONTAINER, "operator": "In",
+                                                             "values": [int(RunnerExit.NOTEBOOK_FAILED)]}}
+
+
+def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
               notebook: dict[str, Any], parameters: dict[str, Any] | None = None, priority: str | None = None,
               timeout: int | None = None, settings: JobSettings = JobSettings(),
-              name: str | None = None, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """[Job, ConfigMap] for one submission, or JobRequestError saying why not. `options`: the profile's option
-    choices (as a server's user_options); the job runs in the image they choose, like the server."""
+              name: str | None = None, options: dict[str, Any] | None = None) -> JobParts:
+    """Check a submission and build its pod and snapshot ConfigMap, or JobRequestError saying why not."""
     try:  # callers choose first; checked again here because this builds what runs on the GPU
         choose_profile(cfg, user, groups, profile.slug, gpu=True)
         image = check_options(profile, user, groups, {} if options is None else options).image
@@ -165,32 +192,42 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
                     home_volume],
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
-    job_labels = {**labels, QUEUE_LABEL: local_queue_name(team_name), PRIORITY_LABEL: priority}
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": job_labels, "annotations": annotations},
-        "spec": {
-            "suspend": True,
-            "activeDeadlineSeconds": timeout,
-            "backoffLimit": settings.backoff_limit,
-            "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-                {"action": "FailJob", "onExitCodes": {"containerName": RUNNER_CONTAINER, "operator": "In",
-                                                      "values": [int(RunnerExit.NOTEBOOK_FAILED)]}},
-            ]},
-            "ttlSecondsAfterFinished": 7 * 24 * 3600,
-            "template": {"metadata": {"labels": {**settings.pod_labels, **labels}, "annotations": dict(annotations)},
-                         "spec": pod_spec},
-        },
-    }
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": name, "namespace": ns, "labels": dict(labels),
                                "annotations": dict(annotations)},
                   "binaryData": {"notebook.gz": base64.b64encode(snapshot).decode()}}
-    return [job, config_map]
+    return JobParts(name, ns, team_name, priority, timeout, labels, annotations, pod_spec, config_map)
+
+
+def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,
+              notebook: dict[str, Any], parameters: dict[str, Any] | None = None, priority: str | None = None,
+              timeout: int | None = None, settings: JobSettings = JobSettings(),
+              name: str | None = None, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """[Job, ConfigMap] for one submission, or JobRequestError saying why not. `options`: the profile's option
+    choices (as a server's user_options); the job runs in the image they choose, like the server."""
+    parts = job_parts(cfg, profile, user, groups, notebook_path, notebook, parameters, priority, timeout, settings,
+                      name, options)
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": parts.name, "namespace": parts.namespace, "labels": parts.queued_labels(),
+                     "annotations": dict(parts.annotations)},
+        "spec": {
+            "suspend": True,
+            "activeDeadlineSeconds": parts.timeout,
+            "backoffLimit": settings.backoff_limit,
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                NOTEBOOK_FAILED_RULE,
+            ]},
+            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            "template": parts.pod_template(settings),
+        },
+    }
+    return [job, parts.config_map]
 
 
 def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
-    """An ownerReference to a created Job (needs its uid): its ConfigMap goes away with it."""
-    return {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"],
-            "controller": False, "blockOwnerDeletion": False}
+    """An ownerReference to a created Job or JobSet (needs its uid): its ConfigMap goes away with it."""
+    return {"apiVersion": job.get("apiVersion") or "batch/v1", "kind": job.get("kind") or "Job",
+            "name": job["metadata"]["name"], "uid": job["metadata"]["uid"], "controller": False,
+            "blockOwnerDeletion": False}

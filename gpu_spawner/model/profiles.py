@@ -312,6 +312,9 @@ class Profile(_Strict):
         "default: the profile's own priority, so nobody jumps the queue unless allowed. Members of a "
         "group in the top-level `group_max_priority` may go up to that group's ceiling instead."))
     max_per_user: int | None = Field(None, ge=1)
+    max_nodes: int | None = Field(None, ge=1, le=64, description=(
+        "The most nodes one `%gpu_submit --nodes N` job may span (a JobSet of N pods, one per node, each with "
+        "this profile's GPUs, admitted all at once by Kueue). Whole-GPU profiles only; default: one node."))
     default: bool = False
     options: dict[Slug, ProfileOption] = Field({}, description=(
         "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "

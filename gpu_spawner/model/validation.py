@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from gpu_spawner.model import multinode
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
 from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.profiles import (
@@ -287,6 +288,7 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
         out.append(Problem(f"{at}.cpu_limit", f"{float(p.cpu_limit):g} is below cpu {float(p.cpu):g}; "
                                               f"valid: at least {float(p.cpu):g}"))
     _check_options(at, p, out)
+    out.extend(Problem(x.at, x.message) for x in multinode.profile_problems(at, p, pool))
     if p.pool in broken:
         return  # the pool's own problems are reported at pools.<name>; checking against it would mislead
     if p.gpu is None:

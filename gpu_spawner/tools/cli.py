@@ -104,7 +104,11 @@ def parse_params(items: list[str]) -> dict:
 def cmd_render_job(args) -> int:
     from pytimeparse2 import parse as parse_duration
 
+    from functools import partial
+
     from gpu_spawner.builders.jobs import JobRequestError, build_job
+    from gpu_spawner.builders.jobsets import build_jobset
+    from gpu_spawner.model.multinode import check_nodes
 
     cfg = _load(args.file)
     profile = _choose_profile(cfg, args, gpu=True)
@@ -118,9 +122,12 @@ def cmd_render_job(args) -> int:
         if not timeout:
             raise CLIError(f"--timeout {args.timeout!r} is not a duration; write e.g. 30m or 2h")
     try:
-        objs = build_job(cfg, profile, args.user, args.group, args.notebook, notebook,
-                         parse_params(args.param), args.priority, int(timeout) if timeout else None)
-    except JobRequestError as e:
+        nodes = check_nodes(cfg, profile, cfg.team_for(args.group), args.nodes)
+        build = partial(build_jobset, nodes=nodes) if nodes > 1 else build_job
+        objs = build(cfg, profile, args.user, args.group, args.notebook, notebook,
+                     parameters=parse_params(args.param), priority=args.priority,
+                     timeout=int(timeout) if timeout else None)
+    except (JobRequestError, ValueError) as e:
         raise CLIError(str(e)) from None
     print(yaml.safe_dump_all(objs, sort_keys=False), end="")
     return 0
@@ -212,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--hub-namespace", default="jhub", help="where servers run (default jhub)")
     rs.add_argument("--size", default="1Ti", help="the claims' size (the share's quota is set on the share)")
     rs.set_defaults(run=cmd_render_storage)
-    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its ConfigMap (YAML)")
+    rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its ConfigMap (YAML); with --nodes N "
+                         "the JobSet of a multi-node job")
     rj.add_argument("file")
     rj.add_argument("--profile", required=True)
     rj.add_argument("--user", required=True)
@@ -223,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the text itself, as in %%gpu_submit")
     rj.add_argument("--priority")
     rj.add_argument("--timeout", help="e.g. 2h")
+    rj.add_argument("--nodes", type=int, default=1, help="nodes for a multi-node job (the profile's max_nodes)")
     rj.set_defaults(run=cmd_render_job)
 
     d = sub.add_parser("doctor", help="check a live cluster against a profiles file")

@@ -41,8 +41,9 @@ def current_cell(log: str) -> dict | None:
 
 
 def workload_owner(workload: dict) -> str | None:
+    """The Job or JobSet (a multi-node job) the Workload stands for."""
     for ref in workload.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job":
+        if ref.get("kind") in ("Job", "JobSet"):
             return ref.get("name")
     return None
 
@@ -195,5 +196,6 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
 
 
 def job_name_of(pod: dict) -> str | None:
+    """The submission a pod belongs to: our job label first (a JobSet's pods also carry their rank's Job)."""
     labels = pod.get("metadata", {}).get("labels") or {}
-    return labels.get(JOB_NAME_LABEL) or labels.get("job-name") or labels.get(JOB_LABEL)
+    return labels.get(JOB_LABEL) or labels.get(JOB_NAME_LABEL) or labels.get("job-name")

@@ -1,22 +1,27 @@
 """A submission request → the manifests to create, or a `JobRequestError` (a 4xx) saying why not (pure).
 
 Every check runs before anything is created: the profile exists and the user's groups allow it, it
-has a GPU and the requested GPU count is the profile's, the user's active jobs on it stay within
-`max_per_user` and the user's jobs overall `max_jobs_per_user`, the priority is within the user's
-ceiling, the notebook path stays in home, the timeout is within bounds, the parameters are identifiers
-with JSON values within their size limits (`limits`), the snapshot fits in a ConfigMap.
+has a GPU and the requested GPU count is the profile's, `nodes` is 1 or within the profile's `max_nodes`
+and the team's quota (model/multinode.py), the user's active jobs on it stay within `max_per_user` and
+the user's jobs overall `max_jobs_per_user`, the priority is within the user's ceiling, the notebook
+path stays in home, the timeout is within bounds, the parameters are identifiers with JSON values
+within their size limits (`limits`), the snapshot fits in a ConfigMap.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
+from gpu_spawner.builders.jobsets import build_jobset
 from gpu_spawner.model.choices import ChoiceError, choose_profile
+from gpu_spawner.model.multinode import check_nodes
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, duration_seconds
 from gpu_spawner.services.jobs import limits
 
-FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options"}
+FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options",
+          "nodes"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ def check_priority(cfg: ProfilesConfig, profile: Profile, groups: list[str], pri
 def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dict[str, Any],
                     active_on_profile: int, settings: ServiceSettings = ServiceSettings(),
                     name: str | None = None, active_total: int = 0) -> list[dict[str, Any]]:
-    """[Job, ConfigMap] for `body`, the JSON the user posted; `active_on_profile` / `active_total`: the
+    """[Job, ConfigMap] for `body`, the JSON the user posted ([JobSet, ConfigMap] with `nodes` > 1); `active_on_profile` / `active_total`: the
     user's unfinished jobs on the requested profile / on all profiles (counted under a per-user lock)."""
     if not isinstance(body, dict):
         raise JobRequestError("the request body must be a JSON object")
@@ -69,6 +74,10 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
     if gpus is not None and (isinstance(gpus, bool) or gpus != profile.gpu.count):
         raise JobRequestError(f"profile {slug!r} gives {profile.gpu.count} GPU(s) per job; {gpus!r} were asked for. "
                               "Pick a profile with more GPUs.")
+    try:  # a multi-node job: a whole-GPU profile that allows N nodes, N x its GPUs within the team's reach
+        nodes = check_nodes(cfg, profile, cfg.team_for(groups), body.get("nodes", 1))
+    except ValueError as e:
+        raise JobRequestError(str(e)) from None
     if settings.max_jobs_per_user and active_total >= settings.max_jobs_per_user:
         raise JobRequestError(f"you already have {active_total} unfinished job(s); the limit is "
                               f"{settings.max_jobs_per_user} per user over all profiles. Wait for one to finish "
@@ -83,9 +92,10 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
     priority = check_priority(cfg, profile, groups, body.get("priority"))
     if body.get("name") is not None and not isinstance(body.get("name"), str):
         raise JobRequestError("name must be text")
-    objs = build_job(cfg, profile, user, groups, nb_path, nb, params, priority, parse_timeout(body.get("timeout")),
-                     settings.job, name, options=body.get("options"))
-    return objs
+    build = partial(build_jobset, nodes=nodes) if nodes > 1 else build_job
+    return build(cfg, profile, user, groups, nb_path, nb, parameters=params, priority=priority,
+                 timeout=parse_timeout(body.get("timeout")), settings=settings.job, name=name,
+                 options=body.get("options"))
 
 
 __all__ = ["JobRequestError", "ServiceSettings", "plan_submission", "parse_timeout"]
