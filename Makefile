@@ -34,7 +34,13 @@ $(LAB_OUT)/package.json: $(VENV)/.installed $(LAB)/node_modules/.installed $(wil
 	cp extension/jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json $(VENV)/etc/jupyter/jupyter_server_config.d/
 	touch $@
 
-labextension: $(LAB_OUT)/package.json
+# JupyterLab's news prompt and update check off for the dev hub's servers too, as in the singleuser image.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES): images/singleuser/overrides.json $(VENV)/.installed
+	mkdir -p $(dir $@)
+	cp $< $@
+
+labextension: $(LAB_OUT)/package.json $(LAB_OVERRIDES)
 
 # Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser), and
 # Debian's Prometheus for the culler tests (tests/culler scrape a DCGM-format exporter with it).

@@ -33,6 +33,13 @@ def instructions(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def final_stage(path: Path) -> list[tuple[str, str]]:
+    """The instructions of the image itself (after the last FROM; earlier stages only build parts of it)."""
+    ins = instructions(path)
+    last = max(k for k, (i, _) in enumerate(ins) if i == "FROM")
+    return ins[last:]
+
+
 def args_of(path: Path) -> dict[str, str]:
     out = {}
     for ins, rest in instructions(path):
@@ -113,6 +120,8 @@ def test_copy_sources_exist(dockerfile):
     copies = [rest for ins, rest in instructions(dockerfile) if ins in ("COPY", "ADD")]
     assert copies
     for rest in copies:
+        if "--from=" in rest:  # from a build stage, not the context
+            continue
         parts = [p for p in shlex.split(rest) if not p.startswith("--")]
         for src in parts[:-1]:
             assert (ROOT / src).exists(), f"{dockerfile}: COPY source {src} does not exist (context: repo root)"
@@ -177,7 +186,7 @@ def test_python_environment_belongs_to_the_user_and_installs_only_the_lock(name,
     from gpu_spawner.builders.hardening import JOB_GID, JOB_UID
 
     path = IMAGES / name / "Dockerfile"
-    args, ins = args_of(path), instructions(path)
+    args, ins = args_of(path), final_stage(path)
     assert (args[uid], args[gid]) == (str(JOB_UID), str(JOB_GID))  # what Job pods and z2jh's servers run as
     runs = [(i, rest) for i, rest in ins if i in ("RUN", "USER")]
     first_user = next(k for k, (i, _) in enumerate(runs) if i == "USER")
@@ -218,3 +227,36 @@ def test_every_image_reference_is_one_the_docs_build():
     assert ("singleuser", "0.1.0-cpu", "profiles.yaml") in refs
     for image, tag, where in refs:
         assert (image, tag) in built, f"{where} names jupyterhub-gpu/{image}:{tag}, which no documented build makes"
+
+
+def test_singleuser_builds_the_lab_extension_and_turns_the_news_off():
+    """The image builds the JupyterLab extension in a stage (npm lock, JupyterLab from the hash-checked lock)
+    into the folder setup.cfg ships as data_files, checks it is enabled, and sets JupyterLab's news and update
+    check off with a value its own schema accepts (the dev venv gets the same file: `make labextension`)."""
+    import json
+
+    path = IMAGES / "singleuser" / "Dockerfile"
+    ins = instructions(path)
+    assert ("FROM", "${NODE_IMAGE} AS labextension") in ins
+    build = " ".join(rest for i, rest in ins[:ins.index(("FROM", "${BASE_IMAGE}"))] if i == "RUN")
+    assert "npm ci" in build and "build-labextension --core-path" in build and "--require-hashes" in build
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    shipped = cfg["options.data_files"]["share/jupyter/labextensions/jupyterhub-gpu-labextension"].strip()
+    final = final_stage(path)
+    copy = next(rest for i, rest in final if i == "COPY" and "--from=labextension" in rest)
+    assert copy.split()[-1] == f"/tmp/src/{Path(shipped).parent}"  # where `pip install /tmp/src` takes it from
+    assert copy.split()[-2] == "/src/build/jupyterhub-gpu-labextension"
+    assert any(i == "RUN" and 'grep -q "jupyterhub-gpu-labextension .*enabled"' in rest for i, rest in final)
+    overrides = json.loads((IMAGES / "singleuser" / "overrides.json").read_text())
+    assert ("COPY", "images/singleuser/overrides.json /opt/venv/share/jupyter/lab/settings/overrides.json") in final
+    import jupyterlab
+
+    schema = json.loads((Path(jupyterlab.__file__).parent / "schemas" / "@jupyterlab" / "apputils-extension" /
+                         "notification.json").read_text())
+    settings = overrides["@jupyterlab/apputils-extension:notification"]
+    assert settings == {"fetchNews": "false", "checkForUpdates": False}
+    assert "false" in [o["const"] for o in schema["properties"]["fetchNews"]["oneOf"]]
+    assert schema["properties"]["checkForUpdates"]["type"] == "boolean"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "cp $< $@" in makefile and "LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json" in makefile
