@@ -80,7 +80,14 @@ def hub_permissions(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESP
         Permission("", "pods", ("get", "list", "watch"), None, "GPU slots in use on every node"),
         Permission(KUEUE_GROUP, "workloads", ("list",), hub_namespace, "a queued server's place among its team's"),
         Permission(KUEUE_GROUP, "clusterqueues", ("get",), None, "how many wait in a queued server's team queue"),
-    ] + jobs_permissions(cfg)
+    ] + usage_permissions(cfg) + jobs_permissions(cfg)
+
+
+def usage_permissions(cfg: ProfilesConfig) -> list[Permission]:
+    """The usage collector runs in the hub pod under the hub's account (services/usage/hub.py): besides the
+    hub's own reads (pods everywhere, nodes), the team namespaces' Workloads for queue waits and evictions."""
+    return [Permission(KUEUE_GROUP, "workloads", ("list",), ns, "the usage collector: jobs' queue waits, evictions")
+            for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
 
 
 def jobs_permissions(cfg: ProfilesConfig) -> list[Permission]:
@@ -124,7 +131,7 @@ def render_rbac(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
         mine = [p for p in perms if p.account == account]
         subject = [{"kind": "ServiceAccount", "name": sa, "namespace": hub_namespace}]
         for ns in dict.fromkeys(p.namespace for p in mine):
-            role = f"{prefix}-servers" if account == HUB_ACCOUNT else prefix
+            role = prefix if account != HUB_ACCOUNT else f"{prefix}-servers" if ns == hub_namespace else f"{prefix}-usage"
             kind, name = ("ClusterRole", f"{prefix}-read") if ns is None else ("Role", role)
             meta = {"name": name, "labels": labels} | ({"namespace": ns} if ns else {})
             objs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,

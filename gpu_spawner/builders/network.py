@@ -5,7 +5,8 @@ Next to z2jh's own policies (they add up: a pod selected by any policy takes onl
 - `gpuhub-gpu-jobs` (hub namespace): the `gpu-jobs` pods take connections on their port from the proxy
   (users' browsers and API calls through `/services/gpu-jobs/`) and from notebook servers (`%gpu_submit`
   in the kernel, over plain HTTP inside the cluster); nothing else.
-- `gpuhub-hub-services` (hub namespace): the culler's port on the hub pod, from the proxy only.
+- `gpuhub-hub-services` (hub namespace): the culler's and the usage page's ports on the hub pod, from the
+  proxy only.
 - `gpuhub-job-pods` (every team namespace): a Job pod (the user's notebook, run by the runner) serves
   nothing, so no ingress at all; its egress may go anywhere (package mirrors, storage, DNS) except the
   cloud metadata endpoints, where a pod could otherwise read the node's identity and tokens
@@ -26,6 +27,7 @@ from gpu_spawner.model.profiles import ProfilesConfig
 METADATA_CIDRS = ("169.254.169.254/32", "168.63.129.16/32")
 JOBS_PORT = 10101
 CULLER_PORT = 10102
+USAGE_PORT = 10103  # the showback page (services/usage/hub.py), in the hub pod too
 #: z2jh's pod roles, by the `component` label.
 HUB, PROXY, SINGLEUSER = ({"component": c} for c in ("hub", "proxy", "singleuser-server"))
 #: The labels of the gpu-jobs pods (`workloads.render_gpu_jobs`).
@@ -66,7 +68,7 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
                                   {"podSelector": {"matchLabels": SINGLEUSER}}], "ports": _tcp(JOBS_PORT)}]}),
         _policy("gpuhub-hub-services", hub_namespace, {"matchLabels": HUB}, {
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT)}]}),
+            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)}]}),
     ]
     objs += [job_pods_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
     return objs

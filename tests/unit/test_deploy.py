@@ -82,12 +82,14 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
             ("gpu-jobs", ns, "", "pods/log"): {"get"},
             ("gpu-jobs", ns, "kueue.x-k8s.io", "workloads"): {"list", "watch"},
             ("gpu-jobs", ns, "kueue.x-k8s.io", "localqueues"): {"get"},
+            ("hub", ns, "kueue.x-k8s.io", "workloads"): {"list"},  # the usage collector in the hub pod: waits
         }.items()},
     }
     # nothing may write secrets, nodes, RBAC or anything cluster-wide; the hub has no rights on Jobs
     assert not any(ns is None and verbs - read for (_, ns, _, _), verbs in rules.items())
     assert not any(res in ("secrets", "roles", "rolebindings", "clusterroles") for (*_, res) in rules)
-    assert not any(sa == "hub" and ns in ("team-ds", "team-mlr") for (sa, ns, _, _) in rules)
+    # in the team namespaces the hub only reads Workloads (showback's queue waits), never Jobs or pods' logs
+    assert {res for (sa, ns, _, res) in rules if sa == "hub" and ns in ("team-ds", "team-mlr")} == {"workloads"}
 
 
 def test_rbac_binds_every_role_to_exactly_one_account():
@@ -128,7 +130,7 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     # the culler inside the hub pod, reachable through the hub Service on its default port; gpu-jobs is its
     # own Deployment (deploy/gpu-jobs.yaml), registered with a token from its Secret
     ports = {p["name"]: p["port"] for p in hub["service"]["extraPorts"]}
-    assert ports == {CULLER: CULLER_PORT}
+    assert ports == {CULLER: CULLER_PORT, "gpu-usage": 10103}  # and the showback page (services/usage/hub.py)
     assert all(p["targetPort"] == p["port"] for p in hub["service"]["extraPorts"])
     env = hub["extraEnv"]
     assert env["GPUHUB_JOBS_SERVICE_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
@@ -161,13 +163,16 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     assert c.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
     assert c.GPUSpawner.start_timeout == 600  # a GPU pool may have to scale from zero
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert set(services) == {"z2jh-service", GPU_JOBS, CULLER}
+    assert set(services) == {"z2jh-service", GPU_JOBS, CULLER, "gpu-usage", "gpu-usage-collector"}
     assert services[GPU_JOBS]["url"] == f"http://hub:{JOBS_PORT}"
     assert services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
+    assert services["gpu-usage"]["url"] == "http://hub:10103"  # values.yaml's extra port on the hub Service
+    assert {"name": "gpu-usage", "port": 10103, "targetPort": 10103} in \
+        docs("values.yaml")[0]["hub"]["service"]["extraPorts"]
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     assert roles[JOBS_ROLE]["scopes"] == JOBS_SCOPES and roles[JOBS_ROLE]["services"] == [GPU_JOBS]
     assert roles[CULLER_ROLE]["scopes"] == CULLER_SCOPES and roles[CULLER_ROLE]["services"] == [CULLER]
-    assert roles["user"]["scopes"] == ["self", ACCESS]
+    assert roles["user"]["scopes"] == ["self", "access:services!service=gpu-usage", ACCESS]
     assert c.GPUSpawner.environment["FROM_SINGLEUSER_EXTRAENV"] == "1"
 
 
@@ -222,7 +227,7 @@ def test_networkpolicies_select_by_z2jh_component_labels(cfg):
     assert hub["podSelector"] == {"matchLabels": {"component": "hub"}}
     (rule,) = hub["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
-    assert [p["port"] for p in rule["ports"]] == [CULLER_PORT]
+    assert [p["port"] for p in rule["ports"]] == [CULLER_PORT, 10103]  # the culler, the usage page
     jobs = pols[("jhub", "gpuhub-gpu-jobs")]["spec"]
     (rule,) = jobs["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}},

@@ -14,9 +14,9 @@ import os
 import sys
 from typing import Any, Mapping
 
+from gpu_spawner.builders.network import USAGE_PORT as PAGE_PORT  # gpu-jobs 10101, the culler 10102
 from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
 
-PAGE_PORT = 10103  # gpu-jobs 10101, the culler 10102
 METRICS_PORT = 9402  # the collector's /metrics, for Prometheus
 #: What users need to open their own page (the page itself needs no hub API scope: it only identifies callers).
 ACCESS = f"access:services!service={USAGE_SERVICE}"
