@@ -10,7 +10,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# configurable-http-proxy (JupyterHub's proxy) from npm, pinned by package-lock.json.
+# configurable-http-proxy (JupyterHub's proxy) and axe-core (the accessibility tests' checker) from npm,
+# pinned by package-lock.json.
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
