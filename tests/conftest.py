@@ -94,3 +94,27 @@ def artifacts() -> Path:
     path = Path(__file__).resolve().parents[1] / "artifacts"
     path.mkdir(exist_ok=True)
     return path
+
+
+#: axe-core from npm (package.json, pinned by package-lock.json; `make install` runs `npm ci`).
+AXE_JS = Path(__file__).resolve().parents[1] / "node_modules" / "axe-core" / "axe.min.js"
+
+
+@pytest.fixture
+def axe():
+    """`axe(page, include=None)`: axe-core's WCAG 2.1 A/AA checks run in the page (or in the `include`
+    selectors), returning the serious and critical violations as readable lines (none: [])."""
+    if not AXE_JS.is_file():
+        pytest.skip("axe-core is not installed (make install runs npm ci)")
+
+    def run(page, include: list[str] | None = None) -> list[str]:
+        if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+            page.add_script_tag(path=str(AXE_JS))
+        context = {"include": [[s] for s in include]} if include else None
+        found = page.evaluate("""async ([context]) => (await axe.run(context || document, {
+            runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']},
+            resultTypes: ['violations']})).violations""", [context])
+        return [f"{v['id']} ({v['impact']}): {v['help']} — {n['target']}: {n.get('failureSummary', '')}"
+                for v in found if v.get("impact") in ("serious", "critical") for n in v["nodes"]]
+
+    return run
