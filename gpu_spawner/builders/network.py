@@ -4,7 +4,8 @@ Next to z2jh's own policies (they add up: a pod selected by any policy takes onl
 
 - `gpuhub-gpu-jobs` (hub namespace): the `gpu-jobs` pods take connections on their port from the proxy
   (users' browsers and API calls through `/services/gpu-jobs/`) and from notebook servers (`%gpu_submit`
-  in the kernel, over plain HTTP inside the cluster); nothing else.
+  in the kernel, over plain HTTP inside the cluster), and from the hub pod (the culler hands its new
+  warnings to gpu-jobs for the users' e-mail / webhook notifications); nothing else.
 - `gpuhub-hub-services` (hub namespace): the culler's and the usage page's ports on the hub pod, from the
   proxy only.
 - `gpuhub-job-pods` (every team namespace): a Job pod (the user's notebook, run by the runner) serves
@@ -65,7 +66,8 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
         _policy("gpuhub-gpu-jobs", hub_namespace, {"matchLabels": dict(GPU_JOBS_POD)}, {
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}},
-                                  {"podSelector": {"matchLabels": SINGLEUSER}}], "ports": _tcp(JOBS_PORT)}]}),
+                                  {"podSelector": {"matchLabels": SINGLEUSER}},
+                                  {"podSelector": {"matchLabels": HUB}}], "ports": _tcp(JOBS_PORT)}]}),
         _policy("gpuhub-hub-services", hub_namespace, {"matchLabels": HUB}, {
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)}]}),

@@ -231,7 +231,8 @@ def test_networkpolicies_select_by_z2jh_component_labels(cfg):
     jobs = pols[("jhub", "gpuhub-gpu-jobs")]["spec"]
     (rule,) = jobs["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}},
-                            {"podSelector": {"matchLabels": {"component": "singleuser-server"}}}]
+                            {"podSelector": {"matchLabels": {"component": "singleuser-server"}}},
+                            {"podSelector": {"matchLabels": {"component": "hub"}}}]  # the culler's warnings
     assert [p["port"] for p in rule["ports"]] == [JOBS_PORT]
     (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
