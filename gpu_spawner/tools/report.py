@@ -11,7 +11,8 @@ from typing import Any
 from gpu_spawner.services.usage.accounting import GROUPINGS
 
 FORMATS = ("table", "csv", "json")
-COLUMNS = ("key", "gpu_hours_held", "gpu_hours_used", "utilisation_pct", "cost", "pods", "peak_memory_mib")
+COLUMNS = ("key", "gpu_hours_held", "gpu_hours_used", "utilisation_pct", "cost", "pods", "peak_memory_mib",
+           "spot_evictions", "preemptions")
 MAX_RANGE = timedelta(days=400)
 
 
@@ -64,10 +65,12 @@ def render(rep: dict[str, Any], fmt: str) -> str:
     q = rep["queue_wait_s"]
     wait = (f"queue wait p50 {q['p50'] / 60:.1f} min, p90 {q['p90'] / 60:.1f} min ({q['count']} jobs)"
             if q["count"] else "queue wait: no job admitted in the range")
-    ev = ", ".join(f"{k} {v}" for k, v in sorted(rep["evictions"].items())) or "none"
+    ev = ", ".join(f"{k} {v}" for k, v in sorted(rep["evictions"].items())) or "none"  # Kueue's, of jobs
     rec = rep["culler_gpu_hours_reclaimed"]
     return "\n".join([f"GPU showback {rep['since']} → {rep['until']}", *lines, "", wait,
                       f"evictions: {ev}",
+                      f"spot evictions: {rep.get('spot_evictions', 0)} pods · preempted by the scheduler: "
+                      f"{rep.get('pod_preemptions', 0)} pods",
                       f"reclaimed by the culler: {'?' if rec is None else f'{rec:.2f}'} GPU-h",
                       *(f"hint: {h}" for h in rep.get("hints", []))])
 

@@ -24,10 +24,11 @@ def cycle(api, cfg, hub_namespace: str, store: UsageStore, metrics: UsageMetrics
           open_: dict[str, acc.Lifetime], last: datetime | None) -> tuple[dict[str, acc.Lifetime], datetime]:
     now = datetime.now(timezone.utc)
     live, workloads = collect.read_cluster(api, cfg, hub_namespace, now)
-    still, done = acc.close_missing(open_, live, last or now)
+    still, done = acc.close_missing(open_, live, last or now, collect.node_names(api))
     store.append_finished(done)
     store.save_open(still, now)
     metrics.update(still.values(), workloads, (now - last).total_seconds() if last else 0.0, last)
+    metrics.finished(done)
     return still, now
 
 

@@ -40,6 +40,10 @@ class Lifetime:
     hourly_cost: float
     start: datetime
     end: datetime | None = None
+    node: str = ""
+    spot: bool = False  # on a spot pool (the profiles file's `spot: true`; AKS taints its nodes)
+    #: How it ended when not by its owner: SPOT_EVICTION, PREEMPTED, EVICTED; "" otherwise (or still running).
+    ended_by: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -67,10 +71,40 @@ def _finished_at(pod: dict[str, Any]) -> datetime | None:
     return parse_time(pod.get("metadata", {}).get("deletionTimestamp"))
 
 
+#: How a pod's hold ended when not by its owner (`Lifetime.ended_by`).
+SPOT_EVICTION, PREEMPTED, EVICTED = "spot-eviction", "preempted", "evicted"
+#: Pod disruptions that mean its node went away or shut down: on a spot pool, that is the spot eviction
+#: (AKS deletes the VM: the kubelet's graceful node shutdown, then the pod GC or the taint manager).
+NODE_GONE = ("DeletionByPodGC", "DeletionByTaintManager", "TerminationByKubelet")
+NODE_GONE_STATUS = ("Terminated", "Shutdown", "NodeShutdown", "NodeLost")
+
+
+def interruption(pod: dict[str, Any], spot: bool) -> str:
+    """How a pod was stopped from outside, from its DisruptionTarget condition and status reason: a
+    preemption (the scheduler's, for a higher priority), a spot eviction (its spot node went away), another
+    eviction (node pressure, a drain); "" when nothing says so."""
+    st = pod.get("status") or {}
+    c = condition(pod, "DisruptionTarget")
+    reason = (c.get("reason") or "") if c and c.get("status") == "True" else ""
+    if "Preempt" in reason or st.get("reason") == "Preempting":
+        return PREEMPTED
+    if reason in NODE_GONE or st.get("reason") in NODE_GONE_STATUS:
+        return SPOT_EVICTION if spot else EVICTED
+    if reason or st.get("reason") == "Evicted":
+        return EVICTED
+    return ""
+
+
+def spot_profiles(cfg) -> frozenset[str]:
+    """The slugs of the profiles whose pool is a spot pool."""
+    return frozenset(p.slug for p in cfg.profiles if (pool := cfg.pool_of(p)) is not None and pool.spot)
+
+
 def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, str],
-                now: datetime | None = None) -> Lifetime | None:
+                now: datetime | None = None, spot: frozenset[str] = frozenset()) -> Lifetime | None:
     """A pod (API JSON) → its Lifetime, or None when it holds no GPU of a known profile or never started.
-    `teams`: namespace → team name (a job's team); `now` closes nothing, it only bounds a bogus start."""
+    `teams`: namespace → team name (a job's team); `now` closes nothing, it only bounds a bogus start;
+    `spot`: the profiles on spot pools (`spot_profiles`)."""
     meta, st = pod.get("metadata") or {}, pod.get("status") or {}
     labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
     rule = rules.get(labels.get(PROFILE_LABEL, ""))
@@ -79,11 +113,14 @@ def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, st
         return None
     job = labels.get(JOB_LABEL, "")
     ns = meta.get("namespace", "")
+    end, on_spot = _finished_at(pod), rule.profile in spot
     user = ann.get(USER_ANNOTATION) or ann.get(KUBESPAWNER_USER_ANNOTATION) or labels.get(USER_LABEL) or "?"
     return Lifetime(uid=meta.get("uid") or f"{ns}/{meta.get('name')}", kind="job" if job else "server",
                     namespace=ns, pod=meta.get("name", ""), user=user,
                     team=(labels.get(TEAM_LABEL) or teams.get(ns, "")) if job else "", profile=rule.profile,
-                    job=job, gpus=rule.gpus, hourly_cost=rule.hourly_cost, start=start, end=_finished_at(pod))
+                    job=job, gpus=rule.gpus, hourly_cost=rule.hourly_cost, start=start, end=end,
+                    node=(pod.get("spec") or {}).get("nodeName") or "", spot=on_spot,
+                    ended_by=interruption(pod, on_spot) if end else "")
 
 
 def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
@@ -91,11 +128,13 @@ def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
     return rules_from_profiles(cfg), {t.namespace: name for name, t in cfg.teams.items()}
 
 
-def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_seen: datetime) -> tuple[
-        dict[str, Lifetime], list[Lifetime]]:
+def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_seen: datetime,
+                  nodes: set[str] | None = None) -> tuple[dict[str, Lifetime], list[Lifetime]]:
     """One collection cycle: (what to remember, newly finished). A pod that vanished without an end time
-    ends when it was last seen (at most one cycle late). A finished pod that is still listed (a Job's pod
-    until its TTL) is finished once: it stays remembered, with its end, until it is gone."""
+    ends when it was last seen (at most one cycle late); if it ran on a spot node that is gone too (`nodes`:
+    the names of the nodes there now), it was a spot eviction (the pod GC removes such pods within the
+    cycle, before any condition could be read). A finished pod that is still listed (a Job's pod until its
+    TTL) is finished once: it stays remembered, with its end, until it is gone."""
     still, done = {}, []
     for lt in live:
         prev = open_.get(lt.uid)
@@ -104,7 +143,8 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
         still[lt.uid] = lt
     for uid, lt in open_.items():
         if uid not in still and lt.end is None:
-            done.append(replace(lt, end=last_seen))
+            gone = lt.spot and nodes is not None and lt.node and lt.node not in nodes
+            done.append(replace(lt, end=last_seen, ended_by=SPOT_EVICTION if gone else lt.ended_by))
     return still, done
 
 
@@ -173,6 +213,8 @@ class Row:
     cost: float = 0.0
     pods: int = 0
     peak_memory_mib: float | None = None
+    spot_evictions: int = 0
+    preemptions: int = 0  # pods preempted by the scheduler (Kueue's preemptions of jobs: `evictions`)
 
     @property
     def utilisation(self) -> float | None:
@@ -184,7 +226,8 @@ class Row:
         return {"key": self.key, "gpu_hours_held": round(self.gpu_hours_held, 4),
                 "gpu_hours_used": round(self.gpu_hours_used, 4),
                 "utilisation_pct": None if u is None else round(u, 1), "cost": round(self.cost, 2),
-                "pods": self.pods, "peak_memory_mib": self.peak_memory_mib}
+                "pods": self.pods, "peak_memory_mib": self.peak_memory_mib,
+                "spot_evictions": self.spot_evictions, "preemptions": self.preemptions}
 
 
 def key_of(lt: Lifetime, by: str) -> str:
@@ -213,6 +256,9 @@ def aggregate(lifetimes: Iterable[Lifetime], since: datetime, until: datetime, b
         row.gpu_hours_held += held
         row.cost += held / lt.gpus * lt.hourly_cost
         row.pods += 1
+        if lt.end is not None and since <= lt.end <= until:  # counted in the range where it ended
+            row.spot_evictions += lt.ended_by == SPOT_EVICTION
+            row.preemptions += lt.ended_by == PREEMPTED
         use = (used or {}).get((lt.namespace, lt.pod))
         if use is not None:
             row.gpu_hours_used += use.used_hours * held / held_per_pod[(lt.namespace, lt.pod)]

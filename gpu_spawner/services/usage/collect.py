@@ -38,8 +38,17 @@ def read_cluster(api_client, cfg, hub_namespace: str, now: datetime,
         except client.ApiException as e:
             if e.status != 404:  # a team namespace not created yet holds nothing (gpuhub doctor says so)
                 raise
-    lifetimes = [lt for p in items if (lt := acc.lifetime_of(p, rules, teams, now)) is not None]
+    spot = acc.spot_profiles(cfg)
+    lifetimes = [lt for p in items if (lt := acc.lifetime_of(p, rules, teams, now, spot)) is not None]
     return lifetimes, workloads
+
+
+def node_names(api_client, timeout: float = 30) -> set[str]:
+    """The nodes there now: a spot pod that vanished with its node was evicted (accounting.close_missing)."""
+    from kubernetes import client
+
+    nodes = client.CoreV1Api(api_client).list_node(_request_timeout=timeout, _preload_content=False)
+    return {n["metadata"]["name"] for n in _json(nodes)["items"]}
 
 
 def _json(response) -> dict[str, Any]:
@@ -84,13 +93,16 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
         total.gpu_hours_used += r.gpu_hours_used
         total.cost += r.cost
         total.pods += r.pods
+        total.spot_evictions += r.spot_evictions
+        total.preemptions += r.preemptions
         if r.peak_memory_mib is not None:
             total.peak_memory_mib = max(total.peak_memory_mib or 0.0, r.peak_memory_mib)
     return {"since": since.isoformat(), "until": until.isoformat(), "by": by,
             "gpu_use_known": used is not None,
             "rows": [r.as_dict() for r in rows], "total": total.as_dict(),
             "queue_wait_s": acc.percentiles(acc.queue_waits(workloads, since, until)),
-            "evictions": acc.evictions(workloads),
+            "evictions": acc.evictions(workloads),  # Kueue's, of jobs' Workloads, by reason ('Preempted', ...)
+            "spot_evictions": total.spot_evictions, "pod_preemptions": total.preemptions,
             "culler_gpu_hours_reclaimed": reclaimed,
             "hints": [h.text for h in hints(lifetimes, used, cfg, costs, since, until)] if costs else []}
 

@@ -40,7 +40,20 @@ class UsageMetrics:
                               QUEUE_LABELS, buckets=WAIT_BUCKETS, registry=r)
         self.evictions = Gauge("gpuhub_kueue_evictions", "Evictions Kueue counted on current Workloads",
                                (*QUEUE_LABELS, "reason"), registry=r)
+        self.spot_evictions = Counter("gpuhub_usage_spot_evictions_total", "Pods whose spot node was taken away "
+                                      "(the spot pool's VM evicted), apart from preemptions", LABELS, registry=r)
+        self.preemptions = Counter("gpuhub_usage_pod_preemptions_total", "Pods the scheduler preempted for higher "
+                                   "priority ones (Kueue's preemptions of jobs: gpuhub_kueue_evictions)", LABELS,
+                                   registry=r)
         self.observed: set[str] = set()
+
+    def finished(self, done: Iterable[acc.Lifetime]) -> None:
+        """Count the lifetimes that just ended by a spot eviction or a preemption (each once: the collector
+        closes a lifetime once)."""
+        for lt in done:
+            counter = {acc.SPOT_EVICTION: self.spot_evictions, acc.PREEMPTED: self.preemptions}.get(lt.ended_by)
+            if counter is not None:
+                counter.labels(lt.kind, lt.user, lt.team or "", lt.profile).inc()
 
     def update(self, open_: Iterable[acc.Lifetime], workloads: list[dict[str, Any]], dt_s: float,
                admitted_after: datetime | None) -> None:
