@@ -73,7 +73,7 @@ def admissions(workloads: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
             key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
             out.setdefault(key, []).append(Admission(created, admitted))
     for hist in out.values():
-        hist.sort(key=lambda a: a.admitted)
+        hist.sort(key=lambda a: (a.admitted, a.created))  # a total order: the same history whatever the list order
     return out
 
 
@@ -128,12 +128,13 @@ def _calibrated(hist: list[Admission], admitted: list[datetime], upto: int, min_
 
 
 def estimate(history: list[Admission], position: int, now: datetime | None = None,
-             min_spans: int = MIN_SPANS, calibrate: bool = True) -> ETA:
+             min_spans: int = MIN_SPANS, calibrate: bool = True, admitted: list[datetime] | None = None) -> ETA:
     """ETA of the job at 1-based `position` from `history` (admissions, oldest first; only those before
-    `now` count); `calibrate`: scale the p90 by the queue's own past misses (module docstring)."""
+    `now` count); `calibrate`: scale the p90 by the queue's own past misses (module docstring).
+    `admitted`: the history's admission times, when the caller keeps them (gpu-jobs' cache does)."""
     if position < 1:
         return ETA(None, None, 0)
-    admitted = [a.admitted for a in history]
+    admitted = admitted if admitted is not None else [a.admitted for a in history]
     upto = len(history) if now is None else bisect.bisect_right(admitted, now)
     spans = _spans(history, admitted, upto, position)
     if len(spans) < min_spans:
