@@ -102,7 +102,7 @@ class Notifier:
                 self._seen.popitem(last=False)
             if len(self._tasks) >= self.max_pending:
                 self.stats["dropped"] += 1
-                log.error("notification %s for %s to %s dropped: %d deliveries already wait", event.kind,
+                log.error("%r notification for %s to %s dropped: %d deliveries already wait", event.kind,
                           event.user, name, len(self._tasks))
                 continue
             task = asyncio.ensure_future(self.deliver(name, event))
@@ -134,14 +134,14 @@ class Notifier:
             try:
                 await self._once(name, event)
             except Permanent as e:
-                log.error("notification %s for %s to %s not delivered: %s", event.kind, event.user, name, e)
+                log.error("%r notification for %s to %s not delivered: %s", event.kind, event.user, name, e)
                 break
             except TRANSIENT as e:
-                log.warning("notification %s for %s to %s: attempt %d failed (%s: %s)", event.kind, event.user,
+                log.warning("%r notification for %s to %s: attempt %d failed (%s: %s)", event.kind, event.user,
                             name, attempt + 1, type(e).__name__, e)
                 continue
             self.stats["sent"] += 1
-            log.info("notification %s for %s sent to %s", event.kind, event.user, name)
+            log.info("%r notification for %s sent to %s", event.kind, event.user, name)
             return True
         self.stats["failed"] += 1
         return False
