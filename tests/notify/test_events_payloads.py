@@ -129,7 +129,7 @@ def test_validate_keeps_only_known_channels_and_events():
             validate(body, "alice", ["data-science"], CHANNELS)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
                     max_leaves=20))

@@ -6,6 +6,7 @@
   GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`)
   DELETE /jobs/{name}       cancel
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
+  GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
 A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs.
 Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed service).
 """
