@@ -47,6 +47,7 @@ class WebhookSink:
 
     def __init__(self, fail_first: int = 0, fail_status: int = 503):
         self.received: list[tuple[str, dict]] = []
+        self.headers: list[dict[str, str]] = []  # of the received posts
         self.attempts: dict[str, list[float]] = {}
         self.fail_first, self.fail_status = fail_first, fail_status
         sink = self
@@ -62,6 +63,7 @@ class WebhookSink:
                     self.wfile.write(b"try again")
                     return
                 sink.received.append((self.path, json.loads(body)))
+                sink.headers.append(dict(self.headers))
                 self.send_response(202)
                 self.end_headers()
 

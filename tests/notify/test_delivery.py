@@ -4,7 +4,7 @@ first; a refusal is not retried."""
 from __future__ import annotations
 
 from gpu_spawner.contract import FAILED, RUNNING, SUCCEEDED
-from gpu_spawner.services.culler.forward import new_warnings
+from gpu_spawner.services.culler.forward import Forwarder, new_warnings
 from gpu_spawner.services.notify.events import cull_event, job_events
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
 from gpu_spawner.services.notify.send import Notifier, Smtp
@@ -90,3 +90,17 @@ def test_the_culler_forwards_each_warning_once():
     assert new_warnings(w, set()) == w
     assert new_warnings(w, {("alice", "")}) == {"bob": {"gpu": {"cull_in_s": 100}}}
     assert new_warnings(w, {("alice", ""), ("bob", "gpu")}) == {}
+
+
+async def test_the_culler_posts_new_warnings_once_and_retries_the_next_cycle():
+    w = {"alice": {"": {"server": "", "cull_in_s": 500}}}
+    with WebhookSink(fail_first=1) as gpu_jobs:
+        f = Forwarder(f"{gpu_jobs.url}/services/gpu-jobs/notifications/cull-warnings", token="culler-token")
+        assert await f.cycle(w) == 0  # refused: kept for the next cycle
+        assert await f.cycle(w) == 1
+        assert await f.cycle(w) == 0  # still the same warning: not again
+        assert await f.cycle({}) == 0
+        assert await f.cycle(w) == 1  # it ended and came back: a new warning
+    assert len(gpu_jobs.attempts["/services/gpu-jobs/notifications/cull-warnings"]) == 3
+    assert [body for _, body in gpu_jobs.received] == [{"warnings": w}, {"warnings": w}]
+    assert gpu_jobs.headers[0]["Authorization"] == "token culler-token"
