@@ -171,3 +171,19 @@ def test_backoff_doubles_up_to_the_cap_with_bounded_jitter():
     assert backoff_delays(0, 2.0, 10.0) == []
     spread = backoff_delays(3, 1.0, 100.0, jitter=0.1, rand=lambda: 1.0)
     assert spread == pytest.approx([1.1, 2.2, 4.4])
+
+
+def test_only_the_cullers_token_model_may_post_warnings():
+    from gpu_spawner.services.notify.web import _is_culler
+
+    culler = {"kind": "service", "name": "gpu-culler", "scopes": ["access:services!service=gpu-jobs", "list:users"]}
+    assert _is_culler(culler)
+    for model in (None, [], {**culler, "kind": "user"}, {**culler, "name": "gpu-jobs"}, {**culler, "scopes": []},
+                  {**culler, "scopes": "access:services!service=gpu-jobs"}, {**culler, "scopes": ["!!bad!!"]},
+                  {**culler, "scopes": ["access:services!service=other"]}):
+        assert not _is_culler(model)
+
+
+def test_an_odd_warning_still_makes_a_message():
+    ev = cull_event("alice", {"cull_in_s": "soon", "server": {"x": 1}, "message": None})
+    assert ev.title == "Your server will be stopped in about 1 min" and ev.kind == "cull-warning"

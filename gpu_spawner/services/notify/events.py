@@ -95,7 +95,10 @@ def job_events(before: dict | None, after: dict, hub_url: str = "") -> list[Even
 def cull_event(user: str, warning: dict, hub_url: str = "") -> Event:
     """A cull warning of the culler (services/culler: server, profile, cull_in_s, cull_at, message)."""
     server = _clip(warning.get("server"))
-    minutes = max(1, round(float(warning.get("cull_in_s") or 0) / 60))
+    try:
+        minutes = max(1, round(float(warning.get("cull_in_s") or 0) / 60))
+    except (TypeError, ValueError, OverflowError):
+        minutes = 1
     facts = tuple((k, _clip(v)) for k, v in (("Server", server or "default"), ("Profile", warning.get("profile")),
                                              ("Stopped at", warning.get("cull_at"))) if v)
     link = f"{hub_url.rstrip('/')}/hub/home" if hub_url else None

@@ -63,6 +63,18 @@ class PreferencesHandler(Base):
         self.send(self.view())
 
 
+def _is_culler(model) -> bool:
+    """The hub's model of the caller's token is the culler service's, with access to gpu-jobs (fails closed)."""
+    if not isinstance(model, dict) or model.get("kind") != "service" or model.get("name") != CULLER_SERVICE:
+        return False
+    scopes = model.get("scopes")
+    try:
+        return check_scopes({JOBS_ACCESS_SCOPE}, {s for s in scopes if isinstance(s, str)}
+                            if isinstance(scopes, list) else set())
+    except ValueError:  # a scope JupyterHub itself cannot parse
+        return False
+
+
 class CullWarningsHandler(web.RequestHandler):
     """The culler's new warnings, `{"warnings": {user: {server: warning}}}`, queued for those who opted in."""
 
@@ -73,8 +85,7 @@ class CullWarningsHandler(web.RequestHandler):
         auth: TokenAuth = self.settings["auth"]
         token = auth.token_from(self.request.headers.get("Authorization"))
         model = await auth.hub_auth.user_for_token(token, sync=False) if token else None
-        if not isinstance(model, dict) or model.get("kind") != "service" or model.get("name") != CULLER_SERVICE \
-                or not check_scopes({JOBS_ACCESS_SCOPE}, set(model.get("scopes") or [])):
+        if not _is_culler(model):
             raise web.HTTPError(403, f"only the {CULLER_SERVICE} service posts cull warnings")
         if len(self.request.body) > MAX_WARNINGS_BODY:
             raise web.HTTPError(413)
