@@ -104,7 +104,8 @@ CHANNELS = Channels(email=True, email_template="{username}@example.org", email_d
 def test_webhooks_are_the_admins_and_checked():
     assert HOOKS["ml-team"].url == "https://example.webhook.office.com/x?sig=a=b" and HOOKS["ml-team"].kind == "teams"
     assert HOOKS["ml-team"].groups == ("ml-research", "admins") and HOOKS["all"].groups == ()
-    for bad in ({"email": "slack:https://h"}, {"x": "https://h"}, {"x": "slack:ftp://h"}, {"Bad Name": "slack:https://h"}):
+    for bad in ({"email": "slack:https://h"}, {"x": "https://h"}, {"x": "slack:ftp://h"},
+                {"Bad Name": "slack:https://h"}):
         with pytest.raises(ValueError):
             parse_webhooks(bad)
     with pytest.raises(ValueError, match="unknown webhooks"):
@@ -131,7 +132,8 @@ def test_validate_keeps_only_known_channels_and_events():
 
 @settings(max_examples=150, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=12), inner, max_size=4),
                     max_leaves=20))
 def test_validate_any_json_is_a_clear_refusal_or_known_channels_only(body):
     try:

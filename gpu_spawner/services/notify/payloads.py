@@ -41,10 +41,11 @@ def slack_escape(s: str) -> str:
 def slack_payload(event: Event) -> dict:
     """An incoming-webhook body: `text` (the notification's fallback) and Block Kit blocks."""
     head = f"*{slack_escape(event.title)}* (for {slack_escape(event.user)})"
-    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"{head}\n{slack_escape(event.text)}"}}]
-    if event.facts:
-        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{slack_escape(k)}*\n{slack_escape(v)}"}
-                                                     for k, v in event.facts[:10]]})
+    text = f"{head}\n{slack_escape(event.text)}"
+    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+    if event.facts:  # a section takes at most 10 fields
+        fields = [{"type": "mrkdwn", "text": f"*{slack_escape(k)}*\n{slack_escape(v)}"} for k, v in event.facts[:10]]
+        blocks.append({"type": "section", "fields": fields})
     if event.link:
         blocks.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"<{event.link}|{slack_escape(event.link_text)}>"}]})
