@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from tornado import web
 
 from gpu_spawner.hub.informers import Informer
+from gpu_spawner.services.jobs.index import INDEX_KEYS, ByKey, QueueIndex
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION
 
 KUEUE = (KUEUE_GROUP, KUEUE_VERSION)
@@ -38,22 +39,31 @@ class ClusterUnavailable(web.HTTPError):
 
 
 class NamespaceStore:
-    """Objects of one kind in one namespace, by name."""
+    """Objects of one kind in one namespace, by name, with `indexes` (index.py) kept up to date."""
 
-    def __init__(self, changed: Callable[[], None]):
+    def __init__(self, changed: Callable[[], None], indexes: tuple = ()):
         self.by_name: dict[str, dict] = {}
+        self.indexes = indexes
         self._changed = changed
 
     def replace(self, items: list[dict]) -> None:
         self.by_name = {o["metadata"]["name"]: o for o in items}
+        for index in self.indexes:
+            index.clear()
+            for o in self.by_name.values():
+                index.add(o)
         self._changed()
 
     def apply(self, event: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
-        if event == "DELETED":
-            self.by_name.pop(name, None)
-        else:
+        old = self.by_name.pop(name, None) if event == "DELETED" else self.by_name.get(name)
+        if event != "DELETED":
             self.by_name[name] = obj
+        for index in self.indexes:
+            if old is not None:
+                index.remove(old)
+            if event != "DELETED":
+                index.add(obj)
         self._changed()
 
 
@@ -71,7 +81,8 @@ class JobsCache:
                      "workloads": partial(custom.list_namespaced_custom_object, *KUEUE, ns, "workloads"),
                      "pods": partial(core.list_namespaced_pod, ns, label_selector=JOB_LABEL)}
             for kind, list_fn in lists.items():
-                store = self.stores[(kind, ns)] = NamespaceStore(self._notify)
+                indexes = (ByKey(INDEX_KEYS[kind]),) + ((QueueIndex(),) if kind == "workloads" else ())
+                store = self.stores[(kind, ns)] = NamespaceStore(self._notify, indexes)
                 self.informers.append(Informer(f"{kind}/{ns}", list_fn, store.replace, store.apply))
 
     def _notify(self) -> None:
@@ -118,6 +129,14 @@ class JobsCache:
 
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
         return self.stores[(kind, namespace)].by_name.get(name)
+
+    def indexed(self, kind: str, namespaces: list[str], key: str) -> list[dict]:
+        """Objects of `kind` whose index key (index.INDEX_KEYS: a job's user, a pod's or Workload's job) is `key`."""
+        return [o for ns in namespaces for o in self.stores[(kind, ns)].indexes[0].get(key)]
+
+    def position(self, workload: dict) -> dict | None:
+        """The queue position and ETA of a pending Workload (as `status.queue_positions`), else None."""
+        return self.stores[("workloads", workload["metadata"]["namespace"])].indexes[1].position(workload)
 
     @property
     def change_signal(self) -> asyncio.Event:

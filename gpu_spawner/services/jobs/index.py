@@ -56,6 +56,7 @@ class QueueIndex:
         self.pending: dict[str, list[tuple]] = {}  # sorted Kueue keys (bisect: an insert moves pointers only)
         self.admitted: dict[str, dict[str, Admission]] = {}
         self._history: dict[str, tuple[list[Admission], list[datetime]]] = {}
+        self._etas: dict[str, dict[int, dict[str, Any]]] = {}  # queue -> position -> ETA fields, per history
 
     @staticmethod
     def _queue(wl: dict) -> str:
@@ -68,7 +69,7 @@ class QueueIndex:
         created, admitted = parse_time(wl["metadata"].get("creationTimestamp")), admitted_at(wl)
         if created and admitted:
             self.admitted.setdefault(queue, {})[wl["metadata"]["name"]] = Admission(created, admitted)
-            self._history.pop(queue, None)
+            self._forget(queue)
 
     def remove(self, wl: dict) -> None:
         queue = self._queue(wl)
@@ -79,9 +80,13 @@ class QueueIndex:
             if not waiting:
                 del self.pending[queue]
         if (done := self.admitted.get(queue)) and done.pop(wl["metadata"]["name"], None) is not None:
-            self._history.pop(queue, None)
+            self._forget(queue)
             if not done:
                 del self.admitted[queue]
+
+    def _forget(self, queue: str) -> None:
+        self._history.pop(queue, None)
+        self._etas.pop(queue, None)
 
     def history(self, queue: str) -> tuple[list[Admission], list[datetime]]:
         """The queue's admissions, oldest admission first, and their times (rebuilt only after one changed)."""
@@ -99,8 +104,11 @@ class QueueIndex:
         place = bisect.bisect_left(waiting or [], key) + 1
         if not waiting or place > len(waiting) or waiting[place - 1] != key:
             return None
-        hist, times = self.history(self._queue(wl))
-        return {"position": place, "of": len(waiting), **estimate(hist, place, admitted=times).as_fields()}
+        etas = self._etas.setdefault(self._queue(wl), {})
+        if place not in etas:  # the estimate depends on the history and the place only: once per both
+            hist, times = self.history(self._queue(wl))
+            etas[place] = estimate(hist, place, admitted=times).as_fields()
+        return {"position": place, "of": len(waiting), **etas[place]}
 
 
 #: What each kind of the cache is indexed by: a Job or JobSet by its user, a Workload by the job it stands

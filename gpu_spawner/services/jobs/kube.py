@@ -17,7 +17,7 @@ from traitlets.config import LoggingConfigurable
 from gpu_spawner.contract import JOB_NAME_LABEL, JOB_LABEL, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.hub.informers import read_json
 from gpu_spawner.services.jobs.cache import KUEUE, ClusterUnavailable, JobsCache
-from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions
+from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, workload_owner
 from gpu_spawner.contract import FINISHED
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -85,10 +85,9 @@ class Kube:
         """Jobs made by this service in the team namespaces (one user's, or everyone's)."""
         from kubespawner.slugs import safe_slug
 
-        if self._cached(self.namespaces):
-            jobs = self.cache.objects("jobs", self.namespaces)
-            return [j for j in jobs if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
-                if user else jobs
+        if self._cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
+            return self.cache.indexed("jobs", self.namespaces, user) if user else \
+                self.cache.objects("jobs", self.namespaces)
         selector = f"{USER_LABEL}={safe_slug(user, max_length=63)},{JOB_LABEL}" if user else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.batch.list_namespaced_job(ns, label_selector=selector,
                                                                               _preload_content=False))
@@ -120,8 +119,8 @@ class Kube:
 
     async def pods(self, namespaces: list[str], job: str | None = None) -> list[dict]:
         if self._cached(namespaces):
-            pods = self.cache.objects("pods", sorted(set(namespaces)))
-            return [p for p in pods if job_name_of(p) == job] if job else pods
+            namespaces = sorted(set(namespaces))
+            return self.cache.indexed("pods", namespaces, job) if job else self.cache.objects("pods", namespaces)
         selector = f"{JOB_NAME_LABEL}={job}" if job else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
                                                                            _preload_content=False))
@@ -129,7 +128,8 @@ class Kube:
         return [p for lst in lists for p in lst.get("items", [])]
 
     async def statuses(self, jobs: list[dict], with_logs: bool = True) -> list[dict]:
-        """Status dicts for these Jobs: one list of Workloads and pods per namespace, not per job."""
+        """Status dicts for these Jobs: from the cache's indexes (O(these jobs)), else one list of Workloads and
+        pods per namespace, not per job."""
         if not jobs:
             return []
         namespaces = sorted({j["metadata"]["namespace"] for j in jobs})
@@ -138,18 +138,10 @@ class Kube:
             with_logs = False
             seen = self.cache.last_seen
             marks = {"stale": True, "as_of": datetime.fromtimestamp(seen, timezone.utc).isoformat() if seen else None}
-        workloads, pods = await asyncio.gather(self.workloads(namespaces), self.pods(namespaces))
-        positions = queue_positions(workloads)
-        wl_of = {}
-        for wl in workloads:
-            for ref in wl["metadata"].get("ownerReferences") or []:
-                if ref.get("kind") == "Job":
-                    wl_of[(wl["metadata"]["namespace"], ref["name"])] = wl
-        pods_of: dict[tuple[str, str], list[dict]] = {}
-        for p in pods:
-            job = job_name_of(p)
-            if job:
-                pods_of.setdefault((p["metadata"]["namespace"], job), []).append(p)
+        if self._cached(namespaces):  # from the cache's indexes: O(these jobs), whatever the cluster holds
+            wl_of, pods_of, positions = self._cached_parts(jobs)
+        else:
+            wl_of, pods_of, positions = await self._listed_parts(namespaces)
 
         async def one(job: dict) -> dict:
             key = (job["metadata"]["namespace"], job["metadata"]["name"])
@@ -162,6 +154,30 @@ class Kube:
 
         out = list(await asyncio.gather(*(one(j) for j in jobs)))
         return [{**s, **marks} for s in out] if stale else out
+
+    def _cached_parts(self, jobs: list[dict]) -> tuple[dict, dict, dict]:
+        wl_of, pods_of, positions = {}, {}, {}
+        for job in jobs:
+            key = (job["metadata"]["namespace"], job["metadata"]["name"])
+            if workloads := self.cache.indexed("workloads", [key[0]], key[1]):
+                wl_of[key] = workloads[-1]
+                if (pos := self.cache.position(workloads[-1])) is not None:
+                    positions[key[1]] = pos
+            pods_of[key] = self.cache.indexed("pods", [key[0]], key[1])
+        return wl_of, pods_of, positions
+
+    async def _listed_parts(self, namespaces: list[str]) -> tuple[dict, dict, dict]:
+        return self.scan_parts(*await asyncio.gather(self.workloads(namespaces), self.pods(namespaces)))
+
+    @staticmethod
+    def scan_parts(workloads: list[dict], pods: list[dict]) -> tuple[dict, dict, dict]:
+        """Each job's Workload, pods and queue position from whole lists (the path without the cache)."""
+        wl_of = {(wl["metadata"]["namespace"], workload_owner(wl)): wl for wl in workloads if workload_owner(wl)}
+        pods_of: dict[tuple[str, str], list[dict]] = {}
+        for p in pods:
+            if job := job_name_of(p):
+                pods_of.setdefault((p["metadata"]["namespace"], job), []).append(p)
+        return wl_of, pods_of, queue_positions(workloads)
 
     async def job_logs(self, job: dict, tail_bytes: int = LOG_TAIL_BYTES) -> str:
         """The log of each of the Job's pods, oldest first (a resumed job shows both runs)."""
