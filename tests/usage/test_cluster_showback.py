@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import pytest
 
 from devcluster.testing import wait_until
+from gpu_spawner.contract import PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.hub.picker import hourly_cost
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.services.culler.decide import parse_time
@@ -41,6 +42,8 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
     for slug, groups in PROFILES.items():
         pod = await pod_manifest(cluster.profiles, slug, f"user-{slug[:4]}", groups)
         pod["metadata"].update(namespace=namespace, name=f"jupyter-{slug}")
+        for label in (QUEUE_LABEL, PRIORITY_LABEL):  # no team queue in this namespace: not Kueue's to admit
+            pod["metadata"]["labels"].pop(label, None)
         cluster.create(pod)
         names[slug] = pod["metadata"]["name"]
 
