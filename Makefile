@@ -78,3 +78,4 @@ bench: binaries
 	$(PY) bench/jobs_submit.py
 	$(PY) bench/cull_cycle.py --page-size 200 --out bench/results/cull_cycle.json
 	$(PY) bench/cull_cycle.py --page-size 200 --gpu-policy --out bench/results/cull_cycle_gpu.json
+	$(PY) bench/day_replay.py --speed 120

@@ -1,0 +1,154 @@
+"""Benchmark: replay a day of a data-science team on shared GPU pools, side by side with one GPU VM per user.
+
+    python bench/day_replay.py [--trace FILE | --users 12 --seed 1 --hours 24] [--speed 120]
+                               [--levers] [--repeat 2] [--out bench/results]
+
+The trace (format: devcluster/replay/trace.py; the default is generated from --seed) is replayed in
+compressed time on a fresh dev cluster through the real hub (spawns/stops through its REST API, activity
+reports), gpu-jobs and Kueue (batch jobs), and the culler (timeouts divided by --speed) with a real
+Prometheus scraping SIMULATED DCGM series; GPU node pools follow an autoscaler MODEL
+(devcluster/replay/autoscaler.py), since no cluster autoscaler runs in the dev cluster. One GPU VM per
+user is costed on the same trace (devcluster/replay/accounting.py). Fails (exit 1) when the two did not
+complete the same work, or when --repeat runs differ beyond the stated tolerance.
+Writes bench/results/day_replay.json, day_replay_trace.yaml and day_replay.png (node count and GPU
+utilisation over the day). --levers: one more replay per lever switched off (devcluster/replay/levers.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from devcluster.replay import accounting, levers, trace as traces  # noqa: E402
+from devcluster.replay.driver import Replay  # noqa: E402
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
+from gpu_spawner.model.validation import parse_profiles  # noqa: E402
+
+COLUMNS = [("gpu_node_hours", "GPU node-h"), ("dollars", "$"), ("mean_gpu_utilisation", "mean GPU util"),
+           ("sessions_served", "sessions"), ("jobs_finished", "jobs"), ("useful_gpu_hours", "useful GPU-h"),
+           ("start_wait_p50_s", "start wait p50 s"), ("start_wait_p90_s", "p90 s"), ("sessions_waited", "waited"),
+           ("queue_wait_p50_s", "queue p50 s"), ("queue_wait_p90_s", "p90 s"), ("jobs_preempted", "preempted"),
+           ("jobs_resumed", "resumed")]
+
+
+def table(rows: list[dict]) -> str:
+    head = "| strategy | " + " | ".join(c[1] for c in COLUMNS) + " |"
+    out = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    for r in rows:
+        out.append(f"| {r['strategy']} | " + " | ".join(str(r.get(k)) for k, _ in COLUMNS) + " |")
+    return "\n".join(out)
+
+
+def replay_once(tr: traces.Trace, profiles: dict, args, lever: str | None = None) -> dict:
+    data, tr2, culling = levers.apply(lever, profiles, tr)
+    root = Path(tempfile.mkdtemp(prefix="day-replay-"))
+    result = Replay(tr2, data, args.speed, root, culling=culling, provision_delay=args.provision_delay,
+                    scale_down_after=args.scale_down_after,
+                    say=lambda m: print(f"[replay{' -' + lever if lever else ''}] {m}", file=sys.stderr)).run()
+    cfg = parse_profiles(data)
+    result["one_vm"] = accounting.one_vm_per_user(cfg, tr2)
+    result["lever_off"] = lever
+    return result
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = result["samples"]
+    hours = [s["t"] / 3600 for s in samples]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for pool in samples[0]["nodes"] if samples else []:
+        ax1.step(hours, [s["nodes"][pool] for s in samples], where="post", label=f"shared: {pool} nodes")
+    ax1.axhline(result["one_vm"]["gpu_node_hours"] / max(1e-9, result["trace_hours"]), color="grey", ls="--",
+                label="one VM per user")
+    ax1.set_ylabel("GPU nodes")
+    ax1.legend(fontsize=8)
+    util = [min(1.0, s["gpu_demand"] / s["gpus"]) if s["gpus"] else 0 for s in samples]
+    n_vm = result["one_vm"]["gpu_node_hours"] / max(1e-9, result["trace_hours"])
+    ax2.plot(hours, util, label="shared pools")
+    ax2.plot(hours, [s["gpu_demand"] / n_vm for s in samples], label="one VM per user")
+    ax2.set_ylabel("GPU utilisation")
+    ax2.set_xlabel("hour of the day")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", help="a trace file (YAML); default: generated from --seed/--users/--hours")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--users", type=int, default=traces.DEFAULTS["users"])
+    ap.add_argument("--hours", type=float, default=traces.DEFAULTS["hours"])
+    ap.add_argument("--speed", type=float, default=120, help="trace seconds per wall second")
+    ap.add_argument("--profiles", default=str(EXAMPLE_PROFILES), help="profiles file (pools, min/max nodes, costs)")
+    ap.add_argument("--provision-delay", type=float, default=240, help="model: seconds to add a GPU node")
+    ap.add_argument("--scale-down-after", type=float, default=600, help="model: empty seconds before removal")
+    ap.add_argument("--levers", action="store_true", help="also replay with each lever switched off")
+    ap.add_argument("--repeat", type=int, default=1, help="replay N times; fail beyond the determinism tolerance")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--name", default="day_replay", help="file name stem in --out")
+    args = ap.parse_args(argv)
+
+    profiles = yaml.safe_load(Path(args.profiles).read_text())
+    if args.trace:
+        tr = traces.load(args.trace)
+    else:
+        tr = traces.generate(args.seed, users=args.users, hours=args.hours)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    traces.dump(tr, out / f"{args.name}_trace.yaml")
+    t0 = time.monotonic()
+    runs = [replay_once(tr, profiles, args) for _ in range(args.repeat)]
+    result = runs[0]
+    result.update(trace_hours=tr.duration / 3600, users=len(tr.users), speed=args.speed,
+                  seed=None if args.trace else args.seed, trace=args.trace or "generated",
+                  model={"provision_delay_s": args.provision_delay, "scale_down_after_s": args.scale_down_after},
+                  savings=accounting.savings(result["shared"], result["one_vm"]))
+    problems = []
+    try:
+        accounting.check_same_work(result["shared"], result["one_vm"])
+    except accounting.WorkMismatch as e:
+        problems.append(str(e))
+    if len(runs) > 1:
+        result["repeats"] = [r["shared"] for r in runs]
+        for other in runs[1:]:
+            diff = accounting.differences(result["shared"], other["shared"])
+            if diff:
+                problems.append("not deterministic within tolerance: " + "; ".join(diff))
+    rows = [result["shared"], result["one_vm"]]
+    if args.levers:
+        result["levers"] = {}
+        for lever in levers.LEVERS:
+            r = replay_once(tr, profiles, args, lever)
+            r["shared"]["strategy"] = f"shared, {lever} off"
+            result["levers"][lever] = {"shared": r["shared"], "one_vm": r["one_vm"],
+                                       "savings": accounting.savings(r["shared"], r["one_vm"])}
+            rows.append(r["shared"])
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    result["problems"] = problems
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, out / f"{args.name}.png")
+    print(table(rows))
+    s = result["savings"]
+    print(f"GPU node-hours saved: {s['gpu_node_hours_saved']:.1%}, $ saved: {s['dollars_saved']:.1%}; "
+          f"median start wait {result['shared']['start_wait_p50_s']} s; wall {result['wall_s']} s")
+    for p in problems:
+        print(f"FAILED: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

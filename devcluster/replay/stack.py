@@ -1,0 +1,126 @@
+"""What a day replay runs on, started and stopped in one place: a dev cluster whose GPU pools start at their
+min_nodes, the dev hub (GPUSpawner, gpu-jobs, gpu-culler with timeouts divided by the speed) with the dev
+agent, and a real Prometheus scraping a SIMULATED DCGM exporter whose per-pod series the replay sets from
+the trace (DCGM_FI_PROF_GR_ENGINE_ACTIVE, what the culler's GPU evidence reads).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from devcluster import cluster as dc, prometheus
+from devcluster.devhub import NAMESPACE, DevHub, HubSettings, free_port
+
+SCRAPE_S = 1
+
+
+class SimulatedDCGM:
+    """SIMULATOR: a DCGM-exporter-format endpoint (prometheus_client); `set(namespace, pod, activity)` per pod,
+    `keep_only` the pods that still run."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+        self.registry = CollectorRegistry()
+        self.gauge = Gauge("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active (simulated).",
+                           ["gpu", "UUID", "container", "namespace", "pod"], registry=self.registry)
+        self.server, _ = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.port = self.server.server_port
+        self.pods: set[tuple[str, str]] = set()
+
+    def _labels(self, namespace: str, pod: str) -> tuple[str, ...]:
+        return ("0", f"GPU-sim-{namespace}-{pod}", "notebook", namespace, pod)
+
+    def set(self, namespace: str, pod: str, activity: float) -> None:
+        self.gauge.labels(*self._labels(namespace, pod)).set(activity)
+        self.pods.add((namespace, pod))
+
+    def keep_only(self, alive: set[tuple[str, str]]) -> None:
+        for key in self.pods - alive:
+            self.gauge.remove(*self._labels(*key))
+        self.pods &= alive
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def culler_env(speed: float, prometheus_url: str, culling: bool) -> dict[str, str]:
+    """The hub's GPUHUB_CULLER_* settings: cycles and warnings compressed by the replay's speed."""
+    every = max(1, round(60 / speed))
+    return {"GPUHUB_CULLER_EVERY": str(every), "GPUHUB_CULLER_WARN_BEFORE": str(max(every + 1, round(600 / speed))),
+            "GPUHUB_CULLER_PROMETHEUS_URL": prometheus_url, "GPUHUB_CULLER_POLICY": "both",
+            "GPUHUB_CULLER_SCRAPE_INTERVAL": str(SCRAPE_S), "GPUHUB_CULLER_NAMESPACE": NAMESPACE,
+            "GPUHUB_CULLER_TIMEOUT": str(max(2, round(3600 / speed))),
+            "GPUHUB_CULLER_DRY_RUN": "false" if culling else "true"}
+
+
+def activity_config(speed: float) -> str:
+    """JupyterHub's activity intervals (300 s by default: servers' reports, the hub's proxy poll) compressed
+    like the idle timeouts, which the product refuses to set shorter than them."""
+    every = max(1, round(300 / speed))
+    return (f"c.JupyterHub.last_activity_interval = {every}\n"
+            f"c.Spawner.environment = {{'JUPYTERHUB_ACTIVITY_INTERVAL': '{every}'}}")
+
+
+class Stack:
+    """Start with `up()`, always `down()`; `hub_url`, `token` (the replay's admin service), `kube`."""
+
+    def __init__(self, root: Path, profiles: Path, nodes: dict[str, int], groups: dict[str, list[str]],
+                 speed: float, culling: bool, say=print):
+        self.root, self.profiles, self.nodes, self.groups = root, profiles, nodes, groups
+        self.speed, self.culling, self.say = speed, culling, say
+        self.token = secrets.token_hex(16)
+        self.procs: list[Any] = []
+        self.hub = self.agent = self.prom = self.dcgm = None
+
+    def up(self) -> "Stack":
+        from devcluster.dev import AgentProcess
+
+        self.say("dev cluster up")
+        dc.up(self.profiles, self.nodes, root=self.root / "cluster", say=lambda m: None)
+        self.kubeconfig = dc.Cluster(self.root / "cluster").kubeconfig
+        self.dcgm = SimulatedDCGM()
+        self.prom, prom_url = prometheus.start(self.root / "prometheus", self.dcgm.port, SCRAPE_S,
+                                                 exporter_pod="nvidia-dcgm-exporter-sim")
+        self.say("dev hub up")
+        state = self.root / "hub"
+        self.agent = AgentProcess(state, self.kubeconfig).start()
+        extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "replay-tokens", '
+                 '"scopes": ["tokens", "admin:users", "admin:servers", "users:activity"], "services": ["replay"]}]\n'
+                 'c.JupyterHub.concurrent_spawn_limit = 0\n'
+                 'c.JupyterHub.slow_spawn_timeout = 0\nc.JupyterHub.slow_stop_timeout = 0')
+        saved = {k: os.environ.get(k) for k in culler_env(1, "", True)}
+        os.environ.update(culler_env(self.speed, prom_url, self.culling))
+        try:
+            self.hub = DevHub(HubSettings(state_dir=state, profiles=self.profiles, kubeconfig=self.kubeconfig,
+                                          port=free_port(), groups=self.groups, api_tokens={"replay": self.token},
+                                          extra=extra, before=activity_config(self.speed))).start()
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        self.hub_url = self.hub.settings.url
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.hub_url}/services/gpu-jobs/health", timeout=5).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("gpu-jobs did not come up:\n" + self.hub.log_tail(40)) from None
+                time.sleep(0.5)
+        self.kube = dc.Cluster(self.root / "cluster").kube()
+        return self
+
+    def down(self) -> None:
+        for step in (lambda: self.hub and self.hub.stop(), lambda: self.agent and self.agent.stop(),
+                     lambda: self.prom and prometheus.stop(self.prom), lambda: self.dcgm and self.dcgm.close(),
+                     lambda: dc.down(self.root / "cluster")):
+            try:
+                step()
+            except Exception as e:  # keep stopping the rest
+                self.say(f"while stopping: {e!r}")
+
