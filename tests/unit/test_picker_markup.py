@@ -66,12 +66,13 @@ def test_radios_are_named_by_title_and_price_and_described_once():
     assert walk.problems == []
     assert len(walk.radios) == len(CFG.profiles)
     for radio in walk.radios:
-        name = walk.labels[radio["id"]]
+        name, label = radio["aria-label"], walk.labels[radio["id"]]
         assert len(name) < 60, name  # title and price, not the whole card
+        assert name.replace(",", "").split() == label.split(), (name, label)  # the visible label's own words
         (described,) = radio["aria-describedby"].split()
         assert described in walk.ids
-    t4 = walk.labels["profile-item-t4-shared"]
-    assert t4.startswith("Shared T4 (time-sliced)") and t4.endswith("/hour")
+    t4 = next(r["aria-label"] for r in walk.radios if r["id"] == "profile-item-t4-shared")
+    assert re.fullmatch(r"Shared T4 \(time-sliced\), \$\d+\.\d\d/hour", t4), t4
 
 
 def test_only_theme_colours_and_a_degraded_pool_is_marked():
