@@ -44,7 +44,8 @@ KWOK_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml", "kustomize/stag
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 #: Kueue job integrations we enable; webhooks of the others are not served, so they are not registered.
-KUEUE_FRAMEWORKS = ("batch/job",)
+#: "pod": notebook servers queue as plain pods (gated until admitted; see builders/kueue.py).
+KUEUE_FRAMEWORKS = ("batch/job", "pod")
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 
 

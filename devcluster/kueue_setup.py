@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from gpu_spawner.contract import QUEUE_LABEL
+
 from . import binaries
 from .components import KUEUE_FRAMEWORKS, kueue_module
 
@@ -27,6 +29,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 #: The namespaceSelector Kueue's kustomization adds to its job and pod webhooks.
 SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                            "values": ["kube-system", "kueue-system"]}]}
+
+
+#: Pods Kueue's pod integration manages: those with a queue name.
+QUEUED_PODS = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
 
 
 def _load_yaml(path: Path) -> list[dict[str, Any]]:
@@ -81,6 +87,9 @@ def webhook_configurations(port: int, ca_cert: Path) -> list[dict[str, Any]]:
                         timeoutSeconds=10)
             if KUEUE_GROUP not in groups:
                 hook["namespaceSelector"] = SYSTEM_NAMESPACES
+            if groups == {""}:  # the pod integration: only pods that name a queue are Kueue's (as with
+                # manageJobsWithoutQueueName: false), so no other pod waits on (or fails with) the webhook
+                hook["objectSelector"] = QUEUED_PODS
             hooks.append(hook)
         name = "gpuhub-dev-kueue-" + doc["metadata"]["name"]
         out.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"],
