@@ -17,6 +17,8 @@ export interface IJob {
   name: string;
   state: string;
   message?: string;
+  /** Kueue's own words for a queued job (`message` says it plainly); shown only under "details". */
+  kueue_message?: string;
   notebook?: string;
   profile?: string;
   priority?: string;

@@ -66,7 +66,18 @@ export class JobsPanel extends Widget {
     if (!FINAL.includes(job.state)) {
       button('Cancel', () => void this.cancel(job.name));
     }
-    row.append(name, state, detail, actions);
+    row.append(name, state, detail);
+    if (job.state === 'Queued' && job.kueue_message) {
+      const raw = document.createElement('details');
+      raw.className = 'gpuhub-job-kueue';
+      const summary = document.createElement('summary');
+      summary.textContent = 'details';
+      const said = document.createElement('code');
+      said.textContent = `Kueue says: ${job.kueue_message}`;
+      raw.append(summary, said);
+      row.append(raw);
+    }
+    row.append(actions);
     return row;
   }
 
