@@ -434,6 +434,7 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         live = panel.locator(".jp-OutputArea-output .widget-hbox").filter(has_text=slow)
         live.locator("text=▶ Running").wait_for(timeout=90_000)
         live.locator("button:has-text('Cancel')").click()
+        live.locator("button:has-text('Yes, cancel it')").click()  # Cancel asks first
         live.locator("text=■ Cancelled").wait_for(timeout=30_000)
         page.screenshot(path=str(artifacts / "gpu-jobs-after-refresh.png"))
         cluster.wait_until(lambda: slow not in objects(cluster, "team-ds")[0], 30, "the cancelled Job to go")
