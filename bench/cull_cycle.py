@@ -1,6 +1,6 @@
 """Benchmark: one cull cycle of the GPU culler over N (default 2,000) running servers of a real hub.
 
-    python bench/cull_cycle.py [--servers 2000] [--gpu-share 0.05] [--gpu-policy] [--out FILE]
+    python bench/cull_cycle.py [--servers 2000] [--culls N | --gpu-share 0.05] [--gpu-policy] [--out FILE]
 
 The hub is a real JupyterHub (configurable-http-proxy from npm, sqlite), but its servers are NOT
 processes: the spawner (`NoProcessSpawner`, defined in the generated config) starts nothing and reports
@@ -15,7 +15,10 @@ scrapes a DCGM-format exporter for every GPU server and the cycle runs `--gpu-id
 
 Requests are counted AT THE HUB: the difference of its own `jupyterhub_request_duration_seconds_count`
 (by method and handler) from /hub/metrics before and after the cycle. Wall time: the culler's own
-`cull-cycle` log line (the cycle, without Python start-up) and the whole `--once` process.
+`cull-cycle` log line (the cycle's own work, without Python start-up), the hub's DELETE time apart
+(`cull-stops`: the DELETEs are sent after the cycle's pages and answered in the background; `--once`
+waits for them before it exits) and the whole `--once` process. The first cycle culls, the second (same
+hub, right after) has nothing left to cull: `own_time_ratio` is the first's own time over the second's.
 """
 from __future__ import annotations
 
@@ -122,6 +125,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--servers", type=int, default=2000)
     ap.add_argument("--gpu-share", type=float, default=0.05, help="fraction of servers on the 10 s GPU profile")
+    ap.add_argument("--culls", type=int, default=None, help="servers on the 10 s GPU profile (overrides --gpu-share)")
     ap.add_argument("--gpu-policy", action="store_true", help="real Prometheus + DCGM exporter, policy gpu")
     ap.add_argument("--page-size", type=int, default=0, help="--api-page-size (0: the hub's default)")
     ap.add_argument("--concurrency", type=int, default=0, help="--concurrency (0: the culler's default, 10)")
@@ -160,7 +164,7 @@ def main() -> int:
             except (requests.RequestException, ValueError):
                 pass
             time.sleep(0.3)
-        n_gpu = int(args.servers * args.gpu_share)
+        n_gpu = args.culls if args.culls is not None else int(args.servers * args.gpu_share)
         users = [f"u{i:05d}" for i in range(args.servers)]
         t0 = time.monotonic()
         for i in range(0, len(users), 500):
@@ -237,6 +241,7 @@ def main() -> int:
             assert p.returncode == 0, p.stderr[-3000:]
             events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
             cycle = next(e for e in events if e.get("event") == "cull-cycle")
+            stops = next((e for e in events if e.get("event") == "cull-stops"), {})
             diff = {f"{k[0]} {k[1].rsplit('.', 1)[-1]}": after[k] - before[k]
                     for k in after if len(k) == 2 and after[k] - before[k]}
             diff.pop("GET MetricsHandler", None)  # our own "before" snapshot
@@ -245,6 +250,8 @@ def main() -> int:
             total = sum(diff.values())
             pages = diff.get("GET UserListAPIHandler", 0)
             return {"decisions": cycle["servers"], "culls": cycle["culls"], "cycle_seconds": cycle["seconds"],
+                    "stops_seconds_after_cycle": stops.get("seconds_after_cycle"),
+                    "stops_hub_seconds": stops.get("hub_seconds"), "stops_done": stops.get("done"),
                     "process_seconds": round(process_s, 2), "hub_requests": total, "hub_requests_by_handler": diff,
                     "hub_handler_seconds": busy, "user_list_pages": pages, "requests_minus_pages_and_culls": total - pages - cycle["culls"]}
 
@@ -255,6 +262,7 @@ def main() -> int:
             "servers": args.servers, "gpu_servers": n_gpu, "policy": "gpu" if args.gpu_policy else "activity",
             "page_size": args.page_size or "hub default", "concurrency": args.concurrency or 10, "first_cycle": first, "second_cycle_no_culls": second,
             "hub_list_only": {"pages": pages, "seconds": round(list_s, 3)},
+            "own_time_ratio": round(first["cycle_seconds"] / max(second["cycle_seconds"], 1e-6), 2),
             "spawner": "NoProcessSpawner (no processes; servers reported running)", "load_avg": os.getloadavg(),
         }
         print(json.dumps(result, indent=2))

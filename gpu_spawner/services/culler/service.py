@@ -1,9 +1,10 @@
 """The culler hub service: jupyterhub-idle-culler's loop with GPU-aware, per-profile decisions.
 
 Each cycle: reload the profiles file (cheap when unchanged), ask Prometheus once per distinct window for
-DCGM evidence, then run jupyterhub-idle-culler's `cull_idle` (paginated `GET /users?state=ready`, one
-`DELETE` per cull) with `cull_arbiter_hook` bound to `decide()`. Its own global `max_age` is not used:
-each profile's `max_age` is part of the decision.
+DCGM evidence, then run jupyterhub-idle-culler's `cull_idle` (paginated `GET /users?state=ready`) with
+`cull_arbiter_hook` bound to `decide()`. Its own global `max_age` is not used: each profile's `max_age`
+is part of the decision. The culls' DELETEs are issued by `stops.Stopper` in the background (at most
+`concurrency` at a time), so the hub's time to stop servers does not stretch the cycle.
 
 Also serves (web.py), under its hub prefix (`/services/gpu-culler/`):
   GET warnings/<user>   that user's pending warnings and recent culls (the user's own token, or an admin's)
@@ -37,6 +38,7 @@ from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.services.culler.forward import Forwarder
+from gpu_spawner.services.culler.stops import Stopper
 
 decision_log = logging.getLogger("gpuhub.culler.decisions")
 
@@ -175,6 +177,8 @@ class GPUCuller(IdleCuller):
         #: (user, server) → (the future last_activity it reported, when this culler first saw that value)
         self.future_seen: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._forwarder: Forwarder | None = None
+        #: the culls' DELETEs in flight (made at the first cycle, inside the event loop)
+        self.stopper: Stopper | None = None
 
     @property
     def forwarder(self) -> Forwarder:
@@ -254,6 +258,8 @@ class GPUCuller(IdleCuller):
         token = os.environ["JUPYTERHUB_API_TOKEN"]
         namespace = self.namespace or None
         prometheus = AsyncHTTPClient(force_instance=True)
+        if self.stopper is None:
+            self.stopper = Stopper(self.url, token, self.concurrency, self.remove_named_servers, self.log)
         young_queries = asyncio.Semaphore(max(self.concurrency, 1))
         future_seen, self.future_seen = self.future_seen, {}
 
@@ -326,6 +332,9 @@ class GPUCuller(IdleCuller):
             if not (self.cull_named_servers if sname else self.cull_default_servers):
                 d = D.Decision("keep", "excluded-server-kind", rule.profile, None, None)
                 return self.record(user, sname, rule, d, warnings, decisions, now)
+            if self.stopper.stopping(user, sname):  # culled last cycle, its DELETE not answered yet
+                return self.record(user, sname, rule, D.Decision("keep", "stopping", rule.profile, None, None),
+                                   warnings, decisions, now)
             view = await gpu_view(user, sname, server, rule)
             seen = activity_seen(user, sname, server)
             d = D.decide(server, rule, settings, now, view, activity_seen=seen)
@@ -334,7 +343,9 @@ class GPUCuller(IdleCuller):
                                  "counted as of %s", user, sname, d.future_s, (seen or now).isoformat())
             if d.action != "keep" and settings.exempt_admins and await is_admin(user):
                 d = D.decide(server, rule, settings, now, view, admin=True, activity_seen=seen)
-            return self.record(user, sname, rule, d, warnings, decisions, now)
+            if self.record(user, sname, rule, d, warnings, decisions, now):
+                self.stopper.stop(user, sname)  # sent once the cycle's pages are read
+            return False  # cull_idle sends no DELETE of its own
 
         try:
             await cull_idle(url=self.url, api_token=token, inactive_limit=self.timeout, logger=self.log,
@@ -349,6 +360,7 @@ class GPUCuller(IdleCuller):
             self.log.exception("Cull cycle failed")
         finally:
             prometheus.close()
+            self.stopper.release()  # the pages are read: the culls' DELETEs go now, the cycle does not wait
         self.warnings = warnings
         if self.warnings_file:
             banner.write_warnings(self.warnings_file, warnings)
@@ -360,8 +372,20 @@ class GPUCuller(IdleCuller):
         decision_log.info(json.dumps({"event": "cull-cycle", "ts": now.isoformat(), "servers": len(decisions),
                                       "culls": sum(d["action"] == "cull" for d in decisions),
                                       "warnings": sum(d["action"] == "warn" for d in decisions),
-                                      "dry_run": self.dry_run, "seconds": round(dt, 3)}))
+                                      "dry_run": self.dry_run, "seconds": round(dt, 3),
+                                      "stops_in_flight": len(self.stopper.pending)}))
         return self.last_cycle
+
+    async def once_and_drain(self) -> CycleResult:
+        """`--once`: one cycle, then wait for its DELETEs, logged apart (`cull-stops`: the hub's time)."""
+        result = await self.cycle()
+        t0 = time.perf_counter()
+        await self.stopper.drain()
+        s = self.stopper
+        decision_log.info(json.dumps({"event": "cull-stops", "issued": s.issued, "done": s.done, "failed": s.failed,
+                                      "seconds_after_cycle": round(time.perf_counter() - t0, 3),
+                                      "hub_seconds": round(s.hub_seconds, 3)}))
+        return result
 
     def record(self, user, sname, rule, d: D.Decision, warnings, decisions, now) -> bool:
         """Log, count and remember one decision; the return value tells cull_idle whether to DELETE."""
@@ -446,7 +470,7 @@ class GPUCuller(IdleCuller):
             sys.exit(2)
         loop = IOLoop.current()
         if self.once:
-            loop.run_sync(self.cycle)
+            loop.run_sync(self.once_and_drain)
             return
         port = self.listen_port()
         if port:
