@@ -49,7 +49,8 @@ def slack_payload(event: Event) -> dict:
     if event.link:
         blocks.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"<{event.link}|{slack_escape(event.link_text)}>"}]})
-    return {"text": f"{event.title} (for {event.user}): {event.text}", "blocks": blocks}
+    # the fallback text is mrkdwn too: unescaped, a name or message could be <!channel> or <url|text>
+    return {"text": slack_escape(f"{event.title} (for {event.user}): {event.text}"), "blocks": blocks}
 
 
 def teams_payload(event: Event) -> dict:

@@ -20,8 +20,9 @@ from gpu_spawner.contract import NOTIFY_EMAIL, NOTIFY_EVENTS
 from gpu_spawner.services.notify.payloads import WEBHOOK_KINDS
 
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-#: A plain address: no quoting, comments or IP literals (what a template or a user may produce).
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
+#: A plain address: no quoting, comments or IP literals (what a template or a user may produce), and no
+#: '%' (`bob%evil.org@example.org` is relayed to bob@evil.org by mail servers that honour the % hack).
+EMAIL = re.compile(r"[A-Za-z0-9._+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 MAX_BODY = 4096
 
 

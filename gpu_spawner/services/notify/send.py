@@ -60,20 +60,33 @@ async def send_email(smtp: Smtp, event: Event, to: str) -> None:
         raise
 
 
+class Transient(Exception):
+    """A failed attempt worth retrying. Its text never carries the webhook's URL: that URL is the channel's
+    credential (Slack and Teams put the secret in its path), and aiohttp's errors print it."""
+
+
 async def send_webhook(session: aiohttp.ClientSession, url: str, payload: dict, timeout: float) -> None:
     """POST the payload; 2xx is done, 408/429/5xx or no answer is tried again, other answers are final.
-    Redirects are not followed (the admin's URL is the only place the service posts to)."""
-    async with session.post(url, json=payload, allow_redirects=False,
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-        if 200 <= r.status < 300:
-            return
-        body = (await r.text())[:200]
-        if r.status in (408, 429) or r.status >= 500:
-            raise aiohttp.ClientResponseError(r.request_info, (), status=r.status, message=body)
-        raise Permanent(f"the webhook answered {r.status}: {body}")
+    Redirects are not followed (the admin's URL is the only place the service posts to); at most 200 bytes
+    of an answer are read."""
+    try:
+        async with session.post(url, json=payload, allow_redirects=False,
+                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            if 200 <= r.status < 300:
+                return
+            body = (await r.content.read(200)).decode("utf-8", "replace")
+            if r.status in (408, 429) or r.status >= 500:
+                raise Transient(f"the webhook answered {r.status}: {body}")
+            raise Permanent(f"the webhook answered {r.status}: {body}")
+    except aiohttp.ClientConnectorError as e:
+        raise Transient(f"cannot connect to {e.host}:{e.port}") from None
+    except aiohttp.ClientError as e:
+        raise Transient(type(e).__name__) from None
+    except asyncio.TimeoutError:
+        raise Transient(f"no answer in {timeout:g} s") from None
 
 
-TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, OSError, aiosmtplib.SMTPException)
+TRANSIENT = (Transient, aiohttp.ClientError, asyncio.TimeoutError, OSError, aiosmtplib.SMTPException)
 
 
 class Notifier:

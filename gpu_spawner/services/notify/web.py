@@ -84,7 +84,10 @@ class CullWarningsHandler(web.RequestHandler):
     async def post(self):
         auth: TokenAuth = self.settings["auth"]
         token = auth.token_from(self.request.headers.get("Authorization"))
-        model = await auth.hub_auth.user_for_token(token, sync=False) if token else None
+        try:  # the hub's answer now, never HubAuth's cached one: a revoked token stops at once
+            model = await auth.hub_auth.user_for_token(token, use_cache=False, sync=False) if token else None
+        except web.HTTPError:  # the hub is unreachable or answered 5xx
+            raise web.HTTPError(503, "cannot check the token with JupyterHub just now; try again") from None
         if not _is_culler(model):
             raise web.HTTPError(403, f"only the {CULLER_SERVICE} service posts cull warnings")
         if len(self.request.body) > MAX_WARNINGS_BODY:
@@ -92,7 +95,7 @@ class CullWarningsHandler(web.RequestHandler):
         try:
             warnings = json.loads(self.request.body)["warnings"]
             items = [(u, w) for u, servers in warnings.items() for w in servers.values()]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             raise web.HTTPError(400, 'send {"warnings": {user: {server: warning}}}') from None
         if len(items) > MAX_WARNINGS or not all(isinstance(u, str) and isinstance(w, dict) for u, w in items):
             raise web.HTTPError(400, "warnings: users' warning objects, at most %d" % MAX_WARNINGS)
