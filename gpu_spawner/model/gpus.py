@@ -1,7 +1,7 @@
 """What NVIDIA hardware offers: GPU models, their MIG slice tables and the labels GFD publishes.
 
 Pure data checked against NVIDIA's MIG user guide and the device plugin / GPU feature discovery
-docs (see DESIGN.md). Everything that turns a pool into resource names and slot counts starts here.
+docs. Everything that turns a pool into resource names and slot counts starts here.
 """
 from __future__ import annotations
 
