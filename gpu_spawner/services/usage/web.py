@@ -8,12 +8,15 @@ drawn here, so the page needs no script and no CDN. Data: the usage collector's 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import html
 import os
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from cachetools import TTLCache
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 
@@ -77,8 +80,39 @@ def make_hinter(cfg, prometheus_url: str, scrape_interval: float) -> Hinter:
     return hinter
 
 
+class SharedHints:
+    """The hinter as the page's requests share it: its Prometheus read covers every pod over the whole
+    range, so any user reloading their page must not multiply it. One read at a time (in a thread), and
+    each page's answer (`key`: the user, None for the admins' view), a failure included, reused for
+    `ttl` seconds; at most `size` answers kept."""
+
+    def __init__(self, hinter: Hinter, ttl: float = 60.0, size: int = 1024,
+                 clock: Callable[[], float] = time.monotonic):
+        self.hinter = hinter
+        self.cache: TTLCache = TTLCache(size, ttl, timer=clock)
+        self._lock = asyncio.Lock()
+
+    async def get(self, key: str | None, lifetimes: list, since: datetime, until: datetime) -> list:
+        found = self.cache.get(key)
+        if found is None:
+            found = await self._read(key, lifetimes, since, until)
+        if not found[0]:
+            raise found[1]
+        return found[1]
+
+    async def _read(self, key: str | None, lifetimes: list, since: datetime, until: datetime) -> tuple:
+        async with self._lock:  # the views waiting here take the answer the first one read
+            if key not in self.cache:
+                try:
+                    self.cache[key] = (True, await ioloop.IOLoop.current().run_in_executor(
+                        None, self.hinter, lifetimes, since, until))
+                except Exception as e:  # Prometheus down: asked again after ttl, not on every view
+                    self.cache[key] = (False, e)
+            return self.cache[key]
+
+
 def make_app(store: UsageStore, since: timedelta, prefix: str, hinter: Hinter | None = None) -> web.Application:
-    args = {"store": store, "since": since, "hinter": hinter}
+    args = {"store": store, "since": since, "hinter": SharedHints(hinter) if hinter is not None else None}
     return web.Application([
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"users/([^/]+)/?", UsagePage, args),
@@ -89,7 +123,7 @@ def make_app(store: UsageStore, since: timedelta, prefix: str, hinter: Hinter | 
 class UsagePage(HubOAuthenticated, web.RequestHandler):
     """Who may see what: the caller's hub identity (OAuth cookie); `access:services!service=gpu-usage`."""
 
-    def initialize(self, store: UsageStore, since: timedelta, hinter: Hinter | None) -> None:
+    def initialize(self, store: UsageStore, since: timedelta, hinter: SharedHints | None) -> None:
         self.store, self.since, self.hinter = store, since, hinter
 
     @web.authenticated
@@ -108,8 +142,7 @@ class UsagePage(HubOAuthenticated, web.RequestHandler):
         hints, note = [], ""
         if self.hinter is not None:
             try:
-                hints = [h.text for h in await ioloop.IOLoop.current().run_in_executor(
-                    None, self.hinter, lts, since, until)]
+                hints = [h.text for h in await self.hinter.get(user, lts, since, until)]
             except Exception as e:  # Prometheus down: the usage still shows, the hints say why they are missing
                 note = f"right-sizing hints unavailable: GPU use could not be read ({type(e).__name__})"
         title = f"GPU usage of {user}" if user is not None else "GPU usage by user"
