@@ -1,6 +1,6 @@
 """`gpuhub`: validate and render the profiles file, run the dev cluster and the whole product locally.
 
-Contract (DESIGN.md): results on stdout; on bad input exit 2 with every error on stderr and
+Contract: results on stdout; on bad input exit 2 with every error on stderr and
 nothing on stdout.
 """
 from __future__ import annotations
