@@ -7,6 +7,7 @@ version, so a clone reuses them and a changed pin rebuilds them. Standard librar
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -22,9 +23,14 @@ GO_DIR = HERE / "go"
 KUBERNETES_VERSION = "v1.36.3"
 KWOK_VERSION = "v0.8.0"
 KUEUE_VERSION = "v0.19.2"
+#: The JobSet controller (`%gpu_submit --nodes N`); pinned by devcluster/go/jobset/go.mod too. Its binary is
+#: named after the version (`jobset-v0.10.1`), so a new pin builds a new binary without changing the stamp
+#: (and so without rebuilding the others).
+JOBSET_VERSION = "v0.10.1"
+JOBSET_BINARY = f"jobset-{JOBSET_VERSION}"
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue")
+ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY)
 
 
 class BuildError(RuntimeError):
@@ -39,8 +45,8 @@ def _go_version() -> str:
     go = shutil.which("go")
     if go is None:
         raise BuildError(
-            "the Go toolchain is missing: the dev cluster builds kube-apiserver, etcd, kwok and kueue "
-            "from Go modules. Install Go >= 1.26 and put `go` on PATH."
+            "the Go toolchain is missing: the dev cluster builds kube-apiserver, etcd, kwok, kueue and the "
+            "JobSet controller from Go modules. Install Go >= 1.26 and put `go` on PATH."
         )
     return subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -85,8 +91,26 @@ def _kube_ldflags() -> str:
 
 
 def build(verbose: bool = True) -> Path:
-    """Build whatever is missing into the stamped cache folder and return it."""
+    """Build whatever is missing into the stamped cache folder and return it.
+
+    One build at a time per cache: a second caller (another test run, `gpuhub dev`) waits on the lock and
+    then finds the binaries built instead of compiling the same packages alongside."""
     dest = bin_dir()
+    if not missing(dest):
+        return dest
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with (cache_root() / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if verbose:
+                print(f"[devcluster] another build holds {lock.name}; waiting for it ...", file=sys.stderr,
+                      flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_missing(dest, verbose)
+
+
+def _build_missing(dest: Path, verbose: bool) -> Path:
     todo = missing(dest)
     if not todo:
         return dest
@@ -110,6 +134,9 @@ def build(verbose: bool = True) -> Path:
         elif name == "kueue":
             _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"],
                  cache_root(), log, env, "kueue")
+        elif name == JOBSET_BINARY:  # the controller only (the module's main package), from its wrapper module
+            _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "sigs.k8s.io/jobset"],
+                 GO_DIR / "jobset", log, env, "the JobSet controller")
         timings[name] = round(time.monotonic() - start, 1)
         if verbose:
             print(f"[devcluster] built {name} in {timings[name]} s", file=sys.stderr, flush=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import binaries, components, kueue_setup, leftovers, nodes, procs, storage
+from . import binaries, components, jobset_setup, kueue_setup, leftovers, nodes, procs, storage
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
@@ -113,7 +113,7 @@ def pick_ports() -> dict[str, int]:
     fixed = components.fixed_ports()
     for name, port in fixed.items():
         if not _port_free(port):
-            owner = name.split("-")[0] if name.startswith(("etcd", "kueue")) else name
+            owner = name.split("-")[0] if name.startswith(("etcd", "kueue", "jobset")) else name
             env = "GPUHUB_CLUSTER_PORT_" + name.upper().replace("-", "_")
             raise ClusterError(f"{owner}: port {port} on 127.0.0.1 ({env}) is already in use by another "
                                f"program; free it or choose another port")
@@ -240,7 +240,9 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
         components.write_kueue_config(layout, pki, {"health": ports["kueue-health"],
                                                     "webhook": ports["kueue-webhook"],
                                                     "metrics": ports["kueue-metrics"]})
+        jobset_setup.write_config(layout, pki, ports)
         comps = components.build(layout, pki, ports, bins)
+        comps["jobset"] = jobset_setup.component(layout, ports, bins)
         for name, args in (extra_args or {}).items():
             comps[name].argv += args
         starter = _Starter(layout, pki, comps, timeout, say)
@@ -265,7 +267,8 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
 
 def _start_all(starter: _Starter, layout: Layout, pki: PKI, ports: dict[str, int], server: str) -> None:
     """Dependency order: etcd → apiserver → Kueue's CRDs → controller-manager, scheduler, kwok (started
-    together, each waited for) → Kueue → its webhook configurations. The CRDs come before the
+    together, each waited for) → Kueue and the JobSet controller → their webhook configurations. The CRDs
+    (Kueue's and JobSet's, which Kueue's JobSet integration needs at its start) come before the
     controller-manager so its garbage collector knows Workloads from the start (else it would find
     them only at its next discovery resync, and a deleted Job's Workload would linger ~30 s)."""
     starter.start("etcd")
@@ -276,16 +279,17 @@ def _start_all(starter: _Starter, layout: Layout, pki: PKI, ports: dict[str, int
     _install_kueue_crds(kube)
     starter.start("kube-controller-manager", "kube-scheduler", "kwok")
     starter.wait_healthy("kube-controller-manager", "kube-scheduler", "kwok")
-    starter.start("kueue")
-    starter.wait_healthy("kueue")
-    for obj in kueue_setup.webhook_configurations(ports["kueue-webhook"], pki.ca_cert):
+    starter.start("kueue", "jobset")
+    starter.wait_healthy("kueue", "jobset")
+    for obj in [*kueue_setup.webhook_configurations(ports["kueue-webhook"], pki.ca_cert),
+                *jobset_setup.webhook_configurations(ports["jobset-webhook"], pki.ca_cert)]:
         kube.apply(obj)
     kube.close()
 
 
 def _install_kueue_crds(kube: Kube) -> None:
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}})
-    crds = kueue_setup.crds()
+    crds = kueue_setup.crds() + jobset_setup.crds()
     for crd in crds:
         kube.apply(crd)
 
@@ -295,7 +299,7 @@ def _install_kueue_crds(kube: Kube) -> None:
         ok = {i["metadata"]["name"] for i in items if condition_true(i, "Established")}
         return ok >= {c["metadata"]["name"] for c in crds}
 
-    wait_for(established, 60, "Kueue's CRDs to be established")
+    wait_for(established, 60, "Kueue's and JobSet's CRDs to be established")
 
 
 # ---------------------------------------------------------------------------------------------- contents

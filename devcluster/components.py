@@ -19,7 +19,7 @@ from devcluster.simulator_keys import DEV_AGENT_LABEL
 from .pki import PKI
 
 #: Start order; `down` stops in reverse.
-ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue")
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue", "jobset")
 
 SERVICE_CIDR = "10.96.0.0/16"
 #: Pod IPs KWOK hands out: loopback addresses, so the dev node agent (agent.py, a SIMULATOR) can run a
@@ -45,7 +45,7 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 #: Kueue job integrations we enable; webhooks of the others are not served, so they are not registered.
 #: "pod": notebook servers queue as plain pods (gated until admitted; see builders/kueue.py).
-KUEUE_FRAMEWORKS = ("batch/job", "pod")
+KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "pod")
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 
 
@@ -267,7 +267,7 @@ def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path) -> dict[s
 
 
 PORT_NAMES = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "kueue-health", "kueue-webhook", "kueue-metrics")
+              "kueue-health", "kueue-webhook", "kueue-metrics", "jobset-health", "jobset-webhook")
 
 
 def fixed_ports() -> dict[str, int]:

@@ -122,6 +122,13 @@ def ipc_kernel_manager():
         def _default_transport(self):
             return "ipc"
 
+        @default("ip")
+        def _default_ip(self):
+            # in the private runtime folder, not jupyter_client's "kernel-ipc" in the working directory: two
+            # runs in one folder (a multi-node job's ranks on the shared home, or one notebook submitted
+            # twice) would bind the same socket files and read each other's messages
+            return os.path.join(os.environ.get("JUPYTER_RUNTIME_DIR") or tempfile.gettempdir(), "kernel-ipc")
+
     return IPCKernelManager
 
 

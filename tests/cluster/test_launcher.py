@@ -52,7 +52,7 @@ def test_a_second_up_is_refused_while_one_runs(cluster):
 def test_status_names_each_component_with_pid_and_health(cluster):
     r = gpuhub("cluster", "status", env={"GPUHUB_CLUSTER_DIR": str(cluster.root)})
     assert r.returncode == 0, r.stdout + r.stderr
-    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue"):
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue", "jobset"):
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith(name + " "))
         assert "pid" in line and line.endswith("healthy"), line
     assert r.stdout.splitlines()[-1] == f"KUBECONFIG={cluster.kubeconfig}"
@@ -71,7 +71,7 @@ def test_up_runs_in_the_background_and_down_stops_everything(scratch_root):
     assert len(dc.ready_nodes(kube)) == 5  # one per pool of the example file
     kube.close()
     pids = [rec.pid for rec in handle.records().values()]
-    assert len(pids) == 6
+    assert len(pids) == 7  # etcd, apiserver, controller-manager, scheduler, kwok, kueue, jobset
     r = gpuhub("cluster", "down", env=env)
     assert r.returncode == 0 and "stopped:" in r.stdout
     assert not leftovers(scratch_root)

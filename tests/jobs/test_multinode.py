@@ -166,8 +166,19 @@ def rank_pod(rank, phase="Running", exit_code=None, created="2026-01-01T10:05:00
 
 def test_a_queued_gang_waits_for_its_nodes():
     s = derive_gang_status(jobset(), None, [])
-    assert (s["state"], s["nodes"], s["message"]) == ("Queued", 2, "waiting for 2 nodes (waiting for Kueue to queue it)")
+    assert (s["state"], s["nodes"], s["message"]) == ("Queued", 2, "waiting for 2 nodes — waiting for Kueue to queue it")
     assert [r["state"] for r in s["ranks"]] == ["waiting", "waiting"]
+
+
+def test_a_queued_gangs_plain_words_keep_its_nodes(cfg):
+    from gpu_spawner.services.jobs.words import explain
+
+    wl = {"metadata": {"name": "w", "namespace": "team-mlr"}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+         "message": "couldn't assign flavors to pod set node: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor gpuh100, 1 more needed"}]}}
+    s = explain(cfg, derive_gang_status(jobset(), wl, []))
+    assert s["message"].startswith("waiting for 2 nodes — ") and "insufficient" in s["kueue_message"], s
 
 
 def test_running_needs_every_rank():
@@ -263,3 +274,14 @@ def test_the_dev_agents_pod_hostnames_resolve_with_the_pods_search_path(tmp_path
     hosts.remove("team-mlr/p0")
     with pytest.raises(OSError):
         socket.gethostbyname("gpu-x-node-0-0.gpu-x.team-mlr.svc.cluster.local")
+
+
+def test_the_runners_kernel_sockets_are_private_to_the_run(monkeypatch, tmp_path):
+    """Ranks run in the same notebook folder of the shared home: their kernels' IPC socket files must not
+    be jupyter_client's default `kernel-ipc-N` in the working directory (they would read each other's
+    messages: "Invalid Signature")."""
+    from runner.main import ipc_kernel_manager
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    km = ipc_kernel_manager()()
+    assert km.transport == "ipc" and km.ip == str(tmp_path / "kernel-ipc")

@@ -87,7 +87,7 @@ def derive_gang_status(jobset: dict, workload: dict | None = None, pods: list[di
                     for k in range(nodes)]
     if out["state"] == QUEUED:
         why = out["message"]
-        out["message"] = f"waiting for {nodes} nodes" + (f" ({why})" if why else "")
+        out["message"] = f"waiting for {nodes} nodes" + (f" — {why}" if why else "")
         return out
     failed_rank = next((k for k, ps in sorted(ranks.items())
                         if (_runner_exit(ps[-1]) or {}).get("exitCode") == RunnerExit.NOTEBOOK_FAILED), None)

@@ -22,4 +22,6 @@ def explain(cfg: ProfilesConfig, status: dict[str, Any]) -> dict[str, Any]:
                       status.get("queue_length"))
     plain = plain_reason(status["kueue_message"], ctx, status.get("kueue_reason"))
     message = f"{PREEMPTED} — {plain}" if status.get("preempted") else plain
+    if (status.get("nodes") or 1) > 1:  # a multi-node job (gang.py): Kueue admits its N pods together or not
+        message = f"waiting for {status['nodes']} nodes — {message}"
     return {**status, "message": message}
