@@ -72,10 +72,12 @@ dev: binaries
 # Every benchmark with its defaults, one after another (each starts and stops what it needs); figures
 # go to bench/results/ and, by hand with the command, to docs/benchmarks.md. Tens of minutes on 2 cores.
 bench: binaries
-	$(PY) bench/picker_render.py --churn
+	$(PY) bench/picker_render.py --churn --sizes 1000/20000,5000/100000
 	$(PY) bench/cluster_nodes.py
 	$(PY) bench/spawn_bound.py
 	$(PY) bench/jobs_submit.py
+	$(PY) bench/jobs_scale.py --jobs 500,10000
 	$(PY) bench/cull_cycle.py --page-size 200 --out bench/results/cull_cycle.json
 	$(PY) bench/cull_cycle.py --page-size 200 --gpu-policy --out bench/results/cull_cycle_gpu.json
+	$(PY) bench/cull_cycle.py --servers 5000 --culls 100 --page-size 200 --out bench/results/cull_cycle_5000.json
 	$(PY) bench/day_replay.py --speed 120
