@@ -130,9 +130,12 @@ class JobsClient:
         return self._call("GET", "profiles").json()
 
     def submit(self, profile: str, notebook_path: str, notebook: dict, parameters: dict | None = None,
-               priority: str | None = None, timeout: str | int | None = None, options: dict | None = None) -> dict:
+               priority: str | None = None, timeout: str | int | None = None, options: dict | None = None,
+               nodes: int | None = None) -> dict:
         body = {"profile": profile, "notebook_path": notebook_path, "notebook": notebook,
                 "parameters": parameters or {}, "options": job_options(profile, options)}
+        if nodes is not None and nodes != 1:  # a multi-node job (a JobSet of `nodes` ranks)
+            body["nodes"] = nodes
         if priority:
             body["priority"] = priority
         if timeout:
@@ -145,8 +148,9 @@ class JobsClient:
     def job(self, name: str) -> dict:
         return self._call("GET", f"jobs/{name}").json()
 
-    def logs(self, name: str, tail: int = 65536) -> str:
-        return self._call("GET", f"jobs/{name}/logs", params={"tail": str(tail)}).text
+    def logs(self, name: str, tail: int = 65536, rank: int | None = None) -> str:
+        params = {"tail": str(tail), **({"rank": str(rank)} if rank is not None else {})}
+        return self._call("GET", f"jobs/{name}/logs", params=params).text
 
     def cancel(self, name: str) -> dict:
         return self._call("DELETE", f"jobs/{name}").json()

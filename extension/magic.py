@@ -2,8 +2,9 @@
 
   %gpu_submit                                   a form: profile, parameters, priority, timeout, Submit
   %gpu_submit --profile a100-mig-1g10gb --param epochs=10 --param lr=0.001 --priority high --timeout 2h
+  %gpu_submit --profile h100-full --nodes 2     one job on 2 nodes (torchrun's env in each rank)
   %gpu_jobs [--all]                             your jobs, with live status widgets for unfinished ones
-  %gpu_logs JOB [--tail BYTES]                  the job's log
+  %gpu_logs JOB [--tail BYTES] [--rank K]       the job's log (a multi-node job's: rank K's, default 0)
   %gpu_cancel JOB                               cancel it (its pods stop; checkpoints stay)
 What runs is the notebook as last SAVED: in JupyterLab with the jupyterhub-gpu extension the magic asks
 it to save first (extension/frontend.py); elsewhere unsaved edits are not included, and the magic says so.
@@ -50,6 +51,7 @@ def parse_submit_args(line: str) -> dict[str, Any]:
     p.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--priority")
     p.add_argument("--timeout")
+    p.add_argument("--nodes", type=int, default=None, help="nodes for one multi-node job (the profile's max_nodes)")
     p.add_argument("--option", "-o", action="append", default=[], metavar="NAME=CHOICE",
                    help="a profile option (e.g. image=tensorflow; a typed value: image--unlisted-choice=REF); "
                         "default: this server's own choices when the job uses the server's profile")
@@ -70,7 +72,7 @@ def parse_submit_args(line: str) -> dict[str, Any]:
             raise UsageError(f"%gpu_submit: --option {item!r}: write NAME=CHOICE, e.g. image=tensorflow")
         options[name] = value
     return {"profile": a.profile, "parameters": params, "priority": a.priority, "timeout": a.timeout,
-            "notebook": a.notebook, "wait": a.wait, "options": options}
+            "notebook": a.notebook, "wait": a.wait, "options": options, "nodes": a.nodes}
 
 
 @magics_class
@@ -88,7 +90,7 @@ class GPUMagics(Magics):
         display(HTML(note_html(text, error)))  # theme colours; an error is announced (role=alert)
 
     def submit(self, client: JobsClient, profile: str, parameters: dict, priority: str | None, timeout: str | None,
-               notebook: str | None = None, options: dict | None = None):
+               notebook: str | None = None, options: dict | None = None, nodes: int | None = None):
         from .widgets import StatusWidget
 
         path = notebook or current_notebook_path()
@@ -98,7 +100,7 @@ class GPUMagics(Magics):
         saved = frontend.save_first(path, lambda: _saved_at(path))  # JupyterLab saves the editor's content
         nb = read_notebook(path)
         note = f"JupyterLab saved {nb.path}; submitting it." if saved else saved_note(nb)
-        status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout, options)
+        status = client.submit(profile, nb.path, nb.content, parameters, priority, timeout, options, nodes)
         return StatusWidget(client, status["name"], status), note + f" Job {status['name']} submitted."
 
     @line_magic
@@ -119,7 +121,7 @@ class GPUMagics(Magics):
                 display(self.last_form)
                 return None
             widget, note = self.submit(client, args["profile"], args["parameters"], args["priority"],
-                                       args["timeout"], args["notebook"], args["options"])
+                                       args["timeout"], args["notebook"], args["options"], args["nodes"])
         except (UsageError, JobsError) as e:
             self._say(str(e), error=True)
             return None
@@ -165,14 +167,14 @@ class GPUMagics(Magics):
 
     @line_magic
     def gpu_logs(self, line: str = ""):
-        parts = shlex.split(line)
-        if not parts:
-            self._say("usage: %gpu_logs JOB [--tail BYTES]", error=True)
-            return None
-        tail = int(parts[parts.index("--tail") + 1]) if "--tail" in parts else 65536
+        p = _Parser(prog="%gpu_logs", add_help=False)
+        p.add_argument("job")
+        p.add_argument("--tail", type=int, default=65536)
+        p.add_argument("--rank", type=int, default=None, help="a multi-node job's rank (default 0)")
         try:
-            text = self._client().logs(parts[0], tail)
-        except JobsError as e:
+            a = p.parse_args(shlex.split(line))
+            text = self._client().logs(a.job, a.tail, a.rank)
+        except (ValueError, JobsError) as e:  # UsageError is a ValueError (so is shlex's unbalanced quote)
             self._say(str(e), error=True)
             return None
         print(text)

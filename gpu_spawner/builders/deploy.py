@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from gpu_spawner.contract import KUEUE_GROUP, MANAGED_BY
+from gpu_spawner.contract import JOBSET_GROUP, KUEUE_GROUP, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
@@ -107,6 +107,10 @@ def jobs_permissions(cfg: ProfilesConfig) -> list[Permission]:
             (KUEUE_GROUP, "workloads", ("list", "watch"), "queue position and admission"),
             (KUEUE_GROUP, "localqueues", ("get",), "the team's queue length"),
         )]
+        if any(p.max_nodes for p in cfg.profiles):
+            perms.append(Permission(JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "watch"), ns,
+                                    "%gpu_submit --nodes N: a JobSet (suspended; Kueue admits all its pods at once)",
+                                    JOBS_ACCOUNT))
     return perms
 
 

@@ -12,6 +12,9 @@ Next to z2jh's own policies (they add up: a pod selected by any policy takes onl
   nothing, so no ingress at all; its egress may go anywhere (package mirrors, storage, DNS) except the
   cloud metadata endpoints, where a pod could otherwise read the node's identity and tokens
   (Azure IMDS 169.254.169.254, the Azure WireServer 168.63.129.16), as z2jh blocks for notebook servers.
+- `gpuhub-job-ranks` (every team namespace, when a profile allows multi-node jobs): the ranks of a JobSet
+  (`%gpu_submit --nodes N`) take connections from JobSet pods of the same namespace only (rank 0's
+  MASTER_PORT, NCCL's own ports), so the gang can talk while single-node Job pods still take none.
 
 Pods are selected by z2jh's `component` label (`hub`, `proxy`, `singleuser-server`), which z2jh keeps;
 not by its legacy `app`/`release` labels.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_spawner.contract import JOB_LABEL, JOBS_SERVICE, MANAGED_BY
+from gpu_spawner.contract import JOB_LABEL, JOBS_SERVICE, JOBSET_NAME_LABEL, MANAGED_BY
 from gpu_spawner.model.profiles import ProfilesConfig
 
 #: Addresses from which a pod can read the node's cloud identity: Azure IMDS (also AWS/GCP's metadata
@@ -60,6 +63,13 @@ def job_pods_policy(namespace: str) -> dict[str, Any]:
     })
 
 
+def job_ranks_policy(namespace: str) -> dict[str, Any]:
+    """A multi-node job's ranks reach each other (any port: torch and NCCL pick theirs), from JobSet pods only."""
+    ranks = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
+    return _policy("gpuhub-job-ranks", namespace, ranks, {"policyTypes": ["Ingress"],
+                                                          "ingress": [{"from": [{"podSelector": ranks}]}]})
+
+
 def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dict[str, Any]]:
     """Every NetworkPolicy: the hub namespace's two, then one per team namespace."""
     objs = [
@@ -73,4 +83,6 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)}]}),
     ]
     objs += [job_pods_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
+    if any(p.max_nodes for p in cfg.profiles):
+        objs += [job_ranks_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
     return objs

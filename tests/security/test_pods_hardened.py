@@ -148,6 +148,8 @@ KINDS = {"job": ("batch", "jobs"), "config_map": ("", "configmaps"), "pod": ("",
 CALL = re.compile(r"\.(create|delete|read|list|patch|replace|get)_(namespaced_|cluster_)?([a-z_]+?)\s*[(,]"
                   r"([^)]{0,160})")
 KUEUE_PLURALS = ("workloads", "localqueues", "clusterqueues", "resourceflavors", "workloadpriorityclasses")
+#: custom resources gpu-jobs touches: Kueue's, and JobSets (multi-node jobs)
+CUSTOM_PLURALS = {**dict.fromkeys(KUEUE_PLURALS, "kueue.x-k8s.io"), "jobsets": "jobset.x-k8s.io"}
 
 
 def calls_in_code() -> set[tuple[str, str, str, str]]:
@@ -158,9 +160,9 @@ def calls_in_code() -> set[tuple[str, str, str, str]]:
         text = path.read_text()
         for verb, scope, kind, args in CALL.findall(text):
             if kind.endswith("custom_object"):
-                plural = next((p for p in KUEUE_PLURALS if f'"{p}"' in args), None)
+                plural = next((p for p in CUSTOM_PLURALS if f'"{p}"' in args), None)
                 assert plural, f"{path.name}: a custom-object call whose resource this test cannot read: {args!r}"
-                group, resource = "kueue.x-k8s.io", plural
+                group, resource = CUSTOM_PLURALS[plural], plural
             elif kind in KINDS:
                 group, resource = KINDS[kind]
             else:

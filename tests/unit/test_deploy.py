@@ -83,6 +83,7 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
             ("gpu-jobs", ns, "kueue.x-k8s.io", "workloads"): {"list", "watch"},
             ("gpu-jobs", ns, "kueue.x-k8s.io", "localqueues"): {"get"},
             ("hub", ns, "kueue.x-k8s.io", "workloads"): {"list"},  # the usage collector in the hub pod: waits
+            ("gpu-jobs", ns, "jobset.x-k8s.io", "jobsets"): read | {"create", "delete"},  # h100-full: max_nodes
         }.items()},
     }
     # nothing may write secrets, nodes, RBAC or anything cluster-wide; the hub has no rights on Jobs

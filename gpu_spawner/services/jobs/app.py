@@ -1,9 +1,9 @@
 """The `gpu-jobs` hub service: a tornado app, authenticated with the caller's own JupyterHub token.
 
-  POST   /jobs              submit   {profile, notebook_path, notebook, parameters, priority, timeout}
+  POST   /jobs              submit   {profile, notebook_path, notebook, parameters, priority, timeout, nodes}
   GET    /jobs              list (own; `?all=1` for admins: everyone's)
   GET    /jobs/{name}       status
-  GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`)
+  GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`; a multi-node job's `?rank=K`, default 0)
   DELETE /jobs/{name}       cancel
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
   GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
@@ -35,7 +35,7 @@ from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.services.jobs import limits, words
+from gpu_spawner.services.jobs import gang, limits, words
 from gpu_spawner.services.jobs.auth import Caller, TokenAuth
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
@@ -204,10 +204,11 @@ class LogsHandler(Base):
         job = await self.own_job(name)
         try:
             tail = limits.log_tail(self.get_argument("tail", None))
+            rank = gang.check_rank(self.get_argument("rank", None), gang.nodes_of(job) if gang.is_jobset(job) else 1)
         except JobRequestError as e:
             raise refusal(e) from None
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(await self.kube.job_logs(job, tail))
+        self.finish(await self.kube.job_logs(job, tail, rank))
 
 
 class ProfilesHandler(Base):
@@ -224,6 +225,7 @@ class ProfilesHandler(Base):
                             "gpus": p.gpu.count, "gpu_label": gpu_amount(self.cfg, p),  # "¼ T4 (time-sliced)"
                             "resource": self.cfg.resource_name(p), "pool": p.pool,
                             "priority": self.cfg.effective_priority(p), "max_per_user": p.max_per_user,
+                            "max_nodes": p.max_nodes or 1,
                             "priorities": self.cfg.allowed_priorities(p, groups),
                             "max_timeout": min(p.max_job_timeout or JobSettings().max_timeout,
                                                self.settings["service"].job.max_timeout),
@@ -286,12 +288,13 @@ async def serve(opts) -> None:
     api = TimeoutApiClient()  # every call of the service has a timeout
     logs = opts.log_source_class(api=api, parent=opts)
     namespaces = [t.namespace for t in cfg.teams.values()]
-    cache = JobsCache(api, namespaces)
+    jobsets = any(p.max_nodes for p in cfg.profiles)  # multi-node jobs: the JobSet CRD must be installed
+    cache = JobsCache(api, namespaces, jobsets)
     try:
         await cache.start()
     except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
         log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
-    kube = Kube(api, namespaces, logs, cache)
+    kube = Kube(api, namespaces, logs, cache, jobsets)
     service = ServiceSettings(job=job_settings, max_jobs_per_user=opts.max_jobs_per_user)
     access = f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"
     auth = TokenAuth(HubAuth(access_scopes={access}), {access})

@@ -17,10 +17,11 @@ from tornado import web
 
 from gpu_spawner.hub.informers import Informer
 from gpu_spawner.services.jobs.index import INDEX_KEYS, ByKey, QueueIndex
-from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION
+from gpu_spawner.contract import JOB_LABEL, JOBSET_GROUP, JOBSET_VERSION, KUEUE_GROUP, KUEUE_VERSION
 
 KUEUE = (KUEUE_GROUP, KUEUE_VERSION)
-KINDS = ("jobs", "workloads", "pods")
+JOBSET = (JOBSET_GROUP, JOBSET_VERSION)
+KINDS = ("jobs", "workloads", "pods", "jobsets")
 
 
 class ClusterUnavailable(web.HTTPError):
@@ -68,9 +69,10 @@ class NamespaceStore:
 
 
 class JobsCache:
-    """Informers for the service's Jobs, Workloads and Job pods in the given namespaces."""
+    """Informers for the service's Jobs, Workloads and Job pods in the given namespaces; and its JobSets
+    (multi-node jobs) when `jobsets` (a profile allows them, so the JobSet CRD must be installed)."""
 
-    def __init__(self, api: client.ApiClient, namespaces: list[str]):
+    def __init__(self, api: client.ApiClient, namespaces: list[str], jobsets: bool = False):
         self.namespaces = sorted(set(namespaces))
         batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
         self._changed = asyncio.Event()  # set, and replaced by a fresh one, on every change
@@ -80,6 +82,9 @@ class JobsCache:
             lists = {"jobs": partial(batch.list_namespaced_job, ns, label_selector=JOB_LABEL),
                      "workloads": partial(custom.list_namespaced_custom_object, *KUEUE, ns, "workloads"),
                      "pods": partial(core.list_namespaced_pod, ns, label_selector=JOB_LABEL)}
+            if jobsets:
+                lists["jobsets"] = partial(custom.list_namespaced_custom_object, *JOBSET, ns, "jobsets",
+                                           label_selector=JOB_LABEL)
             for kind, list_fn in lists.items():
                 indexes = (ByKey(INDEX_KEYS[kind]),) + ((QueueIndex(),) if kind == "workloads" else ())
                 store = self.stores[(kind, ns)] = NamespaceStore(self._notify, indexes)
@@ -115,6 +120,9 @@ class JobsCache:
 
     def covers(self, namespace: str) -> bool:
         return namespace in self.namespaces
+
+    def holds(self, kind: str) -> bool:
+        return any(k == kind for k, _ in self.stores)
 
     async def start(self, timeout: float = 30) -> None:
         for informer in self.informers:

@@ -14,9 +14,10 @@ import aiohttp
 from kubernetes_asyncio import client
 from traitlets.config import LoggingConfigurable
 
-from gpu_spawner.contract import JOB_NAME_LABEL, JOB_LABEL, USER_ANNOTATION, USER_LABEL
+from gpu_spawner.contract import JOB_LABEL, JOBSET_JOB_INDEX, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.hub.informers import read_json
-from gpu_spawner.services.jobs.cache import KUEUE, ClusterUnavailable, JobsCache
+from gpu_spawner.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
+from gpu_spawner.services.jobs.gang import derive_gang_status, is_jobset
 from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, workload_owner
 from gpu_spawner.contract import FINISHED
 LOG_TAIL_BYTES = 64 * 1024
@@ -59,10 +60,10 @@ async def _json(coro) -> dict[str, Any]:
 
 class Kube:
     """Reads come from the watch-fed `cache` where it covers the namespace (else from the API);
-    writes go to the API and return once the cache has seen them."""
+    writes go to the API and return once the cache has seen them. `jobsets`: multi-node jobs too."""
 
     def __init__(self, api: client.ApiClient, namespaces: list[str], logs: LogSource | None = None,
-                 cache: JobsCache | None = None):
+                 cache: JobsCache | None = None, jobsets: bool = False):
         self.api = api
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -70,9 +71,11 @@ class Kube:
         self.namespaces = sorted(set(namespaces))
         self.logs = logs or PodLogs(api)
         self.cache = cache
+        self.jobsets = jobsets
 
-    def _cached(self, namespaces: list[str]) -> bool:
-        return self.cache is not None and self.cache.synced and all(self.cache.covers(ns) for ns in namespaces)
+    def _cached(self, namespaces: list[str], kind: str = "jobs") -> bool:
+        return self.cache is not None and self.cache.synced and self.cache.holds(kind) \
+            and all(self.cache.covers(ns) for ns in namespaces)
 
     def require_current(self) -> None:
         """Decisions that count (per-user limits) need a current view: a 503 while the cache is stale,
@@ -82,7 +85,23 @@ class Kube:
 
     # ------------------------------------------------------------------ reading
     async def jobs(self, user: str | None = None) -> list[dict]:
-        """Jobs made by this service in the team namespaces (one user's, or everyone's)."""
+        """Jobs and JobSets made by this service in the team namespaces (one user's, or everyone's)."""
+        return await self.single_jobs(user) + (await self.gangs(user) if self.jobsets else [])
+
+    async def gangs(self, user: str | None = None) -> list[dict]:
+        """The JobSets of multi-node jobs (one user's, or everyone's)."""
+        if self._cached(self.namespaces, "jobsets"):
+            if user:
+                return self.cache.indexed("jobsets", self.namespaces, user)
+            found = self.cache.objects("jobsets", self.namespaces)
+        else:
+            lists = await asyncio.gather(*(_json(self.custom.list_namespaced_custom_object(
+                *JOBSET, ns, "jobsets", label_selector=JOB_LABEL, _preload_content=False)) for ns in self.namespaces))
+            found = [j for lst in lists for j in lst.get("items", [])]
+        return [j for j in found if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
+            if user else found
+
+    async def single_jobs(self, user: str | None = None) -> list[dict]:
         from kubespawner.slugs import safe_slug
 
         if self._cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
@@ -98,12 +117,20 @@ class Kube:
         return jobs
 
     async def job(self, name: str) -> dict | None:
+        """A Job of this service by name, else a JobSet (in the first team namespace that has one)."""
+        return await self._one(name, "jobs") or (await self._one(name, "jobsets") if self.jobsets else None)
+
+    async def _one(self, name: str, kind: str) -> dict | None:
         for ns in self.namespaces:
-            if self._cached([ns]):
-                if found := self.cache.get("jobs", ns, name):
+            if self._cached([ns], kind):
+                if found := self.cache.get(kind, ns, name):
                     return found
                 continue
             try:
+                if kind == "jobsets":
+                    found = await _json(self.custom.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name,
+                                                                                 _preload_content=False))
+                    return found if (found["metadata"].get("labels") or {}).get(JOB_LABEL) else None
                 return await _json(self.batch.read_namespaced_job(name, ns, _preload_content=False))
             except client.ApiException as e:
                 if e.status != 404:
@@ -121,7 +148,7 @@ class Kube:
         if self._cached(namespaces):
             namespaces = sorted(set(namespaces))
             return self.cache.indexed("pods", namespaces, job) if job else self.cache.objects("pods", namespaces)
-        selector = f"{JOB_NAME_LABEL}={job}" if job else JOB_LABEL
+        selector = f"{JOB_LABEL}={job}" if job else JOB_LABEL
         lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
                                                                            _preload_content=False))
                                        for ns in sorted(set(namespaces))))
@@ -146,11 +173,13 @@ class Kube:
         async def one(job: dict) -> dict:
             key = (job["metadata"]["namespace"], job["metadata"]["name"])
             mine = sorted(pods_of.get(key, []), key=lambda p: p["metadata"].get("creationTimestamp") or "")
-            first = derive_status(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]))
+            derive = derive_gang_status if is_jobset(job) else derive_status
+            first = derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]))
             if not with_logs or not mine or first["state"] in FINISHED or first["state"] == "Queued":
                 return first
-            log = await self.logs.read(key[0], mine[-1]["metadata"]["name"], 16 * 1024)
-            return derive_status(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), log)
+            logged = first.get("pod") or mine[-1]["metadata"]["name"]  # a multi-node job: rank 0's
+            log = await self.logs.read(key[0], logged, 16 * 1024)
+            return derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), log)
 
         out = list(await asyncio.gather(*(one(j) for j in jobs)))
         return [{**s, **marks} for s in out] if stale else out
@@ -179,11 +208,14 @@ class Kube:
                 pods_of.setdefault((p["metadata"]["namespace"], job), []).append(p)
         return wl_of, pods_of, queue_positions(workloads)
 
-    async def job_logs(self, job: dict, tail_bytes: int = LOG_TAIL_BYTES) -> str:
-        """The log of each of the Job's pods, oldest first (a resumed job shows both runs)."""
+    async def job_logs(self, job: dict, tail_bytes: int = LOG_TAIL_BYTES, rank: int | None = None) -> str:
+        """The log of each of the Job's pods, oldest first (a resumed job shows both runs); of a
+        multi-node job, one rank's pods (`rank`, default 0)."""
         ns = job["metadata"]["namespace"]
         pods = sorted(await self.pods([ns], job["metadata"]["name"]),
                       key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        if is_jobset(job):
+            pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(JOBSET_JOB_INDEX) == str(rank or 0)]
         parts = []
         for p in pods:
             try:
@@ -224,16 +256,25 @@ class Kube:
         from gpu_spawner.services.jobs.lifecycle import create_submission
         return await create_submission(self, objs, home_claim)
 
-    async def delete(self, job: dict) -> None:
-        """Cancel: the Job (its pods go with it), and its ConfigMap (also owned, deleted now)."""
+    def delete_call(self, job: dict, grace: int | None = None):
+        """The API call that deletes a Job or a JobSet (its Jobs and pods go with it)."""
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-        for call in (lambda: self.batch.delete_namespaced_job(name, ns, propagation_policy="Background",
-                                                              grace_period_seconds=30, _preload_content=False),
+        if is_jobset(job):
+            return self.custom.delete_namespaced_custom_object(*JOBSET, ns, "jobsets", name, grace_period_seconds=grace,
+                                                               propagation_policy="Background", _preload_content=False)
+        return self.batch.delete_namespaced_job(name, ns, propagation_policy="Background", grace_period_seconds=grace,
+                                                _preload_content=False)
+
+    async def delete(self, job: dict) -> None:
+        """Cancel: the Job or JobSet (every pod goes with it), and its ConfigMap (also owned, deleted now)."""
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        kind = "jobsets" if is_jobset(job) else "jobs"
+        for call in (lambda: self.delete_call(job, 30),
                      lambda: self.core.delete_namespaced_config_map(name, ns, _preload_content=False)):
             try:
                 await _json(call())
             except client.ApiException as e:
                 if e.status != 404:
                     raise
-        if self._cached([ns]):
-            await self.cache.wait_for(lambda: self.cache.get("jobs", ns, name) is None)
+        if self._cached([ns], kind):
+            await self.cache.wait_for(lambda: self.cache.get(kind, ns, name) is None)

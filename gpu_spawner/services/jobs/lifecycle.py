@@ -22,6 +22,7 @@ from kubernetes_asyncio import client
 
 from gpu_spawner.builders.jobs import owner_reference
 from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
+from gpu_spawner.services.jobs.cache import JOBSET
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -38,7 +39,7 @@ def _age(obj: dict, now: datetime) -> float:
 
 
 def _finished(job: dict) -> bool:
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+    return any(c.get("type") in ("Complete", "Completed", "Failed") and c.get("status") == "True"
                for c in (job.get("status") or {}).get("conditions") or [])
 
 
@@ -74,14 +75,19 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
     """[Job, ConfigMap] → created all or nothing (see the module). Returns the created Job."""
     from gpu_spawner.services.jobs.kube import _json
 
-    job = next(o for o in objs if o["kind"] == "Job")
+    job = next(o for o in objs if o["kind"] in ("Job", "JobSet"))
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    kind = "jobsets" if job["kind"] == "JobSet" else "jobs"
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if home_claim:
         await check_home_claim(kube, ns, home_claim)
     await _json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
     try:
-        created = await _json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
+        if kind == "jobsets":
+            created = await _json(kube.custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", job,
+                                                                              _preload_content=False))
+        else:
+            created = await _json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
     except BaseException:
         try:  # the Job was refused: no ConfigMap without it (if this fails too, reconcile removes it)
             await _json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
@@ -93,20 +99,21 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
             name, ns, {"metadata": {"ownerReferences": [owner_reference(created)]}}, _preload_content=False))
     except Exception as e:  # noqa: BLE001 - the Job can run; reconcile adopts the ConfigMap later
         log.warning("could not make ConfigMap %s/%s owned by its Job (%s); the reconcile loop will", ns, name, e)
-    if kube._cached([ns]):
-        await kube.cache.wait_for(lambda: kube.cache.get("jobs", ns, name) is not None)
+    if kube._cached([ns], kind):
+        await kube.cache.wait_for(lambda: kube.cache.get(kind, ns, name) is not None)
     return created
 
 
 def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, grace_seconds: float) -> list[tuple]:
     """What to do in one namespace (pure): ("delete-configmap", name), ("own-configmap", name, job),
-    ("delete-job", name). Only objects of this service (job label and user annotation) are touched."""
+    ("delete-job", name). `jobs`: Jobs and JobSets. Only objects of this service (job label and user
+    annotation) are touched."""
     jobs_by = {j["metadata"]["name"]: j for j in jobs if _ours(j)}
     cms_by = {c["metadata"]["name"]: c for c in config_maps if _ours(c)}
     out: list[tuple] = []
     for name, cm in sorted(cms_by.items()):
         job = jobs_by.get(name)
-        owners = [r for r in cm["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"]
+        owners = [r for r in cm["metadata"].get("ownerReferences") or [] if r.get("kind") in ("Job", "JobSet")]
         if job is None and not owners and _age(cm, now) >= grace_seconds:
             out.append(("delete-configmap", name))
         elif job is not None and not owners:
@@ -126,6 +133,9 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> 
     for ns in kube.namespaces:
         jobs = (await _json(kube.batch.list_namespaced_job(ns, label_selector=JOB_LABEL,
                                                            _preload_content=False))).get("items", [])
+        if kube.jobsets:
+            jobs += (await _json(kube.custom.list_namespaced_custom_object(
+                *JOBSET, ns, "jobsets", label_selector=JOB_LABEL, _preload_content=False))).get("items", [])
         cms = (await _json(kube.core.list_namespaced_config_map(ns, label_selector=JOB_LABEL,
                                                                 _preload_content=False))).get("items", [])
         for action, name, *job in plan_reconcile(jobs, cms, now, grace_seconds):
@@ -137,9 +147,10 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> 
                     name, ns, {"metadata": {"ownerReferences": [owner_reference(job[0])]}}, _preload_content=False))
                 done.append(f"ConfigMap {ns}/{name} now owned by its Job")
             else:
-                await _ignore_404(kube.batch.delete_namespaced_job(name, ns, propagation_policy="Background",
-                                                                   _preload_content=False))
-                done.append(f"deleted Job {ns}/{name}: its notebook ConfigMap is missing, so it could never start")
+                gone = next(j for j in jobs if j["metadata"]["name"] == name)
+                await _ignore_404(kube.delete_call(gone))
+                done.append(f"deleted {gone.get('kind') or 'Job'} {ns}/{name}: its notebook ConfigMap is missing, "
+                            "so it could never start")
     for line in done:
         log.warning("reconcile: %s", line)
     return done
