@@ -89,7 +89,8 @@ def test_teams_payload_is_one_adaptive_card():
     card = att["content"]
     assert card["type"] == "AdaptiveCard" and card["version"] == "1.4"
     assert card["body"][0]["text"] == "GPU job gpu-alice-train-ab12cd succeeded"
-    assert {"title": "Profile", "value": "a100-mig-1g10gb"} in card["body"][2]["facts"]
+    facts = [[i["text"] for i in b["inlines"]] for b in card["body"][2:]]  # plain TextRuns (security.md)
+    assert ["Profile: ", "a100-mig-1g10gb"] in facts
     assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open the output notebook", "url": ev.link}]
     with pytest.raises(ValueError):
         webhook_payload("discord", ev)

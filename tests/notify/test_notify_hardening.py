@@ -160,3 +160,35 @@ async def test_cull_warnings_with_the_hub_down_is_503(culler_endpoint):
     hub_server.stop()
     await hub_server.close_all_connections()
     assert await post(json.dumps({"warnings": {}}).encode()) == 503
+
+
+def test_teams_cards_carry_user_strings_as_plain_text_runs():
+    """Teams reads TextBlock text and FactSet values as Markdown ([text](url) is a link): a notebook path or a
+    hub name such as `[Sign in again](https://evil.example)` would be a link in a card the hub posted. User
+    strings go in TextRuns (never Markdown); the only link is the hub's own button."""
+    from gpu_spawner.services.notify.payloads import teams_payload
+
+    hostile = "[Sign in again](https://evil.example/login) **now**"
+    for ev in job_events(status(RUNNING, user=hostile), status(FAILED, user=hostile, message=hostile,
+                                                               notebook=f"{hostile}/x.ipynb"), "https://hub.example.org"):
+        card = teams_payload(ev)["attachments"][0]["content"]
+
+        def markdown_texts(node):
+            if isinstance(node, dict):
+                if node.get("type") in ("TextBlock",):
+                    yield node["text"]
+                if node.get("type") == "FactSet":
+                    for f in node["facts"]:
+                        yield f["title"]
+                        yield f["value"]
+                for v in node.values():
+                    yield from markdown_texts(v)
+            elif isinstance(node, list):
+                for v in node:
+                    yield from markdown_texts(v)
+
+        assert not any("evil.example" in t for t in markdown_texts(card["body"]))
+        runs = [i["text"] for b in card["body"] if b["type"] == "RichTextBlock" for i in b["inlines"]]
+        assert any(hostile in r for r in runs)  # still shown, as plain text
+        assert any("Notebook" in r for r in runs) and any(f"{hostile}/x.ipynb" in r for r in runs)
+        assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open the output notebook", "url": ev.link}]

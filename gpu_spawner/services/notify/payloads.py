@@ -53,14 +53,21 @@ def slack_payload(event: Event) -> dict:
     return {"text": slack_escape(f"{event.title} (for {event.user}): {event.text}"), "blocks": blocks}
 
 
+def _runs(*parts: tuple[str, bool]) -> dict:
+    """A RichTextBlock of TextRuns ((text, bold) each): Teams shows a TextRun as it is, never as Markdown."""
+    return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text, **({"weight": "Bolder"} if bold
+                                                                                     else {})} for text, bold in parts]}
+
+
 def teams_payload(event: Event) -> dict:
-    """A Teams message with one Adaptive Card (title, text, facts, a button to the output)."""
+    """A Teams message with one Adaptive Card (title, text, facts, a button to the output). TextBlock text and
+    FactSet values are Markdown to Teams (`[text](url)` is a link), so every string from a user (a hub name,
+    a notebook path, a job's message) goes in TextRuns; the title is the service's own words and job name."""
     body: list[dict] = [
         {"type": "TextBlock", "text": event.title, "weight": "Bolder", "size": "Medium", "wrap": True,
          **({"color": "Attention"} if is_failure(event.kind) else {})},
-        {"type": "TextBlock", "text": f"For {event.user}: {event.text}", "wrap": True}]
-    if event.facts:
-        body.append({"type": "FactSet", "facts": [{"title": k, "value": v} for k, v in event.facts]})
+        _runs((f"For {event.user}: {event.text}", False))]
+    body += [_runs((f"{k}: ", True), (v, False)) for k, v in event.facts]
     card = {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard",
             "version": "1.4", "body": body}
     if event.link:
