@@ -1,6 +1,6 @@
 """Benchmark: the queue ETA estimator (gpu_spawner/services/usage/eta.py) replayed over a queue's history.
 
-    python bench/queue_eta.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--json]
+    python bench/queue_eta.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--raw] [--json]
 
 The history is SIMULATED, not a cluster's: a ClusterQueue with `--slots` GPUs of quota admitting FIFO
 (what Kueue does for one LocalQueue at one priority), Poisson arrivals at `--load` x its capacity, and
@@ -11,7 +11,12 @@ are compared with the job's real wait.
 
 Reports, over the jobs that had to queue: how often an estimate was given (history thick enough), the
 median absolute error of p50, the median error relative to the real wait, and the p90's coverage (the
-share of real waits at or under it: ~0.9 is calibrated).
+share of real waits at or under it: ~0.9 is calibrated). `--raw`: the p90 without its calibration on the
+queue's own past (eta.py), for the side-by-side comparison.
+
+`--cost`: instead, the time of what gpu-jobs does per status list: estimates for 200 queued positions over
+the latest 2,000 admissions of one queue (a fresh history list each round, as each list is), printed as
+p50_ms/p95_ms over 30 rounds, with and without the calibration.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpu_spawner.services.usage import eta  # noqa: E402
 from gpu_spawner.services.usage.eta import Admission, estimate  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -47,7 +53,7 @@ def simulate(jobs: int, slots: int, load: float, seed: int) -> list[tuple[float,
     return out
 
 
-def replay(history: list[tuple[float, float]]) -> dict:
+def replay(history: list[tuple[float, float]], calibrate: bool = True) -> dict:
     adm = sorted(history, key=lambda x: x[1])
     abs_err, rel_err, covered, asked, given = [], [], 0, 0, 0
     for created, admitted in history:
@@ -57,7 +63,7 @@ def replay(history: list[tuple[float, float]]) -> dict:
         asked += 1
         now = T0 + timedelta(seconds=created)
         seen = [Admission(T0 + timedelta(seconds=c), T0 + timedelta(seconds=a)) for c, a in adm if a <= created]
-        e = estimate(seen, waiting + 1, now)
+        e = estimate(seen, waiting + 1, now, calibrate=calibrate)
         if not e.known:
             continue
         given += 1
@@ -71,16 +77,40 @@ def replay(history: list[tuple[float, float]]) -> dict:
             "p90_coverage": round(covered / given, 2) if given else None}
 
 
+def cost(history: list[tuple[float, float]], calibrate: bool, rounds: int = 30) -> dict:
+    import time
+
+    adm = sorted(history, key=lambda x: x[1])[-2000:]
+    times = []
+    for _ in range(rounds):
+        seen = [Admission(T0 + timedelta(seconds=c), T0 + timedelta(seconds=a)) for c, a in adm]
+        eta._calibrations.clear()  # a changed history each list: the calibration is computed again
+        t = time.perf_counter()
+        for position in range(1, 201):
+            estimate(seen, position, calibrate=calibrate)
+        times.append((time.perf_counter() - t) * 1000)
+    q = statistics.quantiles(times, n=20, method="inclusive")
+    return {"p50_ms": round(statistics.median(times), 1), "p95_ms": round(q[18], 1)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--load", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--raw", action="store_true", help="the p90 without calibration")
+    p.add_argument("--cost", action="store_true", help="time 200 estimates over 2,000 admissions instead")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    out = {"jobs": a.jobs, "slots": a.slots, "load": a.load, "seed": a.seed,
-           **replay(simulate(a.jobs, a.slots, a.load, a.seed))}
+    if a.cost:
+        hist = simulate(a.jobs, a.slots, a.load, a.seed)
+        for name, cal in (("calibrated", True), ("raw", False)):
+            r = cost(hist, cal)
+            print(f"{name}: p50_ms {r['p50_ms']} p95_ms {r['p95_ms']}")
+        return
+    out = {"jobs": a.jobs, "slots": a.slots, "load": a.load, "seed": a.seed, "calibrated": not a.raw,
+           **replay(simulate(a.jobs, a.slots, a.load, a.seed), calibrate=not a.raw)}
     print(json.dumps(out) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
 
 
