@@ -2,6 +2,7 @@
 the fields in the gpu-jobs status and the widget's line."""
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 from extension.widgets import eta_text, view
@@ -66,3 +67,40 @@ def test_status_and_widget_show_position_and_eta():
     assert eta_text({"eta_p50_s": 1200, "eta_p90_s": 2700}) == "ETA ~20 min (p90 ~45 min)"
     assert eta_text({"eta_p50_s": 30, "eta_p90_s": 9000}) == "ETA ~1 min (p90 ~2.5 h)"
     assert eta_text({}) == "no estimate yet"
+
+
+def test_calibrated_p90_covers_the_queues_own_past_waits():
+    from gpu_spawner.services.usage.eta import CALIBRATION, LEVEL, MIN_CALIBRATION, QUEUED_S
+
+    # one GPU, first come first served: arrivals ~10 min apart, log-normal run times (some run for hours)
+    rng, t, free, hist = random.Random(4), 0.0, 0.0, []
+    for _ in range(120):
+        t += rng.expovariate(1 / 10)
+        start, free = max(t, free), max(t, free) + rng.lognormvariate(0, 1) * 9
+        hist.append(Admission(T0 + timedelta(minutes=t), T0 + timedelta(minutes=start)))
+    hist.sort(key=lambda a: a.admitted)
+    raw, cal = estimate(hist, 1, calibrate=False), estimate(hist, 1)
+    assert cal.p50_s == raw.p50_s and cal.samples == raw.samples and cal.p90_s > raw.p90_s
+    # the scale is the conformal LEVEL quantile of (real wait / raw p90 at arrival) of the latest queued jobs
+    scores = []
+    for i in range(len(hist) - 1, -1, -1):
+        a = hist[i]
+        if (a.admitted - a.created).total_seconds() < QUEUED_S:
+            continue
+        before = [b for b in hist if b.admitted <= a.created]
+        ahead = sum(1 for b in hist[i + 1:] + hist[:i] if b.created < a.created < b.admitted)
+        e = estimate(before, ahead + 1, calibrate=False)
+        if e.known:
+            scores.append((a.admitted - a.created).total_seconds() / e.p90_s)
+        if len(scores) == CALIBRATION:
+            break
+    assert len(scores) >= MIN_CALIBRATION
+    covered = sum(s <= cal.p90_s / raw.p90_s + 1e-9 for s in scores) / len(scores)
+    assert covered >= LEVEL > sum(s <= 1 for s in scores) / len(scores)  # the raw p90 covered fewer
+
+
+def test_calibration_needs_enough_past_and_leaves_a_regular_queue_alone():
+    hist = steady()  # every job waited exactly as long: nothing to correct
+    assert estimate(hist, 3) == estimate(hist, 3, calibrate=False)
+    few = steady(MIN_SPANS + 4)  # too few queued jobs with an estimate at their arrival: the raw p90
+    assert estimate(few, 1) == estimate(few, 1, calibrate=False)
