@@ -141,9 +141,10 @@ def test_profiles_file_whose_queues_do_not_exist(cluster, tmp_path):
     r = doctor(cluster.kubeconfig, f, "--no-rbac")
     assert r.returncode == 1
     failed = rows(r.stdout, "✗")
-    assert len(failed) == 3  # a new team needs its queues and its claim of the home share
+    assert len(failed) == 4  # a new team needs its queues (its servers' in the hub namespace too) and its claim
     assert "ClusterQueue team-vision" in failed[0] and "LocalQueue team-vision/vision" in failed[1]
-    assert "claim team-vision/gpuhub-home" in failed[2] and "gpuhub render storage" in r.stdout
+    assert "LocalQueue jhub/vision" in failed[2]
+    assert "claim team-vision/gpuhub-home" in failed[3] and "gpuhub render storage" in r.stdout
 
 
 def test_no_kueue(scratch_root):
