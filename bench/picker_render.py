@@ -97,44 +97,54 @@ class CountingCore:
         return call
 
 
-async def main_async(args) -> dict:
+async def main_async(args, sizes: list[tuple[int, int]]) -> list[dict]:
+    """Fill one state per size (its memory measured as it grows), then render round-robin across the sizes,
+    so that the load of this shared machine falls on every size alike (the ratio is taken within the run)."""
     cfg = load_profiles(EXAMPLE_PROFILES)
     spawner = make_spawner(EXAMPLE_PROFILES, "bench", ["data-science", "ml-research"], live_capacity=True)
-    core = CountingCore()
-    informers = CapacityInformers(spawner.profiles, core)
-    gc.collect()
-    rss0 = rss_mib()
-    t0 = time.perf_counter()
-    fill(informers.state, args.nodes, args.pods)
-    fill_s = time.perf_counter() - t0
-    gc.collect()
-    rss1 = rss_mib()
-    informers.nodes.synced.set()
-    informers.pods.synced.set()
-    GPUSpawner._informers = informers  # what cluster_state() returns once the informers have synced
-    times = []
-    gpu_node = next(n for n in informers.state.nodes if "gpu" in n)
-    res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
-    churn_pod = {"metadata": {"name": "churn", "namespace": "bench"},
-                 "spec": {"nodeName": gpu_node, "containers": [{"name": "c", "resources": {"requests": res}}]},
-                 "status": {"phase": "Running"}}
+    runs = []
+    for nodes, pods in sizes:
+        core = CountingCore()
+        informers = CapacityInformers(spawner.profiles, core)
+        gc.collect()
+        rss0 = rss_mib()
+        t0 = time.perf_counter()
+        fill(informers.state, nodes, pods)
+        fill_s = time.perf_counter() - t0
+        gc.collect()
+        rss1 = rss_mib()
+        informers.nodes.synced.set()
+        informers.pods.synced.set()
+        gpu_node = next(n for n in informers.state.nodes if "gpu" in n)
+        res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+        churn_pod = {"metadata": {"name": "churn", "namespace": "bench"},
+                     "spec": {"nodeName": gpu_node, "containers": [{"name": "c", "resources": {"requests": res}}]},
+                     "status": {"phase": "Running"}}
+        runs.append({"informers": informers, "core": core, "churn_pod": churn_pod, "times": [],
+                     "fill_s": fill_s, "rss1": rss1, "state_mib": rss1 - rss0})
     for i in range(args.renders):
-        if args.churn:  # a watch event between renders (a server starts, then stops): no memo can be reused
-            informers.state.apply_pod("DELETED" if i % 2 else "ADDED", churn_pod)
-        start = time.perf_counter()
-        profile_list = await spawner.profile_list(spawner)
-        html = spawner._render_options_form(profile_list)
-        times.append((time.perf_counter() - start) * 1000)
-    assert "gpuhub-picker" in html and "free" in html
-    times.sort()
+        for run in runs:
+            informers = run["informers"]
+            GPUSpawner._informers = informers  # what cluster_state() returns once the informers have synced
+            if args.churn:  # a watch event between renders (a server starts, then stops): no memo can be reused
+                informers.state.apply_pod("DELETED" if i % 2 else "ADDED", run["churn_pod"])
+            start = time.perf_counter()
+            profile_list = await spawner.profile_list(spawner)
+            html = spawner._render_options_form(profile_list)
+            run["times"].append((time.perf_counter() - start) * 1000)
+            assert "gpuhub-picker" in html and "free" in html
     await spawner.api.api_client.close()
-    return {
-        "nodes": len(informers.state.nodes), "pods": len(informers.state.pods), "profiles": len(cfg.profiles),
-        "renders": args.renders, "events_between_renders": int(args.churn), "p50_ms": round(statistics.median(times), 2),
-        "p95_ms": round(times[int(len(times) * 0.95) - 1], 2), "max_ms": round(times[-1], 2),
-        "api_requests_per_render": core.calls / args.renders, "state_fill_s": round(fill_s, 2),
-        "rss_mib": round(rss1, 1), "state_mib": round(rss1 - rss0, 1),
-    }
+    out = []
+    for run in runs:
+        times, state = sorted(run["times"]), run["informers"].state
+        out.append({
+            "nodes": len(state.nodes), "pods": len(state.pods), "profiles": len(cfg.profiles),
+            "renders": args.renders, "events_between_renders": int(args.churn),
+            "p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(len(times) * 0.95) - 1], 2),
+            "max_ms": round(times[-1], 2), "api_requests_per_render": run["core"].calls / args.renders,
+            "state_fill_s": round(run["fill_s"], 2), "rss_mib": round(run["rss1"], 1),
+            "state_mib": round(run["state_mib"], 1)})
+    return out
 
 
 def main() -> None:
@@ -144,20 +154,15 @@ def main() -> None:
     p.add_argument("--renders", type=int, default=300)
     p.add_argument("--churn", action="store_true", help="one pod event before every render (busy cluster)")
     p.add_argument("--capacity-module", metavar="FILE", help="measure this capacity.py instead (see above)")
-    p.add_argument("--sizes", default="", help="NODES/PODS,NODES/PODS,...: each size in turn in this process, "
-                   "then the ratio of the last p95 to the first (overrides --nodes/--pods)")
+    p.add_argument("--sizes", default="", help="NODES/PODS,NODES/PODS,...: every size in this process, renders "
+                   "interleaved, then the ratio of the last p95 to the first (overrides --nodes/--pods)")
     args = p.parse_args()
     sizes = [tuple(int(x) for x in s.split("/")) for s in args.sizes.split(",") if s] or [(args.nodes, args.pods)]
-    results = []
-    for nodes, pods in sizes:
-        args.nodes, args.pods = nodes, pods
-        result = asyncio.run(main_async(args))
-        results.append(result)
+    results = asyncio.run(main_async(args, sizes))
+    for result in results:
         for k, v in result.items():
             print(f"{k:>24}: {v}")
         print()
-        GPUSpawner._informers = None
-        gc.collect()
     if len(results) > 1:
         print(f"{'p95_ratio_last_first':>24}: {results[-1]['p95_ms'] / results[0]['p95_ms']:.2f}")
 
