@@ -68,8 +68,9 @@ def plot(result: dict, path: Path) -> None:
     samples = result["samples"]
     hours = [s["t"] / 3600 for s in samples]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for pool in samples[0]["nodes"] if samples else []:
-        ax1.step(hours, [s["nodes"][pool] for s in samples], where="post", label=f"shared: {pool} nodes")
+    pools = [p for p in (samples[0]["nodes"] if samples else {}) if any(s["nodes"][p] for s in samples)]
+    ax1.stackplot(hours, *[[s["nodes"][p] for s in samples] for p in pools], step="post",
+                  labels=[f"shared: {p} nodes" for p in pools], alpha=0.7)
     ax1.axhline(result["one_vm"]["gpu_node_hours"] / max(1e-9, result["trace_hours"]), color="grey", ls="--",
                 label="one VM per user")
     ax1.set_ylabel("GPU nodes")
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             result["levers"][lever] = {"shared": r["shared"], "one_vm": r["one_vm"],
                                        "savings": accounting.savings(r["shared"], r["one_vm"])}
             rows.append(r["shared"])
+            (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")  # so far
+            print(table(rows[-1:]), file=sys.stderr)
     result["wall_s"] = round(time.monotonic() - t0, 1)
     result["problems"] = problems
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
