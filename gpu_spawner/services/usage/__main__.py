@@ -91,4 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the hub stops its managed services with SIGINT: a stop, not a crash
+        raise SystemExit(0) from None
