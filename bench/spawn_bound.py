@@ -100,7 +100,7 @@ async def run(args, kubeconfig: Path, profiles: Path) -> dict:
         await asyncio.sleep(0.2)
     cfg = load_profiles(profiles)
     overrides = podspec.spawner_overrides(cfg, cfg.by_slug["t4"])
-    common = dict(namespace=ns, start_timeout=120, events_enabled=False, image="simulated")
+    common = dict(namespace=ns, start_timeout=600, events_enabled=False, image="simulated")  # a loaded machine is slow
 
     def make_gpu(name):
         sp = GPUSpawner(_mock=True, user=OfflineUser(name, [Group("g")]), profiles_file=str(profiles), **common)
