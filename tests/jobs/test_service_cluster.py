@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
-from devcluster import cluster as dc
-from devcluster.testing import JobsHub, hub_with_agent
+from devcluster.testing import JobsHub, hub_with_agent, write_profiles
 
 from extension.widgets import view
 
@@ -33,17 +31,8 @@ TEAM_NS = ("team-ds", "team-mlr", "team-tiny")
 
 @pytest.fixture(scope="module")
 def jobs_profiles(cluster, tmp_path_factory) -> Path:
-    data = yaml.safe_load(cluster.profiles.read_text())
-    data["teams"]["tiny"] = TINY
-    path = tmp_path_factory.mktemp("jobsprofiles") / "profiles.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    from gpu_spawner.model.profiles import load_profiles
-    kube = cluster.kube()
-    try:
-        dc.apply_kueue_objects(kube, load_profiles(path))
-    finally:
-        kube.close()
-    return path
+    return write_profiles(cluster, tmp_path_factory.mktemp("jobsprofiles") / "profiles.yaml",
+                          lambda data: data["teams"].update(tiny=TINY))
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +275,7 @@ def test_form_offers_the_users_gpu_profiles_with_capacity_and_submits(cluster, j
     form = SubmitForm(client, lambda **kw: magics.submit(client, **kw))
     labels = dict((v, k) for k, v in form.profile.options)
     assert set(labels) == {"t4-shared", "a100-mig-1g10gb"}  # alice's GPU profiles only
-    assert "GPU, 8 free, 0 queued" in labels["t4-shared"] and "14 free" in labels["a100-mig-1g10gb"]
+    assert "¼ T4 (time-sliced), 8 free, 0 queued" in labels["t4-shared"] and "14 free" in labels["a100-mig-1g10gb"]
     form.profile.value, form.params.value, form.timeout.value = "t4-shared", "steps=3", "15m"
     form.on_submit(lambda **kw: magics.submit(client, **kw))
     assert "as last saved" in form.message.value, form.message.value
@@ -433,8 +422,8 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         assert again.locator("a:has-text('output notebook')").get_attribute("href") == link
         live = panel.locator(".jp-OutputArea-output .widget-hbox").filter(has_text=slow)
         live.locator("text=▶ Running").wait_for(timeout=90_000)
-        live.locator("button:has-text('Cancel')").click()
-        live.locator("button:has-text('Yes, cancel it')").click()  # Cancel asks first
+        live.get_by_role("button", name="Cancel", exact=True).click()
+        live.get_by_role("button", name="Yes, cancel it").click()  # Cancel asks first
         live.locator("text=■ Cancelled").wait_for(timeout=30_000)
         page.screenshot(path=str(artifacts / "gpu-jobs-after-refresh.png"))
         cluster.wait_until(lambda: slow not in objects(cluster, "team-ds")[0], 30, "the cancelled Job to go")
