@@ -115,7 +115,7 @@ def qhub(cluster, tmp_path_factory):
             cluster.core.delete_namespace(team["namespace"])
 
 
-def test_team_at_quota_queues_while_another_team_starts(qhub):
+def test_team_at_quota_queues_while_another_team_starts_and_stop_removes_the_queued_pod(qhub):
     try:
         qhub.start("qa1")
         qhub.wait_ready("qa1")
@@ -133,23 +133,13 @@ def test_team_at_quota_queues_while_another_team_starts(qhub):
         (waiting,) = qhub.workloads_of("qa2")
         assert not any(c["type"] == "QuotaReserved" and c["status"] == "True"
                        for c in waiting.get("status", {}).get("conditions", []))
-    finally:
-        for user in ("qb1", "qa2", "qa1"):
-            qhub.stop(user)
-
-
-def test_stop_removes_the_queued_pod(qhub):
-    try:
-        qhub.start("qa1")
-        qhub.wait_ready("qa1")
-        qhub.start("qa2")
-        wait_until(lambda: qhub.gated("qa2"), 60, "qa2's pod queued")
+        # Stop removes the queued pod, and with it its place (the Workload)
         qhub.stop("qa2")
         wait_until(lambda: qhub.pod("qa2") is None and not qhub.workloads_of("qa2"), 60,
                    "the queued pod and its Workload to be gone")
     finally:
-        qhub.stop("qa2")
-        qhub.stop("qa1")
+        for user in ("qb1", "qa2", "qa1"):
+            qhub.stop(user)
 
 
 def test_queued_spawn_waits_past_start_timeout_and_starts_when_a_server_stops(qhub, hub_page, artifacts):
