@@ -15,13 +15,11 @@ Prints one JSON line and writes bench/results/gang_submit.json.
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.dev import AgentProcess  # noqa: E402
-from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
 from gpu_spawner.contract import JOB_LABEL  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
-from jobs_submit import AdmissionWatch, Hub, pct  # noqa: E402  (bench/jobs_submit.py)
+from jobs_submit import AdmissionWatch, Hub, dev_hub, pct  # noqa: E402  (bench/jobs_submit.py)
 from report import write_result  # noqa: E402
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
@@ -104,23 +101,14 @@ def main() -> int:
         profiles = root / "profiles.yaml"
         profiles.write_text(yaml.safe_dump(data, sort_keys=False))
         cluster = dc.up(profiles, nodes_per_pool=2, root=root / "cluster")
-        token = secrets.token_hex(16)
-        extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "bench-tokens", '
-                 '"scopes": ["tokens", "admin:users"], "services": ["bench"]}]')
-        (root / "hub").mkdir()
         agent = AgentProcess(root / "hub", cluster.kubeconfig).start()
-        hub = DevHub(HubSettings(state_dir=root / "hub", profiles=profiles, kubeconfig=cluster.kubeconfig,
-                                 port=free_port(), groups=GROUPS, api_tokens={"bench": token}, extra=extra))
         try:
-            hub.start()
-            deadline = time.monotonic() + 60
-            while requests.get(f"{hub.settings.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the gpu-jobs service did not come up:\n" + hub.log_tail(60))
-                time.sleep(0.5)
-            result = measure(cluster, Hub(hub.settings.url, token), a.rounds, a.nodes)
+            hub, token = dev_hub(root / "hub", profiles, cluster, GROUPS)
+            try:
+                result = measure(cluster, Hub(hub.settings.url, token), a.rounds, a.nodes)
+            finally:
+                hub.stop()
         finally:
-            hub.stop()
             agent.stop()
             dc.down(root / "cluster")
     return write_result("gang_submit", result)

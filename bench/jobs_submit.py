@@ -175,6 +175,24 @@ def measure(cluster: dc.Cluster, hub: Hub, submits: int, admits: int, queued: in
             "mean_submit_ms": round(statistics.mean(lat) * 1000, 1)}
 
 
+def dev_hub(state: Path, profiles: Path, cluster: dc.Cluster, groups: dict) -> tuple[DevHub, str]:
+    """A started dev hub whose `bench` service token may make users' tokens, once gpu-jobs answers."""
+    token = secrets.token_hex(16)
+    extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "bench-tokens", '
+             '"scopes": ["tokens", "admin:users"], "services": ["bench"]}]')
+    state.mkdir(parents=True, exist_ok=True)
+    hub = DevHub(HubSettings(state_dir=state, profiles=profiles, kubeconfig=cluster.kubeconfig,
+                             port=free_port(), groups=groups, api_tokens={"bench": token}, extra=extra))
+    hub.start()
+    deadline = time.monotonic() + 60
+    while requests.get(f"{hub.settings.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
+        if time.monotonic() > deadline:
+            hub.stop()
+            raise SystemExit("the gpu-jobs service did not come up:\n" + hub.log_tail(60))
+        time.sleep(0.5)
+    return hub, token
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--submits", type=int, default=50)
@@ -193,19 +211,8 @@ def main() -> int:
         kube = cluster.kube()
         dc.apply_kueue_objects(kube, load_profiles(profiles))
         kube.close()
-        token = secrets.token_hex(16)
-        extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "bench-tokens", '
-                 '"scopes": ["tokens", "admin:users"], "services": ["bench"]}]')
-        (root / "hub").mkdir()
-        hub = DevHub(HubSettings(state_dir=root / "hub", profiles=profiles, kubeconfig=cluster.kubeconfig,
-                                 port=free_port(), groups=GROUPS, api_tokens={"bench": token}, extra=extra))
+        hub, token = dev_hub(root / "hub", profiles, cluster, GROUPS)
         try:
-            hub.start()
-            deadline = time.monotonic() + 60
-            while requests.get(f"{hub.settings.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the gpu-jobs service did not come up:\n" + hub.log_tail(60))
-                time.sleep(0.5)
             result = measure(cluster, Hub(hub.settings.url, token), a.submits, a.admits, a.queued)
             result.update(compare_cache(cluster.kubeconfig, ["team-bench"], "bench"))
             result["cluster_up_s"] = round(up_s, 2)

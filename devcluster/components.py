@@ -162,12 +162,19 @@ def write_kwok_config(layout: Layout) -> Path:
     return path
 
 
-def write_kueue_config(layout: Layout, pki: PKI, ports: dict[str, int]) -> Path:
-    """Kueue's Configuration: loopback only, no leader election, our certificates, batch/v1 Jobs."""
-    cert_dir = layout.config / "kueue-certs"
+def serving_cert_dir(layout: Layout, pki: PKI, who: str) -> Path:
+    """A webhook server's certificate folder (tls.crt, tls.key: our serving certificate), as
+    controller-runtime reads it (Kueue, the JobSet controller)."""
+    cert_dir = layout.config / f"{who}-certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(pki.serving_cert, cert_dir / "tls.crt")
     shutil.copyfile(pki.serving_key, cert_dir / "tls.key")
+    return cert_dir
+
+
+def write_kueue_config(layout: Layout, pki: PKI, ports: dict[str, int]) -> Path:
+    """Kueue's Configuration: loopback only, no leader election, our certificates, batch/v1 Jobs."""
+    cert_dir = serving_cert_dir(layout, pki, "kueue")
     ensure_kueue_metrics_certs(pki)
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from . import binaries
-from .components import Component, Layout, _module_cache
+from .components import Component, Layout, _module_cache, serving_cert_dir
 from .kueue_setup import _load_yaml
 from .pki import PKI
 
@@ -48,10 +47,7 @@ def crds() -> list[dict[str, Any]]:
 
 def write_config(layout: Layout, pki: PKI, ports: dict[str, int]) -> Path:
     """JobSet's Configuration (config.jobset.x-k8s.io/v1alpha1): loopback only, our certificates."""
-    cert_dir = layout.config / "jobset-certs"
-    cert_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(pki.serving_cert, cert_dir / "tls.crt")
-    shutil.copyfile(pki.serving_key, cert_dir / "tls.key")
+    cert_dir = serving_cert_dir(layout, pki, "jobset")
     config = {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['jobset-health']}"},

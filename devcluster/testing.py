@@ -277,6 +277,44 @@ def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dic
         _agents.remove(state)
 
 
+def write_profiles(cluster: DevCluster, path: Path, edit: Callable[[dict], Any] | None = None) -> Path:
+    """The dev cluster's example profiles, changed by `edit(data)`, written to `path`, with their Kueue
+    objects applied (new teams' namespaces and queues)."""
+    import yaml
+
+    from gpu_spawner.model.profiles import load_profiles
+
+    data = yaml.safe_load(cluster.profiles.read_text())
+    if edit:
+        edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    kube = cluster.kube()
+    try:
+        dc.apply_kueue_objects(kube, load_profiles(path))
+    finally:
+        kube.close()
+    return path
+
+
+@contextmanager
+def jobs_hub(cluster: DevCluster, state: Path, profiles: Path, groups: dict, service_args: tuple[str, ...] = (),
+             hub_class: type | None = None) -> Iterator["JobsHub"]:
+    """`hub_with_agent` whose test service may make tokens for users, once gpu-jobs answers; `service_args`
+    go to gpu-jobs' command line."""
+    token = secrets.token_hex(16)
+    extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "api-tests-tokens", '
+             '"scopes": ["tokens", "admin:users", "read:users", "admin:servers"], '
+             '"services": ["jobs-tests"]}]\n'
+             'for _s in c.JupyterHub.services:\n'
+             '    if _s["name"] == "gpu-jobs":\n'
+             f'        _s["command"] = list(_s["command"]) + {list(service_args)!r}\n')
+    with hub_with_agent(cluster, state, profiles, groups, {"jobs-tests": token}, extra) as (dev, agent):
+        hub = (hub_class or JobsHub)(dev.settings.url, token, dev, agent, state, {})
+        cluster.wait_until(lambda: requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code == 200,
+                           90, "the gpu-jobs service")
+        yield hub
+
+
 def hub_log_sections(dev, agent, lines: int = 80) -> list[tuple[str, str]]:
     """The hub's and the agent's log tails, for a failed test's report."""
     return [("jupyterhub log (tail)", dev.log_tail(lines)),

@@ -4,16 +4,11 @@ hostnames a headless Service gives. The pure half is tests/jobs/test_multinode.p
 from __future__ import annotations
 
 import json
-import secrets
 import time
-from pathlib import Path
 
 import pytest
-import requests
-import yaml
 
-from devcluster import cluster as dc
-from devcluster.testing import JobsHub, hub_with_agent
+from devcluster.testing import JobsHub, jobs_hub, write_profiles
 from gpu_spawner.contract import JOB_LABEL, JOBSET_API
 
 pytestmark = pytest.mark.cluster
@@ -66,36 +61,17 @@ SLOW_NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": KERNEL, "cells": [{**
     "    if os.environ['RANK'] == '0':\n        ck.write_text(str(i + 1))\n")}]}
 
 
-@pytest.fixture(scope="module")
-def gang_profiles(cluster, tmp_path_factory) -> Path:
-    data = yaml.safe_load(cluster.profiles.read_text())
+def gang_team(data: dict) -> None:
     data["teams"]["gang"] = GANG
     h100 = next(p for p in data["profiles"] if p["slug"] == "h100-full")
     h100["groups"] = ["ml-research", "gang"]
     assert h100["max_nodes"] == 2
-    path = tmp_path_factory.mktemp("gangprofiles") / "profiles.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    from gpu_spawner.model.profiles import load_profiles
-    kube = cluster.kube()
-    try:
-        dc.apply_kueue_objects(kube, load_profiles(path))
-    finally:
-        kube.close()
-    return path
 
 
 @pytest.fixture(scope="module")
-def hub(cluster, gang_profiles, tmp_path_factory) -> JobsHub:
-    state = tmp_path_factory.mktemp("ganghub")
-    token = secrets.token_hex(16)
-    extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "gang-tests-tokens", '
-             '"scopes": ["tokens", "admin:users", "admin:servers"], "services": ["gang-tests"]}]')
-    with hub_with_agent(cluster, state, gang_profiles, GROUPS, {"gang-tests": token}, extra) as (dev, agent):
-        hub = JobsHub(dev.settings.url, token, dev, agent, state, {})
-        deadline = time.monotonic() + 60
-        while requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "the gpu-jobs service did not come up:\n" + dev.log_tail(60)
-            time.sleep(0.5)
+def hub(cluster, tmp_path_factory) -> JobsHub:
+    profiles = write_profiles(cluster, tmp_path_factory.mktemp("gangprofiles") / "profiles.yaml", gang_team)
+    with jobs_hub(cluster, tmp_path_factory.mktemp("ganghub"), profiles, GROUPS) as hub:
         yield hub
 
 

@@ -3,17 +3,13 @@ cluster, users with adversarial names logged in through the real DevAuthenticato
 namespaces hold (to prove that a refused request created nothing)."""
 from __future__ import annotations
 
-import contextlib
-import secrets
 from pathlib import Path
 from urllib.parse import quote
 
 import requests
-import yaml
 
-from devcluster import cluster as dc
 from devcluster.devhub import xsrf_token
-from devcluster.testing import JobsHub, hub_with_agent
+from devcluster.testing import JobsHub, jobs_hub, write_profiles  # noqa: F401 (write_profiles: for the tests)
 
 TEAM_NS = ("team-ds", "team-mlr")
 JOB_LABEL = "gpuhub.io/job"
@@ -22,37 +18,9 @@ NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
                  "outputs": [], "execution_count": None}]}
 
 
-def write_profiles(cluster, path: Path, edit=None) -> Path:
-    """The dev cluster's example profiles, changed by `edit(data)`, with their Kueue objects applied."""
-    from gpu_spawner.model.profiles import load_profiles
-
-    data = yaml.safe_load(cluster.profiles.read_text())
-    if edit:
-        edit(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    kube = cluster.kube()
-    try:
-        dc.apply_kueue_objects(kube, load_profiles(path))
-    finally:
-        kube.close()
-    return path
-
-
-@contextlib.contextmanager
 def api_hub(cluster, state: Path, profiles: Path, groups: dict, service_args: tuple[str, ...] = ()):
-    """A dev hub whose test service may make tokens for users; `service_args` go to gpu-jobs."""
-    token = secrets.token_hex(16)
-    extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "api-tests-tokens", '
-             '"scopes": ["tokens", "admin:users", "read:users", "admin:servers"], '
-             '"services": ["jobs-tests"]}]\n'
-             'for _s in c.JupyterHub.services:\n'
-             '    if _s["name"] == "gpu-jobs":\n'
-             f'        _s["command"] = list(_s["command"]) + {list(service_args)!r}\n')
-    with hub_with_agent(cluster, state, profiles, groups, {"jobs-tests": token}, extra) as (dev, agent):
-        hub = AdversarialHub(dev.settings.url, token, dev, agent, state, {})
-        cluster.wait_until(lambda: requests.get(f"{hub.url}/services/gpu-jobs/health", timeout=10).status_code == 200,
-                           90, "the gpu-jobs service")
-        yield hub
+    """A dev hub whose test service may make tokens for users (as AdversarialHub); `service_args` go to gpu-jobs."""
+    return jobs_hub(cluster, state, profiles, groups, service_args, AdversarialHub)
 
 
 class AdversarialHub(JobsHub):
