@@ -285,3 +285,19 @@ def test_the_runners_kernel_sockets_are_private_to_the_run(monkeypatch, tmp_path
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     km = ipc_kernel_manager()()
     assert km.transport == "ipc" and km.ip == str(tmp_path / "kernel-ipc")
+
+
+def test_gpuhub_render_job_nodes_prints_the_jobset_or_says_why_not(tmp_path, monkeypatch, capsys):
+    import json as _json
+
+    from gpu_spawner.tools.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.ipynb").write_text(_json.dumps(NB))
+    args = ["render", "job", str(EXAMPLE_PROFILES), "--profile", "h100-full", "--user", "rita", "--group",
+            "ml-research", "--notebook", "train.ipynb"]
+    assert main(args + ["--nodes", "2"]) == 0
+    js, cm = yaml.safe_load_all(capsys.readouterr().out)
+    assert (js["kind"], js["spec"]["replicatedJobs"][0]["replicas"], cm["kind"]) == ("JobSet", 2, "ConfigMap")
+    assert main(args + ["--nodes", "3"]) != 0
+    assert "nodes must be from 1 to 2 on 'h100-full'" in capsys.readouterr().err
