@@ -213,7 +213,7 @@ def parse_params(text: str) -> dict:
 
 class SubmitForm:
     """Profile (the user's GPU profiles with free quota and queue length), parameters, priority,
-    timeout, Submit → a StatusWidget in place."""
+    timeout, nodes (a profile with max_nodes), Submit → a StatusWidget in place."""
 
     def __init__(self, client, submit: Callable[..., Any], defaults: dict | None = None):
         import ipywidgets as w
@@ -241,17 +241,28 @@ class SubmitForm:
                                    style={"description_width": "80px"})
         self.timeout = w.Text(value=str(defaults.get("timeout") or "2h"), description="Timeout",
                               style={"description_width": "80px"}, layout=w.Layout(width="200px"))
+        # multi-node jobs: shown only for a profile that allows them (its max_nodes)
+        self.nodes = w.BoundedIntText(value=1, min=1, max=1, description="Nodes", style={"description_width": "80px"},
+                                      layout=w.Layout(width="200px"))
+        self.profile.observe(lambda _: self._nodes_for_profile(defaults.get("nodes")), names="value")
+        self._nodes_for_profile(defaults.get("nodes"))
         self.button = w.Button(description="Submit", button_style="primary", icon="rocket")
         self.message = w.HTML()
         self.out = w.VBox([])
         self.button.on_click(lambda _: self.on_submit(submit))
         self.box = w.VBox([w.HTML(f"<b>Run this notebook as a GPU job</b> (team {info.get('team')})"),
-                           self.profile, self.params, w.HBox([self.priority, self.timeout]), self.button,
+                           self.profile, self.params, w.HBox([self.priority, self.timeout, self.nodes]), self.button,
                            self.message, self.out])
 
     def _ipython_display_(self):
         from IPython.display import display
         display(self.box)
+
+    def _nodes_for_profile(self, wanted: int | None = None) -> None:
+        most = next((p.get("max_nodes") or 1 for p in self.profiles if p["slug"] == self.profile.value), 1)
+        self.nodes.max = most
+        self.nodes.value = min(max(int(wanted or 1), 1), most)
+        self.nodes.layout.display = None if most > 1 else "none"
 
     def on_submit(self, submit):
         try:
@@ -262,7 +273,8 @@ class SubmitForm:
         self.button.disabled = True
         try:
             widget, note = submit(profile=self.profile.value, parameters=params, priority=self.priority.value or None,
-                                  timeout=self.timeout.value or None)
+                                  timeout=self.timeout.value or None,
+                                  **({"nodes": self.nodes.value} if self.nodes.value > 1 else {}))
         except Exception as e:  # shown, not raised, in a button callback
             self.message.value = note_html(str(e), error=True)
             self.button.disabled = False

@@ -301,3 +301,35 @@ def test_gpuhub_render_job_nodes_prints_the_jobset_or_says_why_not(tmp_path, mon
     assert (js["kind"], js["spec"]["replicatedJobs"][0]["replicas"], cm["kind"]) == ("JobSet", 2, "ConfigMap")
     assert main(args + ["--nodes", "3"]) != 0
     assert "nodes must be from 1 to 2 on 'h100-full'" in capsys.readouterr().err
+
+
+class _Profiles:
+    """What the submit form asks gpu-jobs: GET /profiles."""
+
+    def profiles(self):
+        return {"team": "ml-research", "priorities": ["low", "normal", "high"], "profiles": [
+            {"slug": "a100-spot", "display_name": "A100 spot", "gpus": 1, "max_nodes": 1},
+            {"slug": "h100-full", "display_name": "Full H100", "gpus": 1, "max_nodes": 2}]}
+
+
+def test_the_submit_forms_nodes_field_shows_only_for_a_multi_node_profile_and_is_sent():
+    from extension.widgets import SubmitForm
+
+    sent = []
+    form = SubmitForm(_Profiles(), lambda **kw: None, defaults={"profile": "a100-spot"})
+    assert form.nodes.layout.display == "none" and form.nodes.value == 1
+    form.profile.value = "h100-full"
+    assert form.nodes.layout.display is None and form.nodes.max == 2
+    form.nodes.value = 5  # bounded by the profile's max_nodes
+    assert form.nodes.value == 2
+    form.on_submit(lambda **kw: sent.append(kw) or (_Box(), "submitted"))
+    assert sent[-1]["nodes"] == 2 and sent[-1]["profile"] == "h100-full"
+    form.profile.value = "a100-spot"
+    form.on_submit(lambda **kw: sent.append(kw) or (_Box(), "submitted"))
+    assert "nodes" not in sent[-1]
+
+
+class _Box:
+    def __init__(self):
+        import ipywidgets as w
+        self.box = w.HTML("status")
