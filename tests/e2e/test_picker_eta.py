@@ -37,6 +37,11 @@ def test_full_pool_shows_its_eta_in_the_picker_and_the_progress(hub, cluster, na
         queued_pod(cluster, namespace, name)
     created = time.monotonic()
 
+    def pods_now():
+        return [(p.metadata.name, p.spec.node_name, p.status.phase, p.spec.scheduling_gates,
+                 [(c.type, c.status, c.reason) for c in p.status.conditions or []])
+                for p in cluster.core.list_namespaced_pod(namespace).items]
+
     def bound():
         return {p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items
                 if p.spec.node_name and p.metadata.deletion_timestamp is None}
@@ -44,10 +49,15 @@ def test_full_pool_shows_its_eta_in_the_picker_and_the_progress(hub, cluster, na
     wait_until(lambda: time.monotonic() - created > QUEUED_FOR and not bound() & set(names), 60,
                "the queued pods waiting long enough to be queue history")
     seen: set[str] = set()  # the queued pods bound so far
-    while seen != set(names):  # free every slot, round by round, until each queued pod got one
-        for name in bound():
+    while True:  # free every slot, round by round, until each queued pod got one
+        holding = bound()
+        seen |= holding & set(names)  # before deleting: a pod bound since the last look counts too
+        if seen == set(names):
+            break
+        for name in holding:
             cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        seen |= wait_until(lambda: bound() & set(names) - seen, 60, "the next queued pods bound")
+        wait_until(lambda: bound() & set(names) - seen, 60,
+                   f"the next queued pods bound (bound so far: {sorted(seen)}; at this round's start: {pods_now()})")
     wait_until(lambda: len(bound()) == len(nodes), 60, "the last queued pods holding the pool: full again")
 
     def card():
