@@ -94,10 +94,11 @@ def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
 
 def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,
                   groups: list[str] = (), admin: dict[str, Any] | None = None, eta: ETA | None = None,
-                  degraded: str | None = None) -> dict[str, Any]:
+                  degraded: str | None = None, hint: str | None = None) -> dict[str, Any]:
     """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings;
     `eta`: the pool's queue estimate (hub/queue_eta.py), shown when the pool is full; `degraded`: the line for
-    a pool with a node whose GPU check failed (hub/gpu_faults.py)."""
+    a pool with a node whose GPU check failed (hub/gpu_faults.py); `hint`: this user's right-sizing line
+    (hub/usage_hints.py)."""
     cost = hourly_cost(cfg, profile)
     overrides = podspec.spawner_overrides(cfg, profile, admin)
     info: dict[str, Any] = {
@@ -107,6 +108,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
         "cost": f"${cost:.2f}/hour" if cost else "",
         "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
         "degraded": degraded or "",
+        "hint": hint or "",
     }
     if capacity is not None and not capacity.known:  # stale informers: no numbers rather than wrong ones
         info.update(capacity="unknown — capacity not available right now", unknown=True,

@@ -8,6 +8,7 @@ user's groups, with each profile's `options` as KubeSpawner `profile_options`), 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from urllib.parse import urlencode
 from typing import Any
@@ -28,6 +29,8 @@ from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
 from gpu_spawner.hub.queued import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.queue_eta import PoolHistory, progress_line
+from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, read_store_and_prometheus
+from gpu_spawner.services.usage import hub as usage_env
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -213,13 +216,34 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         has_default = any(p.default for p in allowed)
         state = await spawner.cluster_state()
         history = GPUSpawner._pool_history if state else None
+        hints = await spawner.usage_hints({p.slug for p in allowed})
         return [
             picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
                                  state.profile_capacity(p) if state else None, groups, admin,
                                  eta=history.picker_eta(p) if history else None,
-                                 degraded=spawner.pool_failing_note(p.pool))
+                                 degraded=spawner.pool_failing_note(p.pool), hint=hints.get(p.slug))
             for i, p in enumerate(allowed)
         ]
+
+    _usage_hints: PickerHints | None = None
+
+    async def usage_hints(self, allowed: set[str]) -> dict[str, str]:
+        """This user's right-sizing line per profile (hub/usage_hints.py), when the usage store and Prometheus are
+        configured as for the usage page (services/usage/hub.py); {} otherwise or on any failure."""
+        env = os.environ
+        prometheus = usage_env.prometheus_url(env)
+        if not prometheus or not usage_env.usage_enabled(None, env):
+            return {}
+        cls = GPUSpawner
+        if cls._usage_hints is None:
+            store = os.path.abspath(env.get(usage_env.ENV_STORE) or "gpuhub-usage")
+            cls._usage_hints = PickerHints(lambda path=self.profiles_file: cached_profiles(path),
+                                           read_store_and_prometheus(store, prometheus, SCRAPE_INTERVAL))
+        try:
+            return await cls._usage_hints.for_user(self.user.name, allowed)
+        except Exception as e:  # never fail the picker over a hint
+            self.log.warning("right-sizing hints: %s: %s", type(e).__name__, e)
+            return {}
 
     def check_profile_choice(self, user_options: dict[str, Any]) -> Chosen:
         """The profile and option choices these options make, if this user may make them; else ValueError."""

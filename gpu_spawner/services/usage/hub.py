@@ -35,6 +35,11 @@ def usage_enabled(value: bool | None, env: Mapping[str, str]) -> bool:
     return env.get(ENV_ENABLED, "").strip().lower() not in OFF
 
 
+def prometheus_url(env: Mapping[str, str]) -> str | None:
+    """Where DCGM use is read for right-sizing hints (the page's and the picker's)."""
+    return env.get(ENV_PROMETHEUS) or env.get("GPUHUB_CULLER_PROMETHEUS_URL") or None
+
+
 def usage_services(profiles_file: str, *, env: Mapping[str, str], host: str | None = None,
                    ports: Mapping[str, int] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
                    environment: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
@@ -57,7 +62,7 @@ def usage_services(profiles_file: str, *, env: Mapping[str, str], host: str | No
                  + [f"--{k}={v}" for k, v in collector_opts.items()],
                  "environment": {**kube, **environment.get(USAGE_COLLECTOR_SERVICE, {})}}
     page_opts: dict[str, Any] = {"store": store}
-    prometheus = env.get(ENV_PROMETHEUS) or env.get("GPUHUB_CULLER_PROMETHEUS_URL")
+    prometheus = prometheus_url(env)
     if prometheus:
         page_opts.update({"profiles-file": profiles_file, "prometheus-url": prometheus})
     page_opts.update(options.get(USAGE_SERVICE, {}))
