@@ -111,6 +111,9 @@ def jobs_permissions(cfg: ProfilesConfig) -> list[Permission]:
             perms.append(Permission(JOBSET_GROUP, "jobsets", ("create", "delete", "get", "list", "watch"), ns,
                                     "%gpu_submit --nodes N: a JobSet (suspended; Kueue admits all its pods at once)",
                                     JOBS_ACCOUNT))
+            perms.append(Permission("networking.k8s.io", "networkpolicies", ("create",), ns,
+                                    "a JobSet's own NetworkPolicy: its ranks reach each other only (owned by the "
+                                    "JobSet, so the garbage collector deletes it)", JOBS_ACCOUNT))
     return perms
 
 

@@ -12,17 +12,21 @@ Next to z2jh's own policies (they add up: a pod selected by any policy takes onl
   nothing, so no ingress at all; its egress may go anywhere (package mirrors, storage, DNS) except the
   cloud metadata endpoints, where a pod could otherwise read the node's identity and tokens
   (Azure IMDS 169.254.169.254, the Azure WireServer 168.63.129.16), as z2jh blocks for notebook servers.
-- `gpuhub-job-ranks` (every team namespace, when a profile allows multi-node jobs): the ranks of a JobSet
-  (`%gpu_submit --nodes N`) take connections from JobSet pods of the same namespace only (rank 0's
-  MASTER_PORT, NCCL's own ports), so the gang can talk while single-node Job pods still take none.
+- `gpuhub-ranks-<jobset>` (made by gpu-jobs with each multi-node job, not by `gpuhub render deploy`): the
+  ranks of ONE JobSet (`%gpu_submit --nodes N`) take connections from the ranks of that same JobSet only
+  (any port: rank 0's MASTER_PORT, NCCL's own). A namespace-wide rule for all JobSet pods would let a
+  teammate's job reach another user's rank 0, whose torch rendezvous store is unauthenticated (it
+  unpickles what it is sent): code execution as that user. Owned by the JobSet, so it goes with it.
 
 Pods are selected by z2jh's `component` label (`hub`, `proxy`, `singleuser-server`), which z2jh keeps;
 not by its legacy `app`/`release` labels.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from gpu_spawner.builders.jobs import owner_reference
 from gpu_spawner.contract import JOB_LABEL, JOBS_SERVICE, JOBSET_NAME_LABEL, MANAGED_BY
 from gpu_spawner.model.profiles import ProfilesConfig
 
@@ -63,11 +67,28 @@ def job_pods_policy(namespace: str) -> dict[str, Any]:
     })
 
 
-def job_ranks_policy(namespace: str) -> dict[str, Any]:
-    """A multi-node job's ranks reach each other (any port: torch and NCCL pick theirs), from JobSet pods only."""
-    ranks = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
-    return _policy("gpuhub-job-ranks", namespace, ranks, {"policyTypes": ["Ingress"],
-                                                          "ingress": [{"from": [{"podSelector": ranks}]}]})
+#: A Kubernetes object name (and label value) has at most 63 characters.
+NAME_LIMIT = 63
+
+
+def ranks_policy_name(jobset: str) -> str:
+    """`gpuhub-ranks-<jobset>`; a name that would pass 63 characters is cut and made unique by a hash."""
+    name = f"gpuhub-ranks-{jobset}"
+    if len(name) <= NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(jobset.encode()).hexdigest()[:8]
+    return f"{name[:NAME_LIMIT - 9].rstrip('-')}-{digest}"
+
+
+def jobset_ranks_policy(jobset: dict[str, Any]) -> dict[str, Any]:
+    """The ranks of one created JobSet (it has a uid) take connections from each other only, on any port
+    (torch and NCCL pick theirs); owned by the JobSet, so the garbage collector removes it with it."""
+    name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
+    gang = {"matchLabels": {JOBSET_NAME_LABEL: name}}
+    pol = _policy(ranks_policy_name(name), ns, gang, {"policyTypes": ["Ingress"],
+                                                      "ingress": [{"from": [{"podSelector": gang}]}]})
+    pol["metadata"]["ownerReferences"] = [owner_reference(jobset)]
+    return pol
 
 
 def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dict[str, Any]]:
@@ -83,6 +104,4 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)}]}),
     ]
     objs += [job_pods_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
-    if any(p.max_nodes for p in cfg.profiles):
-        objs += [job_ranks_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
-    return objs
+    return objs  # a multi-node job's own policy is made with it (jobset_ranks_policy)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from devcluster.testing import JobsHub, jobs_hub, write_profiles
-from gpu_spawner.contract import JOB_LABEL, JOBSET_API
+from gpu_spawner.contract import JOB_LABEL, JOBSET_API, JOBSET_NAME_LABEL
 
 pytestmark = pytest.mark.cluster
 
@@ -89,6 +89,14 @@ def pods_of(cluster, name: str) -> list:
     return cluster.core.list_namespaced_pod(NS, label_selector=f"{JOB_LABEL}={name}").items
 
 
+def gang_policies(cluster, name: str) -> list:
+    """The NetworkPolicies in the namespace that select the ranks of JobSet `name`."""
+    from kubernetes import client
+
+    pols = client.NetworkingV1Api(cluster.core.api_client).list_namespaced_network_policy(NS).items
+    return [p for p in pols if (p.spec.pod_selector.match_labels or {}).get(JOBSET_NAME_LABEL) == name]
+
+
 def submit(hub: JobsHub, user: str, nb: dict, **kw) -> str:
     r = hub.submit(user, profile="h100-full", notebook=nb, notebook_path="work/train.ipynb", **kw)
     assert r.status_code == 201, r.text
@@ -163,6 +171,19 @@ def test_an_evicted_rank_restarts_the_gang_from_the_checkpoint_and_cancel_remove
         cluster.wait_until(lambda: hub.status("gina", name)["state"] == "Running", 120, "both ranks to run")
         cluster.wait_until(lambda: step.exists() and int(step.read_text() or 0) >= 3, 60, "3 checkpointed steps",
                            interval=0.5)
+        # the gang's own NetworkPolicy (the dev cluster does not enforce NetworkPolicies: the rendered policy
+        # is what is checked here, the ranks' traffic is not): exactly this JobSet's pods, from each other only
+        (pol,) = gang_policies(cluster, name)
+        gang = {"matchLabels": {JOBSET_NAME_LABEL: name}}
+        assert pol.spec.pod_selector.to_dict()["match_labels"] == gang["matchLabels"]
+        assert pol.spec.pod_selector.match_expressions is None and pol.spec.policy_types == ["Ingress"]
+        (rule,) = pol.spec.ingress
+        assert [(f.pod_selector.match_labels, f.namespace_selector, f.ip_block) for f in rule._from] == [
+            (gang["matchLabels"], None, None)]
+        jobset = cluster.custom.get_namespaced_custom_object(*JOBSET_API.split("/"), NS, "jobsets", name)
+        assert [(o.kind, o.uid) for o in pol.metadata.owner_references] == [("JobSet", jobset["metadata"]["uid"])]
+        assert all(pol.spec.pod_selector.match_labels.items() <= (p.metadata.labels or {}).items()
+                   for p in pods_of(cluster, name))  # the JobSet controller labels its ranks so
         (rank1,) = [p for p in pods_of(cluster, name) if p.metadata.labels.get("jobset.sigs.k8s.io/job-index") == "1"]
         cluster.core.delete_namespaced_pod(rank1.metadata.name, NS, grace_period_seconds=5)  # an eviction
         resumed = cluster.wait_until(lambda: (s := hub.status("gina", name))["state"] == "Preempted-and-resumed"
@@ -180,4 +201,6 @@ def test_an_evicted_rank_restarts_the_gang_from_the_checkpoint_and_cancel_remove
         cancel_and_wait(cluster, hub, "gina", name)
     left = ours(cluster, NS)
     assert name not in left["jobsets"] and not {p for p in left["pods"] if p.startswith(name)}
+    # the policy went with its JobSet (the real garbage collector, through the ownerReference)
+    cluster.wait_until(lambda: not gang_policies(cluster, name), 60, "the gang's NetworkPolicy to be collected")
     assert not {j for j in left["jobs"] if j.startswith(name)}

@@ -144,7 +144,8 @@ def test_every_team_namespace_blocks_job_pod_ingress_and_metadata_egress(cfg):
 #: kubernetes client method name → (API group, resource) for the kinds gpu-jobs touches.
 KINDS = {"job": ("batch", "jobs"), "config_map": ("", "configmaps"), "pod": ("", "pods"), "pod_log": ("", "pods/log"),
          "persistent_volume_claim": ("", "persistentvolumeclaims"), "event": ("", "events"),
-         "persistent_volume": ("", "persistentvolumes"), "secret": ("", "secrets")}
+         "persistent_volume": ("", "persistentvolumes"), "secret": ("", "secrets"),
+         "network_policy": ("networking.k8s.io", "networkpolicies")}
 CALL = re.compile(r"\.(create|delete|read|list|patch|replace|get)_(namespaced_|cluster_)?([a-z_]+?)\s*[(,]"
                   r"([^)]{0,160})")
 KUEUE_PLURALS = ("workloads", "localqueues", "clusterqueues", "resourceflavors", "workloadpriorityclasses")

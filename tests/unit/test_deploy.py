@@ -84,6 +84,8 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
             ("gpu-jobs", ns, "kueue.x-k8s.io", "localqueues"): {"get"},
             ("hub", ns, "kueue.x-k8s.io", "workloads"): {"list"},  # the usage collector in the hub pod: waits
             ("gpu-jobs", ns, "jobset.x-k8s.io", "jobsets"): read | {"create", "delete"},  # h100-full: max_nodes
+            # each JobSet's own policy (same-gang ingress only); the garbage collector deletes it with the JobSet
+            ("gpu-jobs", ns, "networking.k8s.io", "networkpolicies"): {"create"},
         }.items()},
     }
     # nothing may write secrets, nodes, RBAC or anything cluster-wide; the hub has no rights on Jobs

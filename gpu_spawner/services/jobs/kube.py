@@ -68,6 +68,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.net = client.NetworkingV1Api(api)
         self.namespaces = sorted(set(namespaces))
         self.logs = logs or PodLogs(api)
         self.cache = cache

@@ -2,8 +2,10 @@
 without being able to run, and a reconcile loop that removes what a crash or a lost response left.
 
 Order: the notebook ConfigMap first, then the Job (suspended; Kueue admits it), then the ConfigMap is
-made owned by the Job (garbage-collected with it). A failure before the Job exists deletes the
-ConfigMap; whatever survives a failed rollback or a lost response is found by `reconcile`:
+made owned by the Job (garbage-collected with it). A JobSet also gets its ranks' own NetworkPolicy right
+after it is created (owned by it; `builders.network.jobset_ranks_policy`): if that fails, the JobSet and
+the ConfigMap are deleted again, since its ranks could not reach each other. A failure before the Job
+exists deletes the ConfigMap; whatever survives a failed rollback or a lost response is found by `reconcile`:
   - a ConfigMap of ours whose Job does not exist, older than the grace period: deleted;
   - a ConfigMap whose Job exists but which is not owned by it yet: owned;
   - an unfinished Job of ours whose ConfigMap is gone (its pod could never start, yet Kueue would
@@ -21,6 +23,7 @@ from datetime import datetime, timezone
 from kubernetes_asyncio import client
 
 from gpu_spawner.builders.jobs import owner_reference
+from gpu_spawner.builders.network import jobset_ranks_policy
 from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.cache import JOBSET
 
@@ -86,6 +89,7 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
         if kind == "jobsets":
             created = await _json(kube.custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", job,
                                                                               _preload_content=False))
+            await _gang_policy(kube, created)  # the ranks reach each other, and nothing else reaches them
         else:
             created = await _json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
     except BaseException:
@@ -102,6 +106,23 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
     if kube._cached([ns], kind):
         await kube.cache.wait_for(lambda: kube.cache.get(kind, ns, name) is not None)
     return created
+
+
+async def _gang_policy(kube, jobset: dict) -> None:
+    """Create the JobSet's own NetworkPolicy; if that fails, delete the JobSet (its policy, if the create
+    did happen despite the error, goes with it: it is owned) and re-raise."""
+    from gpu_spawner.services.jobs.kube import _json
+
+    ns = jobset["metadata"]["namespace"]
+    try:
+        await _json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset), _preload_content=False))
+    except BaseException:
+        try:
+            await _ignore_404(kube.delete_call(jobset))
+        except Exception as e:  # noqa: BLE001 - the original error is the one to report
+            log.warning("rollback of JobSet %s/%s failed (%s): its ConfigMap is deleted, so the reconcile loop "
+                        "deletes it", ns, jobset["metadata"]["name"], e)
+        raise
 
 
 def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, grace_seconds: float) -> list[tuple]:
