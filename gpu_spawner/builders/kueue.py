@@ -4,7 +4,8 @@ One ResourceFlavor per GPU pool (its node labels and tolerations, which Kueue co
 pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus the CPU and memory
 that many GPUs' share of a node carries), a LocalQueue in the team's namespace and one of the same
 name in the hub's namespace (notebook servers queue there: Kueue's pod integration), and a
-WorkloadPriorityClass and PriorityClass per priority. Kueue API v1beta2 only. Team namespaces
+WorkloadPriorityClass and PriorityClass per priority, plus a server WorkloadPriorityClass per priority
+above every job's (`server_priority_class`). Kueue API v1beta2 only. Team namespaces
 enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gpu_spawner.model import quantities
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team
 
 EPHEMERAL = "ephemeral-storage"
+SERVER_PRIORITY_PREFIX = "gpuhub-server-"
 
 
 def local_queue_name(team_name: str) -> str:
@@ -91,13 +93,30 @@ def server_queue(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> tu
     return found
 
 
+def server_priority_class(priority: str) -> str:
+    """The WorkloadPriorityClass of a queued server at `priority`: its value is above every job's, so a job
+    never preempts a running server within the team's ClusterQueue (`LowerPriority`), while servers keep
+    their order among themselves."""
+    return f"{SERVER_PRIORITY_PREFIX}{priority}"
+
+
+def server_priority_values(cfg: ProfilesConfig) -> dict[str, int]:
+    """Priority name → its server class's value: the job value plus the spread of the job values and one,
+    so the lowest server value is above the highest job value."""
+    if not cfg.priorities:
+        return {}
+    offset = max(cfg.priorities.values()) - min(cfg.priorities.values()) + 1
+    return {name: value + offset for name, value in cfg.priorities.items()}
+
+
 def server_queue_labels(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> dict[str, str]:
-    """Labels that put a server pod in its team's queue at the profile's priority (Kueue's pod integration
-    gates the pod until it admits it), or {} when it is not queued."""
+    """Labels that put a server pod in its team's queue at the profile's priority, as a server class (Kueue's
+    pod integration gates the pod until it admits it), or {} when it is not queued."""
     found = server_queue(cfg, profile, groups)
     if found is None:
         return {}
-    return {QUEUE_LABEL: local_queue_name(found[0]), PRIORITY_LABEL: cfg.effective_priority(profile)}
+    return {QUEUE_LABEL: local_queue_name(found[0]),
+            PRIORITY_LABEL: server_priority_class(cfg.effective_priority(profile))}
 
 
 def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team,
@@ -165,6 +184,11 @@ def render_kueue(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE
                                     "never preempts a running server)"})
         objs.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": _meta(name),
                      "value": value, "description": f"jupyterhub-gpu priority {name!r} for queued GPU jobs"})
+    for name, value in server_priority_values(cfg).items():
+        objs.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass",
+                     "metadata": _meta(server_priority_class(name)), "value": value,
+                     "description": f"jupyterhub-gpu priority {name!r} for queued notebook servers (above every "
+                                    "job priority: a job never preempts a running server of its team)"})
     used = {p for team in cfg.teams.values() for p in _cohort_pools(cfg, team)}
     objs += [resource_flavor(n, p) for n, p in cfg.pools.items() if n in used]
     objs += [cluster_queue(cfg, n, t, hub_namespace) for n, t in cfg.teams.items()]

@@ -206,6 +206,16 @@ def test_missing_local_queue(cfg):
     assert doctor.exit_code(checks) == 1
 
 
+def test_kueue_applied_before_the_server_priority_classes(cfg):
+    """Server pods name `gpuhub-server-<priority>`: a Kueue set up by an older `render kueue` lacks them."""
+    snap = healthy(cfg)
+    snap.kueue["WorkloadPriorityClass"] = [c for c in snap.kueue["WorkloadPriorityClass"]
+                                           if not c["metadata"]["name"].startswith("gpuhub-server-")]
+    checks = run_checks(cfg, snap, "p.yaml")
+    assert {c.name for c in failed(checks)} == {f"WorkloadPriorityClass gpuhub-server-{p}" for p in cfg.priorities}
+    assert all(c.detail == "missing" and c.fix.startswith("gpuhub render kueue p.yaml") for c in failed(checks))
+
+
 def test_cluster_queue_quota_differs(cfg):
     snap = healthy(cfg)
     cq = next(q for q in snap.kueue["ClusterQueue"] if q["metadata"]["name"] == "team-data-science")

@@ -13,6 +13,7 @@ import pytest
 import requests
 import yaml
 
+from cluster.test_kueue_admission import job
 from devcluster.devhub import NAMESPACE, login
 from devcluster.testing import hub_with_agent, wait_until
 from gpu_spawner.builders.kueue import render_kueue
@@ -121,9 +122,9 @@ def test_team_at_quota_queues_while_another_team_starts_and_stop_removes_the_que
         qhub.wait_ready("qa1")
         pod = qhub.pod("qa1")
         assert pod["metadata"]["labels"][QUEUE_LABEL] == "qa-small"
-        assert pod["metadata"]["labels"][PRIORITY_LABEL] == "normal"
+        assert pod["metadata"]["labels"][PRIORITY_LABEL] == "gpuhub-server-normal"
         (wl,) = qhub.workloads_of("qa1")
-        assert wl["spec"]["priority"] == 1000  # the profile's WorkloadPriorityClass, resolved by Kueue
+        assert wl["spec"]["priority"] == 10901  # the profile's server WorkloadPriorityClass, resolved by Kueue
 
         qhub.start("qa2")  # qa-small's one slot is taken: Kueue holds the pod at its gate
         wait_until(lambda: qhub.gated("qa2") and qhub.workloads_of("qa2"), 60, "qa2's pod queued")
@@ -140,6 +141,39 @@ def test_team_at_quota_queues_while_another_team_starts_and_stop_removes_the_que
     finally:
         for user in ("qb1", "qa2", "qa1"):
             qhub.stop(user)
+
+
+def test_a_teammates_high_priority_job_never_preempts_a_running_server(qhub):
+    """Servers sit above every job priority: a `high` job waits for quota a `normal` server holds."""
+    team_ns, name = TEAMS["qa-small"]["namespace"], f"job-{secrets.token_hex(3)}"
+    try:
+        qhub.start("qa1")  # fills qa-small's one T4 slot
+        qhub.wait_ready("qa1")
+        uid = qhub.pod("qa1")["metadata"]["uid"]
+        high = job(name, team_ns, "qa-small", "nvidia.com/gpu")
+        high["metadata"]["labels"][PRIORITY_LABEL] = "high"
+        qhub.cluster.create(high)
+
+        def evaluated() -> dict | None:  # Kueue has tried to admit it, preemption included
+            items = qhub.cluster.custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, team_ns,
+                                                                      "workloads")["items"]
+            for w in items:
+                if any(r.get("name") == name for r in w["metadata"].get("ownerReferences") or []):
+                    return next((c for c in (w.get("status") or {}).get("conditions") or []
+                                 if c["type"] == "QuotaReserved" and c.get("message")), None)
+            return None
+
+        reserved = wait_until(evaluated, 60, "Kueue to evaluate the high-priority job", 0.5)
+        assert reserved["status"] == "False" and "preempt" not in reserved["message"].lower(), reserved
+        pod = qhub.pod("qa1")
+        assert pod and pod["metadata"]["uid"] == uid and not pod["metadata"].get("deletion_timestamp")
+        (wl,) = qhub.workloads_of("qa1")
+        assert not any(c["type"] == "Evicted" and c["status"] == "True" for c in wl["status"]["conditions"])
+        assert qhub.cluster.batch.read_namespaced_job(name, team_ns).spec.suspend  # still queued
+        assert qhub.server("qa1")["ready"]
+    finally:
+        qhub.cluster.clean(team_ns)
+        qhub.stop("qa1")
 
 
 def test_queued_spawn_waits_past_start_timeout_and_starts_when_a_server_stops(qhub, hub_page, artifacts):

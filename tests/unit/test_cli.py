@@ -80,7 +80,7 @@ def test_render_kueue_yaml():
     kinds = [d["kind"] for d in docs]
     assert kinds.count("ResourceFlavor") == 4 and kinds.count("ClusterQueue") == 2
     # each team's LocalQueue in its namespace (Jobs) and in the hub namespace (servers)
-    assert kinds.count("LocalQueue") == 4 and kinds.count("WorkloadPriorityClass") == 3
+    assert kinds.count("LocalQueue") == 4 and kinds.count("WorkloadPriorityClass") == 6
     assert all(d["apiVersion"] == "kueue.x-k8s.io/v1beta2" for d in docs if d["kind"] in
                ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"))
 

@@ -49,10 +49,11 @@ def test_profile_setting_wins_over_pool_setting(cfg):
 
 
 def test_labels_name_the_users_team_queue_and_the_profiles_priority(cfg):
+    # the server class of the profile's priority (above every job's: a job never preempts a server)
     assert server_queue_labels(cfg, cfg.profile("t4-shared"), ["data-science"]) == {
-        QUEUE_LABEL: "data-science", PRIORITY_LABEL: "normal"}
+        QUEUE_LABEL: "data-science", PRIORITY_LABEL: "gpuhub-server-normal"}
     assert server_queue_labels(cfg, cfg.profile("h100-full"), ["ml-research"]) == {
-        QUEUE_LABEL: "ml-research", PRIORITY_LABEL: "high"}
+        QUEUE_LABEL: "ml-research", PRIORITY_LABEL: "gpuhub-server-high"}
     assert server_queue_labels(cfg, cfg.profile("cpu"), ["data-science"]) == {}
 
 
