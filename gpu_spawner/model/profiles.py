@@ -316,12 +316,12 @@ class Profile(_Strict):
         "The most nodes one `%gpu_submit --nodes N` job may span (a JobSet of N pods, one per node, each with "
         "this profile's GPUs, admitted all at once by Kueue). Whole-GPU profiles only; default: one node."))
     default: bool = False
-    options: dict[Slug, ProfileOption] = Field({}, description=(
-        "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "
-        "`%gpu_submit` jobs from it use too. Option names are DNS labels other than `profile`."))
     queue_servers: bool | None = Field(None, description=(
         "Servers of this profile wait in their team's Kueue queue, counted in its quota at the profile's "
         "priority (default: the pool's setting, else yes for GPU profiles)."))
+    options: dict[Slug, ProfileOption] = Field({}, description=(
+        "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "
+        "`%gpu_submit` jobs from it use too. Option names are DNS labels other than `profile`."))
 
     @property
     def is_gpu(self) -> bool:

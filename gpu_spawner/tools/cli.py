@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(run=cmd_render_pod)
     rk = rsub.add_parser("kueue", help="ResourceFlavors, ClusterQueues, LocalQueues, priority classes (YAML)")
     rk.add_argument("file")
+    rk.add_argument("--hub-namespace", default="jhub",
+                    help="where servers run: their teams' LocalQueues go there (default jhub)")
     rk.set_defaults(run=cmd_render_kueue)
     rd = rsub.add_parser("deploy", help="write the deploy files: RBAC, NetworkPolicies per team, the gpu-jobs "
                                         "Deployment, GPU operator values, device plugin and MIG configs, AKS pools")
@@ -208,8 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     from gpu_spawner.builders.deploy import add_arguments as deploy_arguments
 
     deploy_arguments(rd)
-    rk.add_argument("--hub-namespace", default="jhub",
-                    help="where servers run: their teams' LocalQueues go there (default jhub)")
     rd.set_defaults(run=cmd_render_deploy)
     rs = rsub.add_parser("storage", help="the users' home share: a PersistentVolume and claim `gpuhub-home` for the "
                                          "hub namespace and each team namespace, all on one ReadWriteMany share")
