@@ -6,14 +6,15 @@ problem at once (see `validation.py`), each with its path, the bad value and wha
 """
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
-from pytimeparse2 import parse as parse_duration
 
+from gpu_spawner.model import durations
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
 from gpu_spawner.model import quantities
 from gpu_spawner.model.vm_sizes import allocatable_of
@@ -27,15 +28,17 @@ DEFAULT_PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 def duration_seconds(value: Any) -> int:
-    """Seconds from `30m`, `2h`, `1h30m`, `90` (pytimeparse2), for durations admins write."""
+    """Seconds from `30m`, `2h`, `1h30m`, `90` (model/durations.py: bounded, linear), for every duration
+    an admin or a user writes."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; write e.g. 30m, 2h, 1h30m or seconds")
-    if isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a duration; {durations.EXAMPLES}")
+    if isinstance(value, str):
+        seconds = durations.parse(value)
+    elif isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
         seconds = value
     else:
-        seconds = parse_duration(str(value))
-        if seconds is None:
-            raise ValueError(f"{value!r} is not a duration; write e.g. 30m, 2h, 1h30m or seconds")
+        raise ValueError(f"a {type(value).__name__} ({'not finite' if isinstance(value, float) else 'not text'}) "
+                         f"is not a duration; {durations.EXAMPLES}")
     if seconds <= 0:
         raise ValueError(f"{value!r} must be longer than zero; write e.g. 30m or 2h")
     return int(seconds)

@@ -102,13 +102,12 @@ def parse_params(items: list[str]) -> dict:
 
 
 def cmd_render_job(args) -> int:
-    from pytimeparse2 import parse as parse_duration
-
     from functools import partial
 
     from gpu_spawner.builders.jobs import JobRequestError, build_job
     from gpu_spawner.builders.jobsets import build_jobset
     from gpu_spawner.model.multinode import check_nodes
+    from gpu_spawner.model.profiles import duration_seconds
 
     cfg = _load(args.file)
     profile = _choose_profile(cfg, args, gpu=True)
@@ -118,9 +117,10 @@ def cmd_render_job(args) -> int:
         raise CLIError(f"cannot read notebook {args.notebook!r}: {e}") from None
     timeout = None
     if args.timeout:
-        timeout = parse_duration(args.timeout)
-        if not timeout:
-            raise CLIError(f"--timeout {args.timeout!r} is not a duration; write e.g. 30m or 2h")
+        try:
+            timeout = duration_seconds(args.timeout)
+        except ValueError as e:
+            raise CLIError(f"--timeout: {e}") from None
     try:
         nodes = check_nodes(cfg, profile, cfg.team_for(args.group), args.nodes)
         build = partial(build_jobset, nodes=nodes) if nodes > 1 else build_job

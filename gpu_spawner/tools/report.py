@@ -35,9 +35,12 @@ def add_arguments(p) -> None:
 
 
 def since_of(text: str, now: datetime) -> datetime:
-    from pytimeparse2 import parse
+    from gpu_spawner.model.durations import parse
 
-    seconds = parse(text or "")
+    try:
+        seconds = parse(text or "")
+    except ValueError:
+        seconds = None
     if seconds is None or seconds <= 0 or timedelta(seconds=seconds) > MAX_RANGE:
         raise ReportError(f"--since {text!r}: a duration such as 7d or 12h, at most {MAX_RANGE.days}d")
     return now - timedelta(seconds=seconds)

@@ -38,9 +38,12 @@ PRUNE_EVERY_S = 24 * 3600
 
 def retention_of(text: str) -> timedelta | None:
     """'400d' → 400 days; None for anything unparsable or under a day (that would drop today's usage)."""
-    from pytimeparse2 import parse
+    from gpu_spawner.model.durations import parse
 
-    seconds = parse(text) if isinstance(text, str) and len(text) <= 32 else None
+    try:
+        seconds = parse(text)
+    except ValueError:
+        return None
     return timedelta(seconds=seconds) if seconds and seconds >= 86400 else None
 
 

@@ -151,8 +151,6 @@ class UsagePage(HubOAuthenticated, web.RequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pytimeparse2 import parse
-
     p = argparse.ArgumentParser(prog="gpuhub-usage-web", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True)
@@ -163,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if bool(a.profiles_file) != bool(a.prometheus_url):
         p.error("--profiles-file and --prometheus-url go together (right-sizing hints need both)")
-    seconds = parse(a.since)
-    if not seconds or seconds <= 0:
+    from gpu_spawner.model.durations import parse
+
+    try:
+        seconds = parse(a.since)
+    except ValueError as e:
+        p.error(f"--since: {e}")
+    if seconds <= 0:
         p.error(f"--since {a.since!r}: a duration such as 7d")
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:9403"))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-usage/")
