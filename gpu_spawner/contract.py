@@ -123,7 +123,8 @@ CLIENT_FINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 # ---------------------------------------------------------------------- the runner's progress lines
 PROGRESS_TAG = "[gpuhub-runner]"
-PROGRESS_RE = re.compile(r"\[gpuhub-runner\] (\d\d:\d\d:\d\d) cell (\d+)/(\d+) running")
+#: Bounded: ASCII digits only, at most 6 per number (a job can print anything; int() refuses 4,300 digits).
+PROGRESS_RE = re.compile(r"\[gpuhub-runner\] ([0-9]{2}:[0-9]{2}:[0-9]{2}) cell ([0-9]{1,6})/([0-9]{1,6}) running")
 
 
 def progress_line(message: str, clock: str) -> str:

@@ -135,3 +135,50 @@ def test_queued_status_is_explained_in_plain_words_with_kueues_text_kept():
     assert preempted["message"].startswith("preempted; waiting to resume — ")
     running = derive_status(job(suspend=False), workload(j["metadata"]["name"], admitted=True), [pod("p1")])
     assert explain(cfg, running) == running
+
+
+def test_a_progress_line_with_a_huge_cell_number_is_not_progress():
+    """A job prints anything: 5,000 digits made int() raise (Python's 4,300-digit limit), failing the list."""
+    hostile = f"[gpuhub-runner] 10:05:03 cell {'9' * 5000}/{'9' * 5000} running\n"
+    assert current_cell(LOG + hostile) == {"cell": 2, "of": 3, "since": "10:05:09"}
+    assert current_cell("[gpuhub-runner] 10:05:03 cell ٣/٣ running") is None  # digits, but not 0-9
+    assert current_cell("[gpuhub-runner] 10:05:03 cell 999999/1000000 running") is None
+    assert current_cell("[gpuhub-runner] 10:05:03 cell 999999/999999 running")["cell"] == 999999
+
+
+class OneBadLog:
+    """A LogSource (kube.LogSource): one pod prints a hostile progress line, another's kubelet fails."""
+
+    def __init__(self, logs: dict):
+        self.logs = logs
+
+    async def read(self, namespace, pod, tail_bytes=0):
+        found = self.logs[pod]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+async def test_one_jobs_unreadable_status_never_fails_the_list():
+    import aiohttp
+    from kubernetes_asyncio import client
+
+    from gpu_spawner.services.jobs.cache import JobsCache
+    from gpu_spawner.services.jobs.kube import Kube
+
+    jobs = [job(name=n, suspend=False) for n in ("gpu-a-1", "gpu-a-2", "gpu-a-3")]
+    pods = [pod(f"p{i}", job_name=j["metadata"]["name"]) for i, j in enumerate(jobs, 1)]
+    cache = JobsCache(client.ApiClient(), ["team-ds"])  # the real cache, as its watches would fill it
+    cache.stores[("jobs", "team-ds")].replace(jobs)
+    cache.stores[("pods", "team-ds")].replace(pods)
+    cache.stores[("workloads", "team-ds")].replace([workload(j["metadata"]["name"], admitted=True) for j in jobs])
+    for informer in cache.informers:
+        informer.synced.set()
+    kube = Kube(client.ApiClient(), ["team-ds"], OneBadLog({
+        "p1": LOG, "p2": f"[gpuhub-runner] 10:05:03 cell {'9' * 5000}/3 running\n",
+        "p3": aiohttp.ClientConnectionError("kubelet of kwok-gpumig-0 not answering")}), cache)
+    got = {s["name"]: s for s in await kube.statuses(jobs)}
+    assert [got[n]["state"] for n in ("gpu-a-1", "gpu-a-2", "gpu-a-3")] == ["Running"] * 3
+    assert got["gpu-a-1"]["cell"]["cell"] == 2 and got["gpu-a-2"]["cell"] is None and got["gpu-a-3"]["cell"] is None
+    odd = {**jobs[0], "status": "not an object"}  # what no derivation can read: listed as Unknown, not a 500
+    assert (await kube.statuses([odd], with_logs=False))[0]["state"] == "Unknown"

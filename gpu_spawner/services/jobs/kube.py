@@ -7,6 +7,7 @@ submission and cleaning up after a half-created one is in `lifecycle`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -18,9 +19,10 @@ from gpu_spawner.contract import JOB_LABEL, JOBSET_JOB_INDEX, USER_ANNOTATION, U
 from gpu_spawner.hub.informers import read_json
 from gpu_spawner.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.gang import derive_gang_status, is_jobset
-from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, workload_owner
+from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, unreadable, workload_owner
 from gpu_spawner.contract import FINISHED
 LOG_TAIL_BYTES = 64 * 1024
+log = logging.getLogger("gpuhub.jobs")
 
 
 class LogSource(Protocol):
@@ -172,15 +174,25 @@ class Kube:
             wl_of, pods_of, positions = await self._listed_parts(namespaces)
 
         async def one(job: dict) -> dict:
+            """One job's status; what cannot be read for one job (its log, an odd object) never fails a list."""
             key = (job["metadata"]["namespace"], job["metadata"]["name"])
             mine = sorted(pods_of.get(key, []), key=lambda p: p["metadata"].get("creationTimestamp") or "")
             derive = derive_gang_status if is_jobset(job) else derive_status
-            first = derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]))
+            try:
+                first = derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]))
+            except Exception:  # noqa: BLE001 - logged; the others are still listed
+                log.exception("status of %s/%s could not be derived", *key)
+                return unreadable(job)
             if not with_logs or not mine or first["state"] in FINISHED or first["state"] == "Queued":
                 return first
             logged = first.get("pod") or mine[-1]["metadata"]["name"]  # a multi-node job: rank 0's
-            log = await self.logs.read(key[0], logged, 16 * 1024)
-            return derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), log)
+            try:
+                text = await self.logs.read(key[0], logged, 16 * 1024)
+                return derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), text)
+            except Exception as e:  # noqa: BLE001 - the status without the current cell
+                log.warning("log of %s/%s unreadable for its status (%s: %s)", key[0], logged, type(e).__name__,
+                            str(e)[:200])
+                return first
 
         out = list(await asyncio.gather(*(one(j) for j in jobs)))
         return [{**s, **marks} for s in out] if stale else out

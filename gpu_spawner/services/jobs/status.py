@@ -15,7 +15,7 @@ from typing import Any
 from gpu_spawner.builders.jobs import RUNNER_CONTAINER
 from gpu_spawner.contract import (ADMITTED, FAILED, JOB_LABEL, JOB_NAME_LABEL, NOTEBOOK_ANNOTATION,
                                   PRIORITY_LABEL, PROFILE_LABEL, PROGRESS_RE, QUEUE_LABEL, QUEUED, RESUMED,
-                                  RUNNING, SUCCEEDED, USER_ANNOTATION, RunnerExit)
+                                  RUNNING, SUCCEEDED, UNKNOWN, USER_ANNOTATION, RunnerExit)
 
 
 def condition(obj: dict | None, kind: str) -> dict | None:
@@ -38,6 +38,16 @@ def current_cell(log: str) -> dict | None:
     if not found:
         return None
     return {"cell": int(found.group(2)), "of": int(found.group(3)), "since": found.group(1)}
+
+
+def unreadable(job: dict) -> dict[str, Any]:
+    """A job whose status could not be derived: listed with what its metadata says, never failing the list."""
+    meta = job.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    return {"name": meta.get("name"), "namespace": meta.get("namespace"), "user": ann.get(USER_ANNOTATION),
+            "notebook": ann.get(NOTEBOOK_ANNOTATION), "profile": (meta.get("labels") or {}).get(PROFILE_LABEL),
+            "created": meta.get("creationTimestamp"), "state": UNKNOWN, "cell": None,
+            "message": "its status cannot be read right now"}
 
 
 def workload_owner(workload: dict) -> str | None:
