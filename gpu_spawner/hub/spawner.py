@@ -36,12 +36,39 @@ from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, Choi
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 
-#: Trait values that are lists: a profile adds to what the admin configured instead of replacing it.
+#: Trait values a profile adds to instead of replacing what the admin configured. KubeSpawner >= 7 takes each
+#: as a list or as a dict of name -> entry (z2jh writes dicts); the admin's form is kept (see `appended`).
 _APPENDED_LISTS = ("volumes", "volume_mounts", "tolerations")
+#: Keys of the entries a profile adds to a dict-form setting (KubeSpawner sorts dict values by key).
+APPENDED_KEY_PREFIX = "gpuhub-"
 #: Our picker template (form.html), used unless the admin sets `profile_form_template`.
 FORM_TEMPLATES = Path(__file__).parent / "templates"
 #: The admin's KubeSpawner settings a profile falls back to when it does not set them (see README).
 _ADMIN_RESOURCES = ("cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_limit")
+
+
+def appended(admin: list | dict, added: list | dict) -> list | dict:
+    """The admin's volumes / mounts / tolerations plus what a profile adds, in the admin's form: a list grows by
+    the new entries; a dict (z2jh's form) gets them under `gpuhub-<n>` keys. An entry already there is not
+    added twice."""
+    if isinstance(admin, dict) and isinstance(added, dict):
+        return {**admin, **added}  # both by name: KubeSpawner's own merge of a dict override
+    new = list(added.values()) if isinstance(added, dict) else list(added)
+    if not isinstance(admin, dict):
+        return list(admin) + [v for v in new if v not in admin]
+    merged, have = dict(admin), list(admin.values())
+    for entry in new:
+        if entry not in have:
+            have.append(entry)
+            key = next(k for k in (f"{APPENDED_KEY_PREFIX}{i}" for i in range(len(merged) + 1)) if k not in merged)
+            merged[key] = entry
+    return merged
+
+
+def chart_empty_profile_list(profile_list) -> bool:
+    """True for the empty list a chart writes when its admin set no profiles (z2jh's `singleuser.profileList:
+    []`): that is "unset", not a list that competes with the profiles file."""
+    return isinstance(profile_list, (list, tuple)) and not profile_list
 
 
 def profile_list_conflict(profiles_file, profile_list) -> str | None:
@@ -51,6 +78,10 @@ def profile_list_conflict(profiles_file, profile_list) -> str | None:
     return (f"both GPUSpawner.profiles_file ({profiles_file}, also $GPUHUB_PROFILES) and KubeSpawner.profile_list "
             "are set. The profiles file makes the profile list; move your profiles into the file (options inside "
             "a profile map onto KubeSpawner's profile_options) or unset one of the two settings.")
+
+
+def _copied(value: list | dict) -> list | dict:
+    return dict(value) if isinstance(value, dict) else list(value)
 
 
 class SpawnImpossible(web.HTTPError):
@@ -115,6 +146,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
                 self.log.info("GPUSpawner: no profiles file (GPUSpawner.profiles_file, $GPUHUB_PROFILES): running "
                               "as a plain KubeSpawner")
             return
+        if chart_empty_profile_list(self.profile_list):
+            self.profile_list = GPUSpawner.allowed_profile_list  # z2jh's `profileList: []`: the file makes the list
         self.refuse_admin_profile_list()
 
     @property
@@ -276,7 +309,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         except ChoiceError as e:
             raise ProfileNotAllowed(str(e)) from None
         self.gpu_profile, self.gpu_choices = chosen.profile, chosen
-        before = {k: list(getattr(self, k)) for k in _APPENDED_LISTS}
+        before = {k: _copied(getattr(self, k)) for k in _APPENDED_LISTS}
         self._loading_options = chosen
         self.user_options = {**chosen.options, "profile": chosen.profile.slug}
         try:
@@ -285,8 +318,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             self._loading_options = None
         for key in _APPENDED_LISTS:
             added = getattr(self, key)
-            if added is not before[key]:
-                setattr(self, key, before[key] + [v for v in added if v not in before[key]])
+            if added != before[key]:
+                setattr(self, key, appended(before[key], added))
         if chosen.options:  # `%gpu_submit` in this server runs its jobs with the same choices (same image);
             # a query string: KubeSpawner expands {braces} in env values
             self.environment = {**self.environment, ENV_PROFILE_OPTIONS: urlencode(chosen.options)}
