@@ -38,17 +38,18 @@ from .widgets import view
 MAX_BODY = 64 * 1024
 
 
-def culler_url(env: dict | None = None, origin: str | None = None) -> str:
+def culler_url(env: dict | None = None) -> str:
     """$GPUHUB_CULLER_URL; else the culler beside gpu-jobs when $GPUHUB_JOBS_URL goes through the proxy (both
-    are hub services behind it); else the hub's public URL; else `origin`, the proxy the browser came
-    through. Never the hub API's own address: the hub does not route /services/."""
+    are hub services behind it); else the hub's public URL. Configured URLs only: never one built from the
+    request (its Host header is the caller's; the URL receives this server's token). Never the hub API's own
+    address: the hub does not route /services/."""
     env = os.environ if env is None else env
     if env.get(ENV_CULLER_URL):
         return env[ENV_CULLER_URL].rstrip("/") + "/"
     jobs, suffix = env.get(ENV_JOBS_URL, "").rstrip("/") + "/", f"/services/{JOBS_SERVICE}/"
     if jobs.endswith(suffix):
         return jobs[: -len(suffix)] + f"/services/{CULLER_SERVICE}/"
-    public = env.get("JUPYTERHUB_PUBLIC_URL") or origin
+    public = env.get("JUPYTERHUB_PUBLIC_URL")
     if not public:
         raise JobsError(f"cannot find the culler: set ${ENV_CULLER_URL}")
     return public.rstrip("/") + f"/services/{CULLER_SERVICE}/"
@@ -176,7 +177,7 @@ class CullingHandler(_Base):
         user = os.environ.get("JUPYTERHUB_USER", "")
         server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
         try:
-            url = culler_url(origin=f"{self.request.protocol}://{self.request.host}")
+            url = culler_url()
             r = await asyncio.to_thread(
                 requests.get, url + f"warnings/{quote(user, safe='')}", timeout=15,
                 headers={"Authorization": f"token {os.environ.get('JUPYTERHUB_API_TOKEN', '')}"})

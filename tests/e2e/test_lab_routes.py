@@ -86,3 +86,35 @@ def test_a_job_name_is_checked_before_anything_is_called(server):
     url, auth = server
     r = requests.get(f"{url}/gpuhub/jobs/Not_A_Name", headers=auth, timeout=10)
     assert r.status_code == 400 and "is not a job name" in r.json()["message"], r.text
+
+
+def test_the_culling_route_never_sends_the_token_where_the_host_header_points(server):
+    """With no culler URL configured the route used to build one from the request's Host header and send this
+    server's $JUPYTERHUB_API_TOKEN there. A listener on this machine stands for the attacker's host."""
+    import http.server
+    import threading
+
+    from devcluster.devhub import free_port as another_port
+
+    seen: list[str] = []
+
+    class Record(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(f"{self.path} {self.headers.get('Authorization')}")
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"warnings": []}')
+
+        def log_message(self, *args):
+            pass
+
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", another_port()), Record)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        url, auth = server
+        r = requests.get(f"{url}/gpuhub/culling", timeout=30,
+                         headers={**auth, "Host": f"127.0.0.1:{evil.server_address[1]}"})
+    finally:
+        evil.shutdown()
+    assert seen == [], seen
+    assert r.status_code == 502 and "GPUHUB_CULLER_URL" in r.json()["message"], r.text
