@@ -4,7 +4,9 @@ cheaper". Nothing without enough data, and never a reason for the picker to fail
 
 The hints need the usage store (lifetimes of past pods) and DCGM use from Prometheus: both blocking reads,
 so they run in a thread, one at a time, and their answer (a failure included) is reused for `ttl` seconds;
-each user's hints are cached as well (at most `size` users), so a page render never reads a file.
+each user's hints are cached as well (at most `size` users), so a page render never reads a file. The store
+stays parsed between reads (services/usage/live.py) and the snapshot is grouped per user in the thread, so
+a render costs that user's rows, never the whole store's.
 """
 from __future__ import annotations
 
@@ -45,21 +47,31 @@ def picker_hints(lifetimes: Iterable[acc.Lifetime], used: dict[tuple[str, str], 
 
 
 def read_store_and_prometheus(store_dir: str, prometheus_url: str, scrape_interval: float) -> Reader:
-    """The hub's reader: the usage store's lifetimes (never creating the folder) and Prometheus's DCGM use."""
+    """The hub's reader: the usage store's lifetimes in the range (never creating the folder; kept parsed
+    between reads, so a read parses only what the collector appended) and Prometheus's DCGM use."""
     from gpu_spawner.services.usage import collect
-    from gpu_spawner.services.usage.store import UsageStore
+    from gpu_spawner.services.usage.live import LiveStore
+
+    live = LiveStore(store_dir)  # read in the reader's thread only (PickerHints: one read at a time)
 
     def read(since: datetime, until: datetime):
         if not Path(store_dir).is_dir():
             return [], {}
-        store = UsageStore(store_dir)
-        opened, _ = store.load_open()
-        lifetimes = [*store.finished(), *opened.values()]
+        live.refresh_now()
+        lifetimes = live.lifetimes(None, since, until)
         if not lifetimes:
             return [], {}
         return lifetimes, collect.used_from_prometheus(prometheus_url, since, until, scrape_interval)
 
     return read
+
+
+def by_user(lifetimes: Iterable[acc.Lifetime]) -> dict[str, list[acc.Lifetime]]:
+    """Lifetimes per user: a render then reads only the logged-in user's rows."""
+    out: dict[str, list[acc.Lifetime]] = {}
+    for lt in lifetimes:
+        out.setdefault(lt.user, []).append(lt)
+    return out
 
 
 class PickerHints:
@@ -84,16 +96,22 @@ class PickerHints:
                     until = self.now()
                     since = until - self.window
                     try:
-                        lifetimes, used = await asyncio.get_running_loop().run_in_executor(
-                            None, self.read, since, until)
+                        per_user, used = await asyncio.get_running_loop().run_in_executor(
+                            None, self._read_per_user, since, until)
                     except Exception as e:  # store unreadable, Prometheus down: no hints until ttl passes
                         log.warning("right-sizing hints for the picker unavailable: %s: %s", type(e).__name__, e)
-                        lifetimes, used = [], {}
-                    snap = self.snapshot["all"] = (lifetimes, used, since, until)
-                lifetimes, used, since, until = snap
+                        per_user, used = {}, {}
+                    snap = self.snapshot["all"] = (per_user, used, since, until)
+                per_user, used, since, until = snap
                 try:
-                    self.users[user] = picker_hints(lifetimes, used, self.cfg(), user, since, until, allowed)
+                    self.users[user] = picker_hints(per_user.get(user, []), used, self.cfg(), user, since, until,
+                                                    allowed)
                 except Exception as e:  # a profiles file changed under the snapshot: no hint, not a broken picker
                     log.warning("right-sizing hints for %s failed: %s: %s", user, type(e).__name__, e)
                     self.users[user] = {}
             return self.users[user]
+
+    def _read_per_user(self, since: datetime, until: datetime):
+        """The read and its grouping per user, both in the reader's thread."""
+        lifetimes, used = self.read(since, until)
+        return by_user(lifetimes), used

@@ -155,3 +155,31 @@ async def test_the_spawners_picker_shows_the_logged_in_users_hint(monkeypatch):
     assert 'id="profile-hint-h100-full"' in card and "Your last 4 sessions here peaked at 7 GB, 10 %" in card
     assert pages["alice"].count('class="gpuhub-hint"') == 1
     assert 'class="gpuhub-hint"' not in pages["bob"] and read.calls == 1
+
+
+class CountedLifetimes(list):
+    """The read's lifetimes, counting who walks through all of them and in which thread."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.walks = []
+
+    def __iter__(self):
+        self.walks.append(threading.current_thread())
+        return super().__iter__()
+
+
+def test_a_render_reads_only_the_users_own_rows_never_the_whole_store():
+    lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
+    others = [lt for u in range(200) for lt in sessions(f"user{u}", "t4-shared", 3, 1024, 0.5)[0]]
+    everyone = CountedLifetimes(lts + others)
+    shared = PickerHints(lambda: CFG, Reads((everyone, used)), ttl=300, now=lambda: UNTIL)
+
+    async def go():
+        loop_thread = threading.current_thread()
+        got = [await shared.for_user(u) for u in ("alice", *(f"user{u}" for u in range(50)))]
+        assert "h100-full" in got[0] and not any(got[1:])
+        # one walk through the whole snapshot, in the reader's thread; each render then reads its user's rows
+        assert len(everyone.walks) == 1 and everyone.walks[0] is not loop_thread
+
+    asyncio.run(go())

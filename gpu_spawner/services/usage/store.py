@@ -85,9 +85,14 @@ class UsageStore:
         self._replace(self.open_path, body, ".open-")
 
     def load_open(self) -> tuple[dict[str, Lifetime], datetime | None]:
-        try:
-            d = json.loads(self.open_path.read_text(encoding="utf-8"))
-            lts = [Lifetime.from_json(x) for x in d["open"]]
-            return {lt.uid: lt for lt in lts}, parse_time(d.get("seen"))
-        except (OSError, ValueError, TypeError, KeyError):
-            return {}, None
+        return load_open(self.open_path)
+
+
+def load_open(path: Path) -> tuple[dict[str, Lifetime], datetime | None]:
+    """`open.json`: the lifetimes running at the last cycle and when it was; nothing when unreadable."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        lts = [Lifetime.from_json(x) for x in d["open"]]
+        return {lt.uid: lt for lt in lts}, parse_time(d.get("seen"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}, None

@@ -21,7 +21,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 
 from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.store import UsageStore
+from gpu_spawner.services.usage.live import LiveStore
 
 BAR_H, LABEL_W, CHART_W = 22, 160, 420
 
@@ -111,8 +111,26 @@ class SharedHints:
             return self.cache[key]
 
 
-def make_app(store: UsageStore, since: timedelta, prefix: str, hinter: Hinter | None = None) -> web.Application:
-    args = {"store": store, "since": since, "hinter": SharedHints(hinter) if hinter is not None else None}
+async def usage_view(live: LiveStore, hinter: SharedHints | None, user: str | None, since: datetime,
+                     until: datetime) -> tuple[list[dict[str, Any]], list[str], str]:
+    """(rows, hints, note) of one page: `user`'s own rows by profile, or (None) everyone's by user. The store
+    is brought up to date first (only what the collector changed); then the view reads that user's rows, or
+    the range's days for the admins' view, never the whole store."""
+    await live.refresh()
+    lts = live.lifetimes(user, since, until)
+    rows = [r.as_dict() for r in acc.aggregate(lts, since, until, "profile" if user is not None else "user")]
+    hints, note = [], ""
+    if hinter is not None:
+        try:
+            hints = [h.text for h in await hinter.get(user, lts, since, until)]
+        except Exception as e:  # Prometheus down: the usage still shows, the hints say why they are missing
+            note = f"right-sizing hints unavailable: GPU use could not be read ({type(e).__name__})"
+    return rows, hints, note
+
+
+def make_app(store: str | os.PathLike, since: timedelta, prefix: str, hinter: Hinter | None = None) -> web.Application:
+    """The page over the store folder `store` (read only: the collector writes it)."""
+    args = {"live": LiveStore(store), "since": since, "hinter": SharedHints(hinter) if hinter is not None else None}
     return web.Application([
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"users/([^/]+)/?", UsagePage, args),
@@ -123,8 +141,8 @@ def make_app(store: UsageStore, since: timedelta, prefix: str, hinter: Hinter | 
 class UsagePage(HubOAuthenticated, web.RequestHandler):
     """Who may see what: the caller's hub identity (OAuth cookie); `access:services!service=gpu-usage`."""
 
-    def initialize(self, store: UsageStore, since: timedelta, hinter: SharedHints | None) -> None:
-        self.store, self.since, self.hinter = store, since, hinter
+    def initialize(self, live: LiveStore, since: timedelta, hinter: SharedHints | None) -> None:
+        self.live, self.since, self.hinter = live, since, hinter
 
     @web.authenticated
     async def get(self, user: str | None = None):
@@ -136,15 +154,7 @@ class UsagePage(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, "you may only see your own usage")
         until = datetime.now(timezone.utc)
         since = until - self.since
-        opened, _ = self.store.load_open()
-        lts = [lt for lt in [*self.store.finished(), *opened.values()] if user is None or lt.user == user]
-        rows = [r.as_dict() for r in acc.aggregate(lts, since, until, "profile" if user is not None else "user")]
-        hints, note = [], ""
-        if self.hinter is not None:
-            try:
-                hints = [h.text for h in await self.hinter.get(user, lts, since, until)]
-            except Exception as e:  # Prometheus down: the usage still shows, the hints say why they are missing
-                note = f"right-sizing hints unavailable: GPU use could not be read ({type(e).__name__})"
+        rows, hints, note = await usage_view(self.live, self.hinter, user, since, until)
         title = f"GPU usage of {user}" if user is not None else "GPU usage by user"
         self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
         self.finish(page(title, rows, since, until, hints, note))
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
     # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
     address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
-    make_app(UsageStore(a.store), timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, address)
+    make_app(a.store, timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, address)
     ioloop.IOLoop.current().start()
     return 0
 
