@@ -9,12 +9,12 @@ import logging
 import time
 from datetime import datetime, timedelta, timezone
 
-from prometheus_client import start_http_server
-
+from gpu_spawner.contract import adopt_hub_api_url
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.metrics import UsageMetrics
+from gpu_spawner.services.usage.metrics_http import ENV_TOKEN, metrics_token, serve_metrics
 from gpu_spawner.services.usage.store import UsageStore
 
 log = logging.getLogger("gpuhub.usage")
@@ -48,6 +48,7 @@ def retention_of(text: str) -> timedelta | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    adopt_hub_api_url()
     p = argparse.ArgumentParser(prog="gpuhub-usage", description=__doc__)
     p.add_argument("--profiles-file", required=True)
     p.add_argument("--store", required=True, help="directory for finished.jsonl and open.json (a volume)")
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kubeconfig")
     p.add_argument("--every", type=float, default=60.0, help="seconds between cycles (default 60)")
     p.add_argument("--port", type=int, default=9402, help="/metrics port (default 9402)")
+    p.add_argument("--metrics-token-file", help="file whose first line is the bearer token Prometheus sends "
+                                                "(default $GPUHUB_USAGE_METRICS_TOKEN); none: loopback only")
     p.add_argument("--once", action="store_true", help="one cycle, then exit (tests, cron)")
     p.add_argument("--retention", default="400d",
                    help="keep finished lifetimes this long (default 400d: a year's showback and then some); "
@@ -65,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     retention = retention_of(args.retention)
     if retention is None:
         p.error(f"--retention {args.retention!r}: a duration of at least 1d, such as 90d or 400d")
+    try:
+        token = metrics_token(token_file=args.metrics_token_file)
+    except (OSError, ValueError) as e:
+        p.error(f"--metrics-token-file / ${ENV_TOKEN}: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from gpu_spawner.tools.doctor_cluster import api_client
 
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     api = api_client(args.kubeconfig)
     open_, last = store.load_open()
     if not args.once:
-        start_http_server(args.port, registry=metrics.registry)
+        serve_metrics(metrics.registry, args.port, token)
     pruned_at = None
     while True:
         if pruned_at is None or time.monotonic() - pruned_at >= PRUNE_EVERY_S:

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from gpu_spawner.builders.network import USAGE_PORT as PAGE_PORT  # gpu-jobs 10101, the culler 10102
 from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
+from gpu_spawner.services.usage.metrics_http import ENV_TOKEN as METRICS_TOKEN_ENV
 
 METRICS_PORT = 9402  # the collector's /metrics, for Prometheus
 #: What users need to open their own page (the page itself needs no hub API scope: it only identifies callers).
@@ -52,7 +53,8 @@ def usage_services(profiles_file: str, *, env: Mapping[str, str], host: str | No
     """
     ports, options, environment = dict(ports or {}), dict(options or {}), dict(environment or {})
     store = os.path.abspath(env.get(ENV_STORE) or "gpuhub-usage")
-    kube = {k: env[k] for k in KUBE_ENV if env.get(k)}
+    # the API server's address, and the bearer token the collector's /metrics asks of Prometheus
+    kube = {k: env[k] for k in (*KUBE_ENV, METRICS_TOKEN_ENV) if env.get(k)}
     collector_opts = {"profiles-file": profiles_file, "store": store,
                       "hub-namespace": env.get("POD_NAMESPACE") or "jhub",  # z2jh sets it in the hub pod
                       "port": ports.get(USAGE_COLLECTOR_SERVICE, METRICS_PORT),
