@@ -2,8 +2,9 @@
 
 A failed check used to end with "try again in a few minutes", and the next start landed on the same broken
 node. The hub now remembers the node (`GPUFaults`): that user's next server keeps off it (`avoid_nodes`: a
-required node affinity on `metadata.name`), everyone's servers prefer other nodes, the picker marks its pool
-as degraded, and the user reads one short sentence
+required node affinity on `metadata.name`); once a second, distinct user's check failed there too (a user's
+own code can write the check's words as the termination message), everyone's servers prefer other nodes and
+the picker marks its pool as degraded; and the user reads one short sentence
 first with the technical details folded (`failure_message`), announced to screen readers (role=alert).
 A node is forgotten after `ttl` seconds (a fixed driver or device plugin makes it usable again) or as soon
 as a server passes the check on it.
@@ -18,35 +19,56 @@ from typing import Callable
 from traitlets import HasTraits, Integer
 
 
+#: Distinct users whose failed checks on a node make it failing for everyone (one user's report, possibly
+#: forged by their own code writing the check's words as the termination message, counts for them alone).
+CONFIRMING_USERS = 2
+
+
 @dataclass
 class GPUFaults:
-    """node → (pool, when its GPU check failed); one per hub process, pure apart from the clock."""
+    """node → (pool, when its GPU check last failed) and who reported it; one per hub process, pure apart from
+    the clock. Everyone sees a node as failing once `CONFIRMING_USERS` distinct users reported it within `ttl`;
+    a reporter sees their own reports at once."""
 
     ttl: float = 1800.0
     clock: Callable[[], float] = time.time
     _nodes: dict[str, tuple[str | None, float]] = field(default_factory=dict)
+    _reporters: dict[str, dict[str | None, float]] = field(default_factory=dict)
 
-    def record(self, node: str, pool: str | None, at: float | None = None) -> None:
-        self._nodes[node] = (pool, self.clock() if at is None else at)
+    def record(self, node: str, pool: str | None, at: float | None = None, user: str | None = None) -> None:
+        at = self.clock() if at is None else at
+        self._nodes[node] = (pool, max(at, self._nodes.get(node, (None, at))[1]))
+        self._reporters.setdefault(node, {})[user] = at
 
     def clear(self, node: str) -> None:
         self._nodes.pop(node, None)
+        self._reporters.pop(node, None)
 
     def _current(self) -> dict[str, tuple[str | None, float]]:
         now = self.clock()
-        for node in [n for n, (_, at) in self._nodes.items() if now - at > self.ttl]:
-            del self._nodes[node]
+        for node, who in list(self._reporters.items()):
+            for user in [u for u, at in who.items() if now - at > self.ttl]:
+                del who[user]
+            if not who:
+                self.clear(node)
         return self._nodes
 
-    def failing(self, pool: str | None = None, known_only: bool = False) -> list[str]:
-        """Nodes (of `pool`, or all) whose GPU check failed within the last `ttl` seconds; a node whose pool
-        was not known when recorded (a restarted hub) counts for every pool unless `known_only`."""
-        return sorted(n for n, (p, _) in self._current().items()
-                      if pool is None or p == pool or (p is None and not known_only))
+    def _counts_for(self, node: str, reporter: str | None) -> bool:
+        who = self._reporters.get(node, {})
+        return len(who) >= CONFIRMING_USERS or (reporter is not None and reporter in who)
 
-    def since(self, node: str) -> float | None:
-        entry = self._current().get(node)
-        return entry[1] if entry else None
+    def failing(self, pool: str | None = None, known_only: bool = False, reporter: str | None = None) -> list[str]:
+        """Nodes (of `pool`, or all) failing for everyone (confirmed by distinct users within the last `ttl`
+        seconds), and those `reporter` reported themselves; a node whose pool was not known when recorded (a
+        restarted hub) counts for every pool unless `known_only`."""
+        return sorted(n for n, (p, _) in self._current().items()
+                      if (pool is None or p == pool or (p is None and not known_only)) and self._counts_for(n, reporter))
+
+    def since(self, node: str, reporter: str | None = None) -> float | None:
+        """When `reporter`'s check last failed on `node` (None: any report), within the window."""
+        self._current()
+        who = self._reporters.get(node, {})
+        return who.get(reporter) if reporter is not None else (max(who.values()) if who else None)
 
 
 def failure_message(gpu_label: str, details: str) -> tuple[str, str]:
@@ -123,6 +145,10 @@ class AvoidFailingGPUs(HasTraits):
             cls._gpu_faults = GPUFaults(ttl=self.gpu_check_avoid_seconds)
         return cls._gpu_faults
 
+    def _fault_reporter(self) -> str | None:
+        """Whose report a failed check on this spawner is (its user's name)."""
+        return getattr(getattr(self, "user", None), "name", None)
+
     def nodes_to_avoid(self) -> tuple[list[str], list[str]]:
         """(nodes this user's server must keep off, nodes it should rather not use) in the chosen pool: where
         this user's own start failed its GPU check, and where anyone's did. The first stay a preference only
@@ -130,8 +156,9 @@ class AvoidFailingGPUs(HasTraits):
         profile = getattr(self, "gpu_profile", None)
         if profile is None or profile.pool is None or self.gpu_check_avoid_seconds <= 0:
             return [], []
-        failing = self.gpu_faults().failing(profile.pool)
-        mine = [n for n in failing if n in getattr(self, "_gpu_failed_nodes", {})]
+        faults, me = self.gpu_faults(), self._fault_reporter()
+        failing = faults.failing(profile.pool)
+        mine = [n for n in faults.failing(profile.pool, reporter=me) if n in getattr(self, "_gpu_failed_nodes", {})]
         inf = type(self)._informers
         if mine and inf is not None and not inf.stale:
             nodes = inf.state.pool_nodes(profile.pool)
@@ -143,7 +170,8 @@ class AvoidFailingGPUs(HasTraits):
 
     def pool_failing_note(self, pool: str | None) -> str | None:
         """The picker's 'degraded' line for this pool, None while none of its nodes is failing."""
-        failing = self.gpu_faults().failing(pool, known_only=True) if pool and type(self)._gpu_faults else []
+        failing = self.gpu_faults().failing(pool, known_only=True, reporter=self._fault_reporter()) \
+            if pool and type(self)._gpu_faults else []
         if not failing:
             return None
         inf = type(self)._informers
@@ -157,7 +185,7 @@ class AvoidFailingGPUs(HasTraits):
         if node and self.gpu_check_avoid_seconds > 0:
             faults = self.gpu_faults()
             at = faults.clock()
-            faults.record(node, profile.pool if profile else None, at)
+            faults.record(node, profile.pool if profile else None, at, self._fault_reporter())
             self._gpu_failed_nodes = {**getattr(self, "_gpu_failed_nodes", {}), node: at}
         return failure_message(pool.label.removeprefix("NVIDIA ") if pool is not None else "GPU", details)
 
@@ -171,7 +199,7 @@ class AvoidFailingGPUs(HasTraits):
         state = super().get_state()
         mine = getattr(self, "_gpu_failed_nodes", {})
         if mine and type(self)._gpu_faults is not None:
-            kept = {n: at for n, at in mine.items() if self.gpu_faults().since(n) is not None}
+            kept = {n: at for n, at in mine.items() if self.gpu_faults().since(n, self._fault_reporter()) is not None}
             if kept:
                 state["gpu_failed_nodes"] = kept
         return state
@@ -185,7 +213,8 @@ class AvoidFailingGPUs(HasTraits):
         faults = self.gpu_faults()
         inf = type(self)._informers
         for node, at in failed.items():
-            if isinstance(node, str) and isinstance(at, (int, float)) and faults.since(node) is None:
+            if isinstance(node, str) and isinstance(at, (int, float)) and \
+                    faults.since(node, self._fault_reporter()) is None:
                 known = inf.state.nodes.get(node) if inf is not None else None
-                faults.record(node, known.pool if known else None, at)
+                faults.record(node, known.pool if known else None, at, self._fault_reporter())
         self._gpu_failed_nodes = {n: at for n, at in failed.items() if isinstance(n, str)}

@@ -13,16 +13,60 @@ DETAILS = ("GPU check failed on node aks-gput4-0: this server was given 1 x nvid
 def test_a_failing_node_is_remembered_per_pool_until_the_window_ends_or_it_works_again():
     now = [1000.0]
     faults = GPUFaults(ttl=600, clock=lambda: now[0])
-    faults.record("aks-gput4-0", "gput4")
-    faults.record("aks-gpumig-1", "gpumig")
+    for user in ("alice", "bob"):  # two distinct users' checks failed there: failing for everyone
+        faults.record("aks-gput4-0", "gput4", user=user)
+        faults.record("aks-gpumig-1", "gpumig", user=user)
     assert faults.failing("gput4") == ["aks-gput4-0"] and faults.failing() == ["aks-gpumig-1", "aks-gput4-0"]
     now[0] += 601
     assert faults.failing() == [] and faults.since("aks-gput4-0") is None
-    faults.record("aks-gput4-1", "gput4")
+    faults.record("aks-gput4-1", "gput4", user="alice")
+    faults.record("aks-gput4-1", "gput4", user="bob")
     faults.clear("aks-gput4-1")  # a server passed the check there
     assert faults.failing("gput4") == []
-    faults.record("restored", None)  # pool unknown (a restarted hub): avoided everywhere, not shown as degraded
+    for user in ("alice", "bob"):  # pool unknown (a restarted hub): avoided everywhere, not shown as degraded
+        faults.record("restored", None, user=user)
     assert faults.failing("gput4") == ["restored"] and faults.failing("gput4", known_only=True) == []
+
+
+def test_one_users_report_changes_only_what_that_user_sees_until_another_user_confirms_it():
+    """A user's own code (a .pth in home, ~/.jupyter config) can write "GPU check failed" as the termination
+    message: their report alone must not mark the node failing or the pool degraded for anyone else."""
+    now = [1000.0]
+    faults = GPUFaults(ttl=600, clock=lambda: now[0])
+    faults.record("aks-gput4-0", "gput4", user="mallory")
+    faults.record("aks-gput4-0", "gput4", user="mallory")  # again: still one user
+    assert faults.failing("gput4") == [] and faults.failing("gput4", known_only=True, reporter="bob") == []
+    assert faults.failing("gput4", reporter="mallory") == ["aks-gput4-0"]  # the reporter keeps off it
+    now[0] += 300
+    faults.record("aks-gput4-0", "gput4", user="bob")  # a second, distinct user: failing for everyone
+    assert faults.failing("gput4") == ["aks-gput4-0"]
+    now[0] += 301  # mallory's report left the window: bob's alone again
+    assert faults.failing("gput4") == [] and faults.failing("gput4", reporter="bob") == ["aks-gput4-0"]
+
+
+async def test_a_forged_report_through_the_spawner_never_shows_others_a_degraded_pool():
+    from gpu_spawner.hub.render_pod import make_spawner
+    from gpu_spawner.hub.spawner import GPUSpawner
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+    GPUSpawner._gpu_faults = None  # a fresh hub process
+    spawners = {u: make_spawner(EXAMPLE_PROFILES, u, ["ml-research"]) for u in ("mallory", "bob", "carol")}
+    try:
+        for sp in spawners.values():
+            sp.gpu_profile = sp.profiles.profile("t4-shared")
+        forged = {"spec": {"nodeName": "aks-gput4-0"}}
+        spawners["mallory"].record_gpu_failure(forged, DETAILS)
+        assert spawners["mallory"].pool_failing_note("gput4") is not None
+        assert spawners["bob"].pool_failing_note("gput4") is None
+        assert spawners["bob"].nodes_to_avoid() == ([], [])  # bob's server is not steered by it
+        assert spawners["mallory"].nodes_to_avoid()[0] == ["aks-gput4-0"]
+        spawners["carol"].record_gpu_failure(forged, DETAILS)  # a second user's check failed there too
+        assert spawners["bob"].pool_failing_note("gput4") is not None
+        assert spawners["bob"].nodes_to_avoid() == ([], ["aks-gput4-0"])
+    finally:
+        GPUSpawner._gpu_faults = None
+        for sp in spawners.values():
+            await sp.api.api_client.close()
 
 
 def test_the_message_is_short_first_with_the_checks_words_folded_and_announced():
