@@ -104,3 +104,23 @@ async def test_the_culler_posts_new_warnings_once_and_retries_the_next_cycle():
     assert len(gpu_jobs.attempts["/services/gpu-jobs/notifications/cull-warnings"]) == 3
     assert [body for _, body in gpu_jobs.received] == [{"warnings": w}, {"warnings": w}]
     assert gpu_jobs.headers[0]["Authorization"] == "token culler-token"
+
+
+async def test_a_users_sends_are_rate_limited_per_hour(tmp_path):
+    """One user's flood of events (or confirmation requests) stops at the per-user limit; others still get theirs."""
+    from gpu_spawner.services.notify.events import Event
+    from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
+    from gpu_spawner.services.notify.send import Notifier
+
+    store = PreferenceStore(str(tmp_path / "p.sqlite"))
+    for user in ("mallory", "bob"):
+        store.put(user, {"channels": {"email": ["failed"]}, "email": None}, [])
+    now = [0.0]
+    n = Notifier(Channels(email=True, email_template="{username}@example.org"), store, None,
+                 max_per_user_hour=5, clock=lambda: now[0], retries=0)
+    queued = sum(n.notify(Event("mallory", "failed", f"job-{i}", "t", "x")) for i in range(20))
+    assert queued == 5 and n.stats["rate_limited"] == 15
+    assert n.notify(Event("bob", "failed", "job-1", "t", "x")) == 1
+    now[0] += 3601  # an hour later: room again
+    assert n.notify(Event("mallory", "failed", "job-99", "t", "x")) == 1
+    await n.close()

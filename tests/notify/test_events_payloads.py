@@ -118,7 +118,8 @@ def test_validate_keeps_only_known_channels_and_events():
     assert prefs == {"channels": {"email": ["succeeded", "failed"]}, "email": None}
     assert CHANNELS.address("alice", prefs) == "alice@example.org"
     own = validate({"channels": {"email": ["admitted"]}, "email": "Alice.W@Example.org"}, "alice", [], CHANNELS)
-    assert CHANNELS.address("alice", own) == "Alice.W@Example.org"
+    assert CHANNELS.address("alice", own) == "alice@example.org"  # not confirmed yet: the template's
+    assert CHANNELS.address("alice", {**own, "email_confirmed": "Alice.W@Example.org"}) == "Alice.W@Example.org"
     # a team's webhook only for its groups; a destination never from the user
     assert validate({"channels": {"ml-team": ["failed"]}}, "rita", ["ml-research"], CHANNELS)["channels"] == \
         {"ml-team": ["failed"]}
@@ -190,3 +191,24 @@ def test_only_the_cullers_token_model_may_post_warnings():
 def test_an_odd_warning_still_makes_a_message():
     ev = cull_event("alice", {"cull_in_s": "soon", "server": {"x": 1}, "message": None})
     assert ev.title == "Your server will be stopped in about 1 min" and ev.kind == "cull-warning"
+
+
+def test_an_own_address_is_used_only_after_its_link_came_back_and_tags_are_refused(tmp_path):
+    """`all-staff@example.org` given as one's own address: nothing goes there until someone with that mailbox
+    brings the mailed code back; a code works once, for that address only; `+` tags never make an address."""
+    store = PreferenceStore(str(tmp_path / "p.sqlite"))
+    prefs = validate({"channels": {"email": ["failed"]}, "email": "all-staff@example.org"}, "mallory", [], CHANNELS)
+    store.put("mallory", prefs, [])
+    assert CHANNELS.address("mallory", store.get("mallory")) == "mallory@example.org"
+    code = store.new_confirmation("mallory", "all-staff@example.org")
+    assert store.confirm("wrong") is None and store.confirm(code) == "mallory"
+    assert CHANNELS.address("mallory", store.get("mallory")) == "all-staff@example.org"
+    assert store.confirm(code) is None  # once
+    store.put("mallory", {**prefs, "email": "other@example.org"}, [])  # a new address: confirmed again first
+    assert CHANNELS.address("mallory", store.get("mallory")) == "mallory@example.org"
+    stale = store.new_confirmation("mallory", "old@example.org")  # the user wants another address now
+    assert store.confirm(stale) is None
+    for tagged in ("alice+x@example.org", "a+@example.org"):
+        with pytest.raises(PreferencesError):
+            validate({"email": tagged}, "bob", [], CHANNELS)
+    assert Channels(email=True, email_template="{username}@example.org").address("alice+x", None) is None

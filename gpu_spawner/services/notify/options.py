@@ -53,6 +53,8 @@ class Notifications(Configurable):
     timeout = Float(20.0, help="Seconds one delivery attempt may take.").tag(config=True)
     max_pending = Int(1000, min=1, help="Deliveries that may wait at once; more are dropped and logged.").tag(
         config=True)
+    max_per_user_hour = Int(30, min=0, help="Deliveries one user's events may make per hour, over all channels; "
+                                             "more are dropped and logged. 0: no limit.").tag(config=True)
     preferences_file = Unicode(help=f"SQLite file of the users' choices (default ${ENV_DB}, else "
                                     "gpu-jobs-notifications.sqlite in the working directory). On a persistent "
                                     "volume when gpu-jobs runs in its own pod.").tag(config=True)
@@ -96,4 +98,4 @@ class Notifications(Configurable):
                     self.smtp_from, self.timeout) if self.smtp_host else None
         return Notifier(channels, PreferenceStore(self.preferences_file), smtp, retries=self.retries,
                         backoff=self.backoff, backoff_max=self.backoff_max, timeout=self.timeout,
-                        max_pending=self.max_pending)
+                        max_pending=self.max_pending, max_per_user_hour=self.max_per_user_hour)

@@ -7,8 +7,10 @@ user's name, or one the user gives in a domain the admin allows. Preferences are
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -21,8 +23,9 @@ from gpu_spawner.services.notify.payloads import WEBHOOK_KINDS
 
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 #: A plain address: no quoting, comments or IP literals (what a template or a user may produce), and no
-#: '%' (`bob%evil.org@example.org` is relayed to bob@evil.org by mail servers that honour the % hack).
-EMAIL = re.compile(r"[A-Za-z0-9._+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
+#: '%' (`bob%evil.org@example.org` is relayed to bob@evil.org by mail servers that honour the % hack), and
+#: no '+' (`alice+x@example.org` is alice's mailbox: a hub user named `alice+x` must not get alice's mail).
+EMAIL = re.compile(r"[A-Za-z0-9._-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 MAX_BODY = 4096
 
 
@@ -77,11 +80,12 @@ class Channels:
         return address if EMAIL.fullmatch(address) else None
 
     def address(self, user: str, prefs: Mapping[str, Any] | None) -> str | None:
-        """Where `user`'s e-mail goes: their own allowed address, else the template's, else nowhere."""
+        """Where `user`'s e-mail goes: their own allowed address once they confirmed it (through the link sent
+        to it: `email_confirmed`), else the template's (the identity provider's name), else nowhere."""
         if not self.email:
             return None
         own = (prefs or {}).get("email")
-        if isinstance(own, str) and self.domain_allowed(own):
+        if isinstance(own, str) and self.domain_allowed(own) and (prefs or {}).get("email_confirmed") == own:
             return own
         return self.template_address(user)
 
@@ -150,13 +154,49 @@ class PreferenceStore:
         return self._mem.get(user)
 
     def put(self, user: str, prefs: dict, groups: tuple[str, ...] | list[str]) -> dict:
+        """Store `prefs`; a confirmation stays only while the address is the same one."""
+        confirmed = prefs.get("email_confirmed") or (self._mem.get(user) or {}).get("email_confirmed")
         saved = {**prefs, "groups": list(groups)}
+        saved.pop("email_confirmed", None)
+        if confirmed and confirmed == prefs.get("email"):
+            saved["email_confirmed"] = confirmed
         with self._lock:
             self._db.execute("INSERT INTO preferences (user, data, updated) VALUES (?, ?, ?) ON CONFLICT(user) "
                              "DO UPDATE SET data = excluded.data, updated = excluded.updated",
                              (user, json.dumps(saved), time.time()))
             self._mem[user] = saved
         return saved
+
+    def new_confirmation(self, user: str, address: str, ttl: float = 86400.0) -> str:
+        """A one-time code that confirms `address` for `user` when it comes back (the link mailed to it);
+        only its hash is kept."""
+        code = secrets.token_urlsafe(32)
+        with self._lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
+                             "address TEXT NOT NULL, expires REAL NOT NULL)")
+            self._db.execute("DELETE FROM confirmations WHERE user = ? OR expires < ?", (user, time.time()))
+            self._db.execute("INSERT INTO confirmations VALUES (?, ?, ?, ?)",
+                             (hashlib.sha256(code.encode()).hexdigest(), user, address, time.time() + ttl))
+        return code
+
+    def confirm(self, code: str) -> str | None:
+        """The user whose address `code` confirms (used once, before it expires, while they still want that
+        address), else None."""
+        digest = hashlib.sha256(code.encode()).hexdigest()
+        with self._lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
+                             "address TEXT NOT NULL, expires REAL NOT NULL)")
+            row = self._db.execute("SELECT user, address, expires FROM confirmations WHERE code = ?",
+                                   (digest,)).fetchone()
+            self._db.execute("DELETE FROM confirmations WHERE code = ?", (digest,))
+        if row is None or row[2] < time.time():
+            return None
+        user, address, _ = row
+        prefs = self._mem.get(user)
+        if not prefs or prefs.get("email") != address:
+            return None
+        self.put(user, {**prefs, "email_confirmed": address}, prefs.get("groups") or [])
+        return user
 
     def delete(self, user: str) -> None:
         with self._lock:

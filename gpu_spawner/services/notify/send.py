@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter, OrderedDict
+import time
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -90,18 +91,36 @@ TRANSIENT = (Transient, aiohttp.ClientError, asyncio.TimeoutError, OSError, aios
 
 
 class Notifier:
-    """Events in, deliveries out; `stats` counts queued / sent / retried / failed / dropped."""
+    """Events in, deliveries out; `stats` counts queued / sent / retried / failed / dropped / rate_limited (at
+    most `max_per_user_hour` deliveries per user per hour: one user's flood of events never mails on and on)."""
 
     def __init__(self, channels: Channels, store: PreferenceStore, smtp: Smtp | None = None, retries: int = 5,
                  backoff: float = 2.0, backoff_max: float = 300.0, timeout: float = 20.0, max_pending: int = 1000,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+                 max_per_user_hour: int = 30, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self.channels, self.store, self.smtp = channels, store, smtp
         self.retries, self.backoff, self.backoff_max, self.timeout = retries, backoff, backoff_max, timeout
         self.max_pending, self._sleep = max_pending, sleep
+        self.max_per_user_hour, self._clock = max_per_user_hour, clock
+        self._sent: dict[str, deque] = {}  # user → when their last deliveries were queued (within the hour)
         self.stats: Counter = Counter()
         self._tasks: set[asyncio.Task] = set()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._session: aiohttp.ClientSession | None = None
+
+    def allow(self, user: str) -> bool:
+        """One more delivery for `user` within `max_per_user_hour` per hour (0: no limit)? Counts it if so."""
+        if not self.max_per_user_hour:
+            return True
+        now, sent = self._clock(), self._sent.setdefault(user, deque())
+        while sent and now - sent[0] > 3600:
+            sent.popleft()
+        if len(sent) >= self.max_per_user_hour:
+            return False
+        sent.append(now)
+        if len(self._sent) > 10_000:  # bounded: forget the users with nothing in the last hour
+            self._sent = {u: q for u, q in self._sent.items() if q and now - q[-1] <= 3600}
+        return True
 
     def notify(self, event: Event) -> int:
         """Queue `event` for each channel its user chose for its kind; returns how many were queued."""
@@ -113,6 +132,11 @@ class Notifier:
             self._seen[key] = None
             while len(self._seen) > 10_000:
                 self._seen.popitem(last=False)
+            if not self.allow(event.user):
+                self.stats["rate_limited"] += 1
+                log.warning("%r notification for %s to %s dropped: over %d per hour", event.kind, event.user, name,
+                            self.max_per_user_hour)
+                continue
             if len(self._tasks) >= self.max_pending:
                 self.stats["dropped"] += 1
                 log.error("%r notification for %s to %s dropped: %d deliveries already wait", event.kind,
