@@ -13,7 +13,10 @@ from typing import Any, Mapping
 
 from traitlets.config import LazyConfigValue
 
-from gpu_spawner.contract import CULLER_SERVICE, ENV_JOBS_URL, JOBS_SERVICE, NOTIFY_CULL_PATH
+from urllib.parse import urlparse
+
+from gpu_spawner.contract import CULLER_SERVICE, ENV_CULLER_URL, ENV_HUB_API_URL, ENV_JOBS_URL, JOBS_SERVICE
+from gpu_spawner.contract import NOTIFY_CULL_PATH
 from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
@@ -92,6 +95,9 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
         _per_service(environment, "environment")
     path, cfg = load_or_exit(profiles_file)
     refuse_short_idle_timeouts(c, path, cfg)
+    local_api = local_hub_api_url(c)
+    if local_api:  # services in the hub's pod call the hub where it listens, not through its Service
+        environment = {name: {ENV_HUB_API_URL: local_api, **environment.get(name, {})} for name in SERVICES}
 
     c.JupyterHub.spawner_class = spawner_class
     c.GPUSpawner.profiles_file = path
@@ -120,8 +126,13 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     # where kernels reach gpu-jobs: this call's argument, else $GPUHUB_JOBS_PUBLIC_URL, else what the admin put
     # in the servers' environment (z2jh: singleuser.extraEnv), else the proxy-public default
     servers_env = _spawner_environment(c)
-    c.GPUSpawner.environment = {**servers_env, ENV_JOBS_URL: jobs_url_for_servers or env.get(jobs.ENV_URL_FOR_SERVERS)
-                                or servers_env.get(ENV_JOBS_URL) or jobs.DEFAULT_URL_FOR_SERVERS}
+    servers_env[ENV_JOBS_URL] = (jobs_url_for_servers or env.get(jobs.ENV_URL_FOR_SERVERS)
+                                 or servers_env.get(ENV_JOBS_URL) or jobs.DEFAULT_URL_FOR_SERVERS)
+    if services_host and not servers_env.get(ENV_CULLER_URL):
+        # z2jh: the culler listens in the hub pod (the `hub` Service); the servers' default, "beside gpu-jobs",
+        # is gpu-jobs' own Service there, which has no culler
+        servers_env[ENV_CULLER_URL] = f"{culler_entry[0]['url'].rstrip('/')}/services/{CULLER_SERVICE}/"
+    c.GPUSpawner.environment = servers_env
     # each user sees their cull warnings as the banner of the hub's pages
     template_vars = c.JupyterHub.template_vars if isinstance(c.JupyterHub.template_vars, dict) else {}
     c.JupyterHub.template_vars = {**template_vars, "announcement": Announcement(warnings)}
@@ -130,6 +141,20 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     c.JupyterHub.template_paths = [p for p in paths if p != HUB_PAGES] + [HUB_PAGES]
     exit_on_conflicts(c)
     return path, cfg
+
+
+def local_hub_api_url(c) -> str | None:
+    """The hub API where the hub listens, for the services it starts beside itself, when JupyterHub would hand
+    them another address: z2jh sets `hub_connect_url` to the hub Service (http://hub:8081) and binds the hub to
+    all interfaces (`hub_bind_url` http://:8081). None when no connect URL is set (the services get the hub's own)."""
+    hub = c.JupyterHub
+    if not hub.get("hub_connect_url"):
+        return None
+    bind = urlparse(hub.get("hub_bind_url") or f"http://{hub.get('hub_ip', '')}:{hub.get('hub_port', 8081)}")
+    host = bind.hostname or ""
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
+    base = "/" + str(hub.get("base_url", "/")).strip("/")
+    return f"{bind.scheme}://{host}:{bind.port or 8081}{base.rstrip('/')}/hub/api"
 
 
 def _configure_usage(c, path: str, usage: bool | None, host: str | None, ports, options, environment, env) -> None:

@@ -5,6 +5,7 @@ Standard library only: the kernel and the runner import it without pulling in th
 """
 from __future__ import annotations
 
+import os
 import re
 from enum import IntEnum
 
@@ -81,6 +82,20 @@ ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /d
 ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"
 ENV_JOBS_URL = "GPUHUB_JOBS_URL"              # where kernels reach the gpu-jobs service
 ENV_CULLER_URL = "GPUHUB_CULLER_URL"          # where the server reaches the culler (default: beside gpu-jobs)
+#: The hub API where the hub listens, for the services it runs in its own pod. JupyterHub hands them its
+#: connect URL (z2jh: http://hub:8081/hub/api, the hub Service), which z2jh's hub NetworkPolicy does not admit
+#: from the hub pod itself; each such service adopts this one instead (`adopt_hub_api_url`).
+ENV_HUB_API_URL = "GPUHUB_HUB_API_URL"
+
+
+def adopt_hub_api_url(environ=None) -> None:
+    """Make $GPUHUB_HUB_API_URL, when configure(c) set it, this process's $JUPYTERHUB_API_URL (what HubAuth and
+    jupyterhub-idle-culler read); call before importing either."""
+    environ = os.environ if environ is None else environ
+    if environ.get(ENV_HUB_API_URL):
+        environ["JUPYTERHUB_API_URL"] = environ[ENV_HUB_API_URL]
+
+
 ENV_JOB = "GPUHUB_JOB"                        # set inside a running Job: %gpu_submit does nothing there
 ENV_SNAPSHOT = "GPUHUB_SNAPSHOT"
 ENV_NOTEBOOK_NAME = "GPUHUB_NOTEBOOK_NAME"
@@ -162,3 +177,4 @@ NOTIFY_EVENTS = (NOTIFY_ADMITTED, NOTIFY_PREEMPTED, NOTIFY_RESUMED, NOTIFY_SUCCE
 NOTIFY_EMAIL = "email"
 #: Where the culler posts new cull warnings on gpu-jobs (with its own service token).
 NOTIFY_CULL_PATH = "notifications/cull-warnings"
+

@@ -101,7 +101,9 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
                                   {"podSelector": {"matchLabels": HUB}}], "ports": _tcp(JOBS_PORT)}]}),
         _policy("gpuhub-hub-services", hub_namespace, {"matchLabels": HUB}, {
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)}]}),
+            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)},
+                        # the servers' culling warnings (the lab extension calls the culler with the server's token)
+                        {"from": [{"podSelector": {"matchLabels": SINGLEUSER}}], "ports": _tcp(CULLER_PORT)}]}),
     ]
     objs += [job_pods_policy(ns) for ns in dict.fromkeys(t.namespace for t in cfg.teams.values())]
     return objs  # a multi-node job's own policy is made with it (jobset_ranks_policy)

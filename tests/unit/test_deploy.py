@@ -215,6 +215,8 @@ def test_values_with_gpu_jobs_in_its_own_deployment(tmp_path, monkeypatch):
     assert "command" in services[CULLER] and services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
     env = c.GPUSpawner.environment
     assert env["GPUHUB_JOBS_URL"] == hub["extraEnv"]["GPUHUB_JOBS_PUBLIC_URL"] and env["FROM_SINGLEUSER_EXTRAENV"] == "1"
+    # the lab's culling warnings go to the culler in the hub pod, not to gpu-jobs' Service (no culler there)
+    assert env["GPUHUB_CULLER_URL"] == f"http://hub:{CULLER_PORT}/services/{CULLER}/"
     # the Deployment listens where the hub sends the proxy, under the service's prefix, with the same token
     (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
     (container,) = dep["spec"]["template"]["spec"]["containers"]
@@ -228,9 +230,15 @@ def test_networkpolicies_select_by_z2jh_component_labels(cfg):
     pols = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in docs("networkpolicy.yaml")}
     hub = pols[("jhub", "gpuhub-hub-services")]["spec"]
     assert hub["podSelector"] == {"matchLabels": {"component": "hub"}}
-    (rule,) = hub["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
-    assert [p["port"] for p in rule["ports"]] == [CULLER_PORT, 10103]  # the culler, the usage page
+    proxy_rule, servers_rule = hub["ingress"]
+    assert proxy_rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
+    assert [p["port"] for p in proxy_rule["ports"]] == [CULLER_PORT, 10103]  # the culler, the usage page
+    # the servers' culling warnings ($GPUHUB_CULLER_URL), and the values let them out to that port only
+    assert servers_rule["from"] == [{"podSelector": {"matchLabels": {"component": "singleuser-server"}}}]
+    assert [p["port"] for p in servers_rule["ports"]] == [CULLER_PORT]
+    egress = docs("values.yaml")[0]["singleuser"]["networkPolicy"]["egress"]
+    assert {"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}],
+            "ports": [{"protocol": "TCP", "port": CULLER_PORT}]} in egress
     jobs = pols[("jhub", "gpuhub-gpu-jobs")]["spec"]
     (rule,) = jobs["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}},
@@ -351,7 +359,9 @@ def test_singleuser_and_proxy_may_reach_gpu_jobs_on_its_port_only():
     v = docs("values.yaml")[0]
     (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
     labels = dep["spec"]["template"]["metadata"]["labels"]
-    for rules in (v["singleuser"]["networkPolicy"]["egress"], v["proxy"]["chp"]["networkPolicy"]["egress"]):
+    servers = [r for r in v["singleuser"]["networkPolicy"]["egress"]  # the other rule: the culler (test above)
+               if r["to"] != [{"podSelector": {"matchLabels": {"component": "hub"}}}]]
+    for rules in (servers, v["proxy"]["chp"]["networkPolicy"]["egress"]):
         (rule,) = rules
         (to,) = rule["to"]
         assert to["podSelector"]["matchLabels"].items() <= labels.items()

@@ -1,5 +1,9 @@
 import sys
 
-from gpu_spawner.services.jobs.options import main
+from gpu_spawner.contract import adopt_hub_api_url
+
+adopt_hub_api_url()  # the hub API where the hub listens, when the hub runs this service in its own pod
+
+from gpu_spawner.services.jobs.options import main  # noqa: E402
 
 sys.exit(main())

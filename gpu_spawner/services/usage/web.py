@@ -20,6 +20,7 @@ from cachetools import TTLCache
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 
+from gpu_spawner.contract import adopt_hub_api_url
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.live import LiveStore
 
@@ -161,6 +162,7 @@ class UsagePage(HubOAuthenticated, web.RequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
+    adopt_hub_api_url()  # HubOAuth reads $JUPYTERHUB_API_URL
     p = argparse.ArgumentParser(prog="gpuhub-usage-web", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True)
