@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
@@ -113,6 +114,20 @@ def test_hub_image_is_z2jh_plus_the_package():
     base = args_of(IMAGES / "hub" / "Dockerfile")["BASE_IMAGE"]
     assert base.startswith("quay.io/jupyterhub/k8s-hub:")
     assert any(i == "RUN" and "pip install /src" in rest for i, rest in ins)
+
+
+def test_hub_image_base_is_the_chart_release_the_values_are_for():
+    """z2jh has no 5.0.0 release: the base is the chart version that is installed (and tested) with the values."""
+    from devcluster import z2jh
+
+    tag = args_of(IMAGES / "hub" / "Dockerfile")["BASE_IMAGE"].split(":", 1)[1].split("@")[0]
+    assert tag == z2jh.CHART_VERSION
+    assert f"--version {z2jh.CHART_VERSION}" in (IMAGES.parent / "deploy" / "values.yaml").read_text()
+    try:
+        chart = yaml.safe_load((z2jh.chart_dir() / "Chart.yaml").read_text())
+    except z2jh.ChartMissing:
+        return  # the published chart is not beside the checkout: the pins above still hold
+    assert chart["version"] == z2jh.CHART_VERSION and chart["appVersion"].startswith("5.5.")
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
