@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension system-deps binaries test unit dev bench
+.PHONY: install labextension system-deps binaries test unit dev bench matrix-venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -56,8 +56,23 @@ install: $(VENV)/.installed node_modules/.installed labextension system-deps
 binaries: install
 	$(PY) devcluster/binaries.py build
 
+# The test matrix's second JupyterHub: the pins of the zero-to-jupyterhub 4.4.0 hub image (JupyterHub 5.5.0,
+# KubeSpawner 7.0.0, ...; its requirements.txt in the z2jh folder beside the checkout) with this package on
+# top, as images/hub/Dockerfile installs it (which upgrades jupyterhub-idle-culler to the 2.x the GPU culler
+# is built on). tests/ship run the chart's hub config under both. Without the z2jh folder: skipped.
+Z2JH ?= $(dir $(CURDIR))shared/z2jh
+JH55_VENV := .venv-jh55
+$(JH55_VENV)/.installed: setup.cfg pyproject.toml
+	@if [ -f "$(Z2JH)/images/hub/requirements.txt" ]; then \
+	  python3 -m venv $(JH55_VENV) && \
+	  grep -v -e '^jupyterhub-idle-culler==' -e '^ *#' "$(Z2JH)/images/hub/requirements.txt" > $(JH55_VENV)/constraints.txt && \
+	  $(JH55_VENV)/bin/pip install -q --upgrade pip && \
+	  $(JH55_VENV)/bin/pip install -q -c $(JH55_VENV)/constraints.txt -e '.[test]' && touch $@; \
+	else echo "matrix-venv: no z2jh hub image pins at $(Z2JH) (set Z2JH=...): the JupyterHub 5.5 tests skip"; fi
+matrix-venv: $(JH55_VENV)/.installed
+
 # The whole suite: unit tests and the tiers that run against the real dev cluster.
-test: binaries
+test: binaries matrix-venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The pure tier, wherever its tests live: no cluster, no hub or Prometheus process, no kernel, no browser

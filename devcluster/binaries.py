@@ -29,8 +29,13 @@ KUEUE_VERSION = "v0.19.2"
 JOBSET_VERSION = "v0.10.1"
 JOBSET_BINARY = f"jobset-{JOBSET_VERSION}"
 
+#: Helm, for the zero-to-jupyterhub chart (`helm template` / `install` / `upgrade`: devcluster/z2jh.py); named
+#: after its version like the JobSet controller.
+HELM_VERSION = "v3.22.0"
+HELM_BINARY = f"helm-{HELM_VERSION}"
+
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY)
+ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY, HELM_BINARY)
 
 
 class BuildError(RuntimeError):
@@ -137,6 +142,11 @@ def _build_missing(dest: Path, verbose: bool) -> Path:
         elif name == JOBSET_BINARY:  # the controller only (the module's main package), from its wrapper module
             _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "sigs.k8s.io/jobset"],
                  GO_DIR / "jobset", log, env, "the JobSet controller")
+        elif name == HELM_BINARY:
+            _run(["go", "install", "-trimpath",
+                  f"-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+                  f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], cache_root(), log, env, "helm")
+            (dest / "helm").rename(dest / name)
         timings[name] = round(time.monotonic() - start, 1)
         if verbose:
             print(f"[devcluster] built {name} in {timings[name]} s", file=sys.stderr, flush=True)
