@@ -39,6 +39,7 @@ from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.services.culler.forward import Forwarder
 from gpu_spawner.services.culler.stops import Stopper
+from gpu_spawner.services.loopguard import LoopGuard
 
 decision_log = logging.getLogger("gpuhub.culler.decisions")
 
@@ -478,6 +479,7 @@ class GPUCuller(IdleCuller):
             self.log.info("Warnings and metrics on port %s", port)
         self.log.info("Culling every %ss (policy %s, prometheus %s, dry run %s)", self.cull_every,
                       self.gpu_idle_policy, self.prometheus_url or "-", self.dry_run)
+        loop.add_callback(LoopGuard(self.metrics.registry).start)  # the loop's stalls, at /metrics
         loop.add_callback(self.cycle)
         PeriodicCallback(self.cycle, 1e3 * self.cull_every).start()
         try:

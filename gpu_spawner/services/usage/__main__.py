@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from gpu_spawner.contract import adopt_hub_api_url
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.metrics import UsageMetrics
 from gpu_spawner.services.usage.metrics_http import ENV_TOKEN, metrics_token, serve_metrics
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_spawner.tools.doctor_cluster import api_client
 
     cfg, store, metrics = load_profiles(args.profiles_file), UsageStore(args.store), UsageMetrics()
+    LoopGuard(metrics.registry).start_in_thread()  # no event loop here: the GIL stalls its /metrics thread
     api = api_client(args.kubeconfig)
     open_, last = store.load_open()
     if not args.once:

@@ -21,6 +21,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 
 from gpu_spawner.contract import adopt_hub_api_url
+from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.live import LiveStore
 
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
     address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
     make_app(a.store, timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, address)
+    ioloop.IOLoop.current().add_callback(LoopGuard().start)  # its stalls: logged (services/loopguard.py)
     ioloop.IOLoop.current().start()
     return 0
 

@@ -1,0 +1,79 @@
+"""Every service's event-loop stall guard: how long the loop could not run anything else, as metrics.
+
+The rule it makes testable: no single request holds a service's event loop for more than 50 ms (a
+super-linear parser on the one loop freezes the service for every user). A ticker on the loop sleeps
+`interval` and measures how late it wakes up: that lateness is a stall, up to `interval` shorter than
+the real one. Each stall of at least MIN_STALL is observed twice:
+  - `gpuhub_event_loop_stall_seconds`: wall time (what other users wait);
+  - `gpuhub_event_loop_busy_stall_seconds`: CPU time the loop's thread spent in it (the loop computing,
+    not the machine descheduling the process: what tests assert, generous to noise on a busy machine);
+and the longest wall stall so far is `gpuhub_event_loop_longest_stall_seconds`. Stalls of `warn_after`
+or more are logged. A process without an event loop (the usage collector: a plain loop and a threaded
+/metrics server) runs the guard on a loop of its own in a thread (`start_in_thread`): there a stall is
+the time any other thread, its /metrics server included, could not run (the GIL held by a long call).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
+
+log = logging.getLogger("gpuhub.loopguard")
+
+#: Shorter lateness is scheduling jitter, not worth a sample.
+MIN_STALL = 0.005
+#: The rule's bound (50 ms) is a bucket edge, so "stalls over 50 ms" is exact: count - bucket(le=0.05).
+BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class LoopGuard:
+    """The stall metrics of one process's event loop, in `registry` (the service's own, or the default)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, interval: float = 0.01,
+                 warn_after: float = 0.25):
+        self.registry = registry = REGISTRY if registry is None else registry
+        self.interval, self.warn_after = interval, warn_after
+        self.stalls = Histogram("gpuhub_event_loop_stall_seconds", "Event-loop stalls of 5 ms or more: how "
+                                "late the loop ran a ready callback (wall time)", buckets=BUCKETS, registry=registry)
+        self.busy = Histogram("gpuhub_event_loop_busy_stall_seconds", "CPU time the event loop's thread spent in "
+                              "each of those stalls (the loop computing, not the process descheduled)",
+                              buckets=BUCKETS, registry=registry)
+        self.longest = Gauge("gpuhub_event_loop_longest_stall_seconds", "The longest event-loop stall since "
+                             "the process started (wall time)", registry=registry)
+        self._longest = 0.0
+        self._task: asyncio.Task | None = None
+
+    def observe(self, wall: float, busy: float) -> None:
+        if wall < MIN_STALL:
+            return
+        self.stalls.observe(wall)
+        self.busy.observe(min(busy, wall))
+        if wall > self._longest:
+            self._longest = wall
+            self.longest.set(wall)
+        if wall >= self.warn_after:
+            log.warning("the event loop stalled %.0f ms (%.0f ms of it computing)", wall * 1e3, busy * 1e3)
+
+    async def run(self, cpu_clock=time.thread_time) -> None:
+        """The ticker: runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            start, cpu = loop.time(), cpu_clock()
+            await asyncio.sleep(self.interval)
+            late = loop.time() - start - self.interval
+            self.observe(late, cpu_clock() - cpu)  # the tick's CPU time; observe() caps it at the stall
+
+    def start(self) -> LoopGuard:
+        """Start the ticker on the running loop (call it from a coroutine or a loop callback)."""
+        self._task = asyncio.get_running_loop().create_task(self.run())
+        return self
+
+    def start_in_thread(self) -> LoopGuard:
+        """For a process without an event loop: the ticker on a loop of its own, in a daemon thread; its
+        stalls are the times no other thread could run (the GIL), so busy = wall there."""
+        threading.Thread(target=asyncio.run, args=(self.run(cpu_clock=time.monotonic),), daemon=True,
+                         name="loopguard").start()
+        return self

@@ -1,0 +1,77 @@
+"""The test side of the loop-stall rule (gpu_spawner/services/loopguard.py): no single request holds a
+service's event loop for more than 50 ms. A `StallMeter` reads a service's loop-guard metrics (its
+/metrics over HTTP, or a registry in this process) before and after each request and fails the test when
+the request brought a stall over the limit; it keeps the worst stall seen per endpoint for the report.
+
+The limit is on the loop's own CPU time in a stall (`gpuhub_event_loop_busy_stall_seconds`): a busy
+machine descheduling the service is noise, a parser computing on the loop is the bug."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+LIMIT = 0.05
+
+
+@dataclass(frozen=True)
+class Reading:
+    over: float      # busy stalls over LIMIT so far
+    busy_sum: float  # their CPU seconds, all stalls
+    wall_sum: float  # wall seconds, all stalls
+    count: float
+
+
+def parse(text: str) -> Reading:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_bucket") and s.labels.get("le") not in ("0.05", "+Inf"):
+                continue
+            values[s.name + (f"@{s.labels['le']}" if "le" in s.labels else "")] = s.value
+    busy = "gpuhub_event_loop_busy_stall_seconds"
+    assert f"{busy}_count" in values, "no loop-guard metrics: is the service's LoopGuard started?"
+    return Reading(over=values[f"{busy}_bucket@+Inf"] - values[f"{busy}_bucket@0.05"],
+                   busy_sum=values[f"{busy}_sum"], wall_sum=values["gpuhub_event_loop_stall_seconds_sum"],
+                   count=values[f"{busy}_count"])
+
+
+@dataclass
+class StallMeter:
+    """`url`: a service's /metrics (`headers` to read it); or `registry`: a LoopGuard's in this process."""
+    url: str | None = None
+    headers: dict = field(default_factory=dict)
+    registry: object = None
+    limit: float = LIMIT
+    worst: dict[str, tuple[float, float]] = field(default_factory=dict)  # what → (busy s, wall s) at most
+
+    def read(self) -> Reading:
+        if self.registry is not None:
+            return parse(generate_latest(self.registry).decode())
+        r = requests.get(self.url, headers=self.headers, timeout=30)
+        assert r.ok, (r.status_code, r.text[:200])
+        return parse(r.text)
+
+    @contextmanager
+    def request(self, what: str, detail: str = ""):
+        """Fails the test when what runs inside stalls the loop over the limit (by the loop's CPU time)."""
+        before = self.read()
+        yield
+        self.check(what, before, self.read(), detail)
+
+    def check(self, what: str, before: Reading, after: Reading, detail: str = "") -> None:
+        busy, wall = after.busy_sum - before.busy_sum, after.wall_sum - before.wall_sum
+        old = self.worst.get(what, (0.0, 0.0))
+        self.worst[what] = (max(old[0], busy), max(old[1], wall))
+        if after.over > before.over:
+            pytest.fail(f"{what} stalled the event loop over {self.limit * 1e3:.0f} ms ({busy * 1e3:.0f} ms of "
+                        f"CPU, {wall * 1e3:.0f} ms wall, {after.count - before.count:.0f} stall(s)) {detail[:300]}")
+
+    def report(self) -> str:
+        """Each endpoint's worst stall (sums of the stalls of one request: an upper bound on the longest)."""
+        return "\n".join(f"{what}: at most {b * 1e3:.0f} ms of CPU, {w * 1e3:.0f} ms wall"
+                         for what, (b, w) in sorted(self.worst.items()))

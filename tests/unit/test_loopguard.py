@@ -1,0 +1,54 @@
+"""The loop-stall guard (services/loopguard.py) and its test helper (tests/security/stalls.py): a callback
+that computes on the loop is a stall over 50 ms, short ones are not, sleeping elsewhere is not; a process
+without an event loop sees the GIL held by a long call."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpu_spawner.services.loopguard import LoopGuard
+
+from security.stalls import StallMeter
+
+
+def spin(seconds: float) -> None:
+    """Compute on this thread for `seconds` of its own CPU time (a busy machine may take longer)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_a_callback_computing_on_the_loop_is_a_stall_short_ones_are_not():
+    guard = LoopGuard(CollectorRegistry()).start()
+    meter = StallMeter(registry=guard.registry)
+    await asyncio.sleep(0.05)
+    before = meter.read()
+    for _ in range(5):
+        spin(0.02)  # 20 ms each, the loop running the ticker in between
+        await asyncio.sleep(0.02)
+    await asyncio.to_thread(time.sleep, 0.2)  # waiting elsewhere is no stall
+    meter.check("short callbacks", before, meter.read())
+    before = meter.read()
+    spin(0.12)
+    await asyncio.sleep(0.03)
+    with pytest.raises(pytest.fail.Exception, match="stalled the event loop over 50 ms"):
+        meter.check("a 120 ms callback", before, meter.read())
+    assert meter.worst["a 120 ms callback"][0] >= 0.09  # the ticker's interval may hide up to 10 ms
+    assert guard._longest >= 0.09
+    guard._task.cancel()
+
+
+def test_without_an_event_loop_the_guard_sees_the_gil_held():
+    registry = CollectorRegistry()
+    LoopGuard(registry, interval=0.005).start_in_thread()
+    meter = StallMeter(registry=registry)
+    time.sleep(0.1)
+    before = meter.read()
+    json.loads(b"[" + b"{}," * 1_500_000 + b"{}]")  # C code that holds the GIL throughout (~0.2-1 s)
+    time.sleep(0.05)
+    with pytest.raises(pytest.fail.Exception, match="stalled"):
+        meter.check("json.loads holding the GIL", before, meter.read())
