@@ -132,7 +132,10 @@ class JobsClient:
     def submit(self, profile: str, notebook_path: str, notebook: dict, parameters: dict | None = None,
                priority: str | None = None, timeout: str | int | None = None, options: dict | None = None,
                nodes: int | None = None) -> dict:
-        body = {"profile": profile, "notebook_path": notebook_path, "notebook": notebook,
+        """The notebook goes without its outputs (the snapshot drops them; gpu-jobs takes at most 4 MiB)."""
+        from gpu_spawner.builders.jobs import strip_outputs  # here: the kernel imports this module at load
+
+        body = {"profile": profile, "notebook_path": notebook_path, "notebook": strip_outputs(notebook),
                 "parameters": parameters or {}, "options": job_options(profile, options)}
         if nodes is not None and nodes != 1:  # a multi-node job (a JobSet of `nodes` ranks)
             body["nodes"] = nodes

@@ -196,3 +196,39 @@ def test_service_refusals_read_as_sentences_without_http_codes():
     finally:
         server.shutdown()
     assert str(e.value) == "timeout '9d' is over the profile's limit of 1 day" and e.value.status == 400
+
+
+def test_the_client_sends_the_notebook_without_its_outputs():
+    """gpu-jobs takes at most 4 MiB (what a snapshot can be); outputs never reach the snapshot, so they are
+    not sent: a notebook with 6 MiB of plots is still submitted."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from extension.client import JobsClient
+
+    got: list[dict] = []
+
+    class Accept(BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"name": "gpu-alice-nb-abc123"}')
+
+        def log_message(self, *args):
+            pass
+
+    plot = {"output_type": "display_data", "data": {"image/png": "A" * (6 * 2**20)}, "metadata": {}}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "source": "plot()", "metadata": {}, "outputs": [plot], "execution_count": 3},
+        {"cell_type": "markdown", "source": "# notes", "metadata": {}}]}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Accept)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        JobsClient(f"http://127.0.0.1:{server.server_port}/", "token").submit("t4-shared", "work/nb.ipynb", nb)
+    finally:
+        server.shutdown()
+    (body,) = got
+    assert body["notebook"]["cells"][0]["outputs"] == [] and body["notebook"]["cells"][0]["source"] == "plot()"
+    assert body["notebook"]["cells"][1] == nb["cells"][1] and nb["cells"][0]["outputs"] == [plot]  # caller's kept

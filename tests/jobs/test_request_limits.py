@@ -40,9 +40,26 @@ def test_bodies_that_are_not_acceptable_json(raw, needle):
 
 
 def test_a_body_over_the_limit_is_413_naming_it():
-    with pytest.raises(limits.TooLarge, match="the limit is 16 MiB"):
+    with pytest.raises(limits.TooLarge, match="the limit is 4 MiB"):
         limits.parse_body(b" " * (limits.MAX_BODY_BYTES + 1))
     assert limits.parse_body(b"") == {} and limits.parse_body(b'{"a": [1, 2.5]}') == {"a": [1, 2.5]}
+
+
+def test_the_count_of_json_values_is_bounded():
+    """Small bodies of tiny values cost the most to parse and walk: their count is capped, not just bytes."""
+    n = limits.MAX_JSON_VALUES
+    assert len(limits.parse_body(b"[" + b"0," * (n - 2) + b"0]")) == n - 1  # the list itself is a value too
+    for raw in (b"[" + b"0," * (n - 1) + b"0]", b'{"a": [' + b"{}," * n + b"{}]}"):
+        with pytest.raises(limits.TooLarge, match=f"more than {n} JSON values; the limit is {n}"):
+            limits.parse_body(raw)
+
+
+def test_the_body_limit_is_what_a_snapshot_can_be():
+    """A body over the limit could never become a job: its snapshot (gzipped, outputs stripped) would be
+    over MAX_SNAPSHOT_BYTES unless it compressed better than code and markdown do."""
+    from gpu_spawner.builders.jobs import MAX_SNAPSHOT_BYTES
+
+    assert 3 * MAX_SNAPSHOT_BYTES < limits.MAX_BODY_BYTES <= 5 * MAX_SNAPSHOT_BYTES
 
 
 @pytest.mark.parametrize("value,ok", [(None, 65536), ("", 65536), ("1", 1), ("1048576", 1048576),

@@ -100,7 +100,7 @@ def test_no_request_gives_a_5xx_or_creates_anything_unless_accepted(cluster, hub
     (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
     (b'{"profile": "t4-shared", "notebook_path": "/etc/w.ipynb", "notebook": {"cells": []}}', 400, "not absolute"),
     (b'{"profile": "t4-shared", "notebook_path": "../w.ipynb", "notebook": {"cells": []}}', 400, "no '..'"),
-    (b'{"x": "' + b"a" * (17 * 2**20) + b'"}', 413, "the limit is 16 MiB"),
+    (b'{"x": "' + b"a" * (5 * 2**20) + b'"}', 413, "the limit is 4 MiB"),
 ])
 def test_named_malformed_bodies(cluster, hub, raw, status, needle):
     before = team_objects(cluster)

@@ -29,7 +29,7 @@ def edit(data: dict) -> None:
 def hub(cluster, tmp_path_factory):
     profiles = write_profiles(cluster, tmp_path_factory.mktemp("limitprofiles") / "profiles.yaml", edit)
     with api_hub(cluster, tmp_path_factory.mktemp("limithub"), profiles, GROUPS,
-                 (f"--max-jobs-per-user={CAP}",)) as h:
+                 (f"--max-jobs-per-user={CAP}", "--submissions-in-flight=8")) as h:  # the race, not the 429
         yield h
 
 

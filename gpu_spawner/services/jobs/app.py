@@ -6,6 +6,7 @@
   GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`; a multi-node job's `?rank=K`, default 0)
   DELETE /jobs/{name}       cancel
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
+  GET    /metrics           the event loop's stalls (services/loopguard.py; nobody's data, no token)
   GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
 A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs.
 Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed service).
@@ -19,10 +20,13 @@ import os
 import time
 import weakref
 from collections import Counter
+from concurrent.futures.process import BrokenProcessPool
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth
 from kubernetes_asyncio import client, config
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 from tornado.httpserver import HTTPServer
 
@@ -37,7 +41,9 @@ from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forev
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs import gang, limits, words
 from gpu_spawner.services.jobs.auth import Caller, TokenAuth
-from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
+from gpu_spawner.services.jobs.planner import Planner
+from gpu_spawner.services.jobs.submission import ServiceSettings
+from gpu_spawner.services.loopguard import LoopGuard
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -51,6 +57,22 @@ class SubmitGate:
         self.remember = remember
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._recent: dict[str, dict[str, tuple[str, float]]] = {}  # user → job name → (profile, created at)
+        self._in_flight: Counter = Counter()  # user → submissions being read, planned or created
+
+    def enter(self, user: str, limit: int) -> bool:
+        """Take one of the user's `limit` in-flight submissions (before the body is read); False: all taken."""
+        if self._in_flight[user] >= limit:
+            return False
+        self._in_flight[user] += 1
+        return True
+
+    def in_flight(self, user: str) -> int:
+        return self._in_flight[user]
+
+    def leave(self, user: str) -> None:
+        self._in_flight[user] -= 1
+        if self._in_flight[user] <= 0:
+            del self._in_flight[user]
 
     def lock(self, user: str) -> asyncio.Lock:
         found = self._locks.get(user)
@@ -103,6 +125,8 @@ class Base(web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         message = getattr(exc, "log_message", None) or self._reason
         self.set_header("Content-Type", "application/json")
+        if status_code == 429:  # the in-flight limit: free again as soon as the user's others are answered
+            self.set_header("Retry-After", "2")
         self.finish(json.dumps({"status": status_code, "message": message}))
 
     def send(self, obj, status: int = 200):
@@ -130,7 +154,42 @@ def refusal(e: JobRequestError) -> web.HTTPError:
     return web.HTTPError(413 if isinstance(e, limits.TooLarge) else 400, str(e))
 
 
+@web.stream_request_body  # prepare() runs before the body is read: the in-flight limit first, then the body
 class JobsHandler(Base):
+    _slot: str | None = None
+    _body: list[bytes]
+
+    async def prepare(self):
+        await super().prepare()
+        self._body = []
+        if self.request.method != "POST":
+            return
+        declared = self.request.headers.get("Content-Length", "")
+        if declared.isdigit() and len(declared) < 16 and int(declared) > limits.MAX_BODY_BYTES:
+            raise refusal(limits.too_large(int(declared)))  # answered before a byte of it is read
+        self.request.connection.set_max_body_size(limits.MAX_BODY_BYTES)  # no declared length: stop there
+        limit = self.settings["service"].submissions_in_flight
+        if not self.settings["gate"].enter(self.who.name, limit):
+            raise web.HTTPError(429, f"you have {limit} submission(s) in progress already; the limit is {limit} "
+                                     "at a time. Wait for them to be answered and submit again.")
+        self._slot = self.who.name
+
+    def data_received(self, chunk: bytes) -> None:
+        if self.request.method == "POST":  # bounded by set_max_body_size above
+            self._body.append(chunk)
+
+    def on_finish(self) -> None:
+        self._leave()
+
+    def on_connection_close(self) -> None:
+        self._leave()
+        super().on_connection_close()
+
+    def _leave(self) -> None:
+        if self._slot is not None:
+            self.settings["gate"].leave(self._slot)
+            self._slot = None
+
     async def get(self):
         everyone = self.who.admin and self.get_argument("all", "") in ("1", "true", "yes")
         jobs = await self.kube.jobs(None if everyone else self.who.name)
@@ -148,21 +207,19 @@ class JobsHandler(Base):
 
     async def post(self):
         user, groups = self.who.name, list(self.who.groups)
-        try:
-            body = limits.parse_body(self.request.body)
-        except JobRequestError as e:
-            raise refusal(e) from None
+        raw, self._body = b"".join(self._body), []
+        if len(raw) > limits.MAX_BODY_BYTES:
+            raise refusal(limits.too_large(len(raw)))
         gate: SubmitGate = self.settings["gate"]
         self.kube.require_current()  # limits are counted from the cache: only from a current one
         async with gate.lock(user):  # count and create as one step per user
             active = await self.unfinished(user)
-            slug = body.get("profile") if isinstance(body, dict) else None
-            try:
-                on_profile = active.get(slug, 0) if isinstance(slug, str) else 0
-                objs = plan_submission(self.cfg, user, groups, body, on_profile, self.settings["service"],
-                                       active_total=sum(active.values()))
+            try:  # parse and plan in a worker process: never on this loop (planner.py)
+                objs, slug = await self.settings["planner"].plan(raw, user, groups, dict(active))
             except JobRequestError as e:
                 raise refusal(e) from None
+            except BrokenProcessPool:
+                raise web.HTTPError(503, "the submission could not be checked right now; try again") from None
             job = await self.create(user, objs)
             if await self.kube.job(job["metadata"]["name"]) is None:  # the cache has not seen it yet: count it
                 gate.created(user, job["metadata"]["name"], slug)
@@ -241,6 +298,12 @@ class HealthHandler(web.RequestHandler):
         self.finish({"ok": True})
 
 
+class MetricsHandler(web.RequestHandler):
+    def get(self):
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.settings["metrics"]))
+
+
 def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
              prefix: str = "/", notifier=None, hub_url: str = "") -> web.Application:
     from gpu_spawner.services.notify import web as notify_web  # it builds on Base, above
@@ -248,12 +311,14 @@ def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceS
     p = prefix.rstrip("/")
     return web.Application([
         (rf"{p}/health", HealthHandler),
+        (rf"{p}/metrics", MetricsHandler),
         (rf"{p}/jobs/?", JobsHandler),
         (rf"{p}/jobs/([^/]+)/?", JobHandler),  # any name: a bad one is a clear 400 (limits.job_name)
         (rf"{p}/jobs/([^/]+)/logs", LogsHandler),
         (rf"{p}/profiles/?", ProfilesHandler),
         *notify_web.routes(p),
-    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(), notifier=notifier, hub_url=hub_url)
+    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(), notifier=notifier, hub_url=hub_url,
+       planner=Planner(cfg, service), metrics=CollectorRegistry())
 
 
 def listen_address(host: str | None) -> str:
@@ -295,7 +360,8 @@ async def serve(opts) -> None:
     except asyncio.TimeoutError:  # e.g. RBAC without watch: serve from the API until the watches sync
         log.warning("the Job/Workload/pod watches did not sync in 30 s; reading from the API meanwhile")
     kube = Kube(api, namespaces, logs, cache, jobsets)
-    service = ServiceSettings(job=job_settings, max_jobs_per_user=opts.max_jobs_per_user)
+    service = ServiceSettings(job=job_settings, max_jobs_per_user=opts.max_jobs_per_user,
+                              submissions_in_flight=opts.submissions_in_flight)
     access = f"access:services!service={os.environ.get('JUPYTERHUB_SERVICE_NAME', SERVICE_NAME)}"
     auth = TokenAuth(HubAuth(access_scopes={access}), {access})
     url = urlparse(opts.url)
@@ -303,6 +369,8 @@ async def serve(opts) -> None:
     notifications = Notifications(parent=opts)
     notifier = notifications.notifier()  # None: the admin set no channel
     app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url)
+    LoopGuard(app.settings["metrics"]).start()
+    await app.settings["planner"].warm()
     if notifier is not None:  # job state changes → the e-mails and webhooks users opted into
         app.settings["notify_watch"] = asyncio.create_task(watch_jobs(kube, notifier, notifications.hub_url))
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)

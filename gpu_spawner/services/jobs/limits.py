@@ -11,10 +11,14 @@ from typing import Any, Mapping
 
 from gpu_spawner.builders.jobs import JobRequestError
 
-#: A request body (the notebook as saved, outputs included; the service strips them).
-MAX_BODY_BYTES = 16 * 2**20
-#: Tornado stops reading beyond this (a bare 400); between the two the handler answers 413 naming the limit.
-HARD_BODY_BYTES = 2 * MAX_BODY_BYTES
+#: A request body: what a snapshot can be. The client sends the notebook without outputs (the snapshot
+#: drops them anyway), and a snapshot is at most 900 KiB gzipped (builders.jobs.MAX_SNAPSHOT_BYTES), which
+#: code and markdown reach at about 4 MiB; a bigger body could never become a job.
+MAX_BODY_BYTES = 4 * 2**20
+#: Tornado stops reading beyond this (a bare 400); a declared length over MAX_BODY_BYTES is a 413 before reading.
+HARD_BODY_BYTES = MAX_BODY_BYTES + 2**16
+#: JSON values in a body (objects, arrays, strings, numbers...): a notebook of 4 MiB holds ~100 k lines.
+MAX_JSON_VALUES = 250_000
 #: Nesting of the JSON body (a notebook is ~6 deep; cell metadata adds a few).
 MAX_DEPTH = 64
 MAX_QUERY_ARGS = 16
@@ -40,11 +44,16 @@ def _reject_constant(name: str):
     raise JobRequestError(f"the request body contains {name}; JSON numbers must be finite")
 
 
+def too_large(size: int) -> TooLarge:
+    return TooLarge(f"the request body is {size / 2**20:.1f} MiB; the limit is {MAX_BODY_BYTES // 2**20} MiB. "
+                    "Move data out of the notebook (read it from a file) and submit again.")
+
+
 def parse_body(raw: bytes) -> Any:
-    """The JSON body: finite numbers only, at most MAX_DEPTH deep, valid Unicode, at most MAX_BODY_BYTES."""
+    """The JSON body: finite numbers only, at most MAX_DEPTH deep and MAX_JSON_VALUES values, valid Unicode,
+    at most MAX_BODY_BYTES. CPU-bound on big bodies: gpu-jobs runs it off its event loop (planner.py)."""
     if len(raw) > MAX_BODY_BYTES:
-        raise TooLarge(f"the request body is {len(raw) / 2**20:.1f} MiB; the limit is {MAX_BODY_BYTES // 2**20} MiB. "
-                       "Clear large outputs from the notebook and submit again.")
+        raise too_large(len(raw))
     try:
         data = json.loads(raw or b"{}", parse_constant=_reject_constant)
     except JobRequestError:
@@ -58,10 +67,15 @@ def parse_body(raw: bytes) -> Any:
 
 
 def check_structure(data: Any) -> None:
-    """At most MAX_DEPTH levels; every string valid Unicode (no lone surrogates: they cannot be sent on)."""
-    stack = [(data, 1)]
+    """At most MAX_DEPTH levels and MAX_JSON_VALUES values; every string valid Unicode (no lone surrogates:
+    they cannot be sent on)."""
+    stack, seen = [(data, 1)], 0
     while stack:
         value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_JSON_VALUES:
+            raise TooLarge(f"the request body holds more than {MAX_JSON_VALUES} JSON values; the limit is "
+                           f"{MAX_JSON_VALUES}. Move data out of the notebook (read it from a file).")
         if depth > MAX_DEPTH:
             raise JobRequestError(f"the request body is nested too deeply; the limit is {MAX_DEPTH} levels")
         if isinstance(value, dict):

@@ -66,6 +66,10 @@ class GPUJobs(Application):
                                             "profiles; 0: no limit. Enforced per user under a lock, so parallel "
                                             "submissions cannot pass it together; a profile's max_per_user "
                                             "applies as well.").tag(config=True)
+    submissions_in_flight = Int(2, min=1, help="Submissions of one user that may be in progress at once (their "
+                                               "bodies read, checked, created); one more is answered 429 before "
+                                               "its body is read, so a user's parallel requests cannot pile up "
+                                               "big bodies in the service.").tag(config=True)
     max_timeout = Unicode("7d", help="The longest timeout anyone may ask for (a profile's max_job_timeout "
                                      "can lower it).").tag(config=True)
     ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
@@ -81,7 +85,8 @@ class GPUJobs(Application):
                "orphan-grace": "GPUJobs.orphan_grace",
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
-               "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user"}
+               "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user",
+               "submissions-in-flight": "GPUJobs.submissions_in_flight"}
 
     @default("profiles_file")
     def _profiles_file(self):

@@ -29,6 +29,8 @@ class ServiceSettings:
     job: JobSettings = field(default_factory=JobSettings)
     #: Unfinished jobs one user may have over all profiles (0: no limit); see options.GPUJobs.max_jobs_per_user.
     max_jobs_per_user: int = 10
+    #: Submissions of one user being read, checked or created at once; see options.GPUJobs.submissions_in_flight.
+    submissions_in_flight: int = 2
 
 
 def parse_timeout(value: Any) -> int | None:

@@ -1,0 +1,70 @@
+"""Parse and plan a submission off gpu-jobs' event loop, in a worker process.
+
+Parsing a 4 MiB body of tiny JSON values takes a quarter of a second of C code that holds the GIL (a
+thread would not free the loop), and planning it (checks, stripping outputs, gzip) as much again; on
+the service's one loop that is a stall for every user. A worker process takes the raw body and the
+caller's counts and returns the manifests or the `JobRequestError` (pickled back as it was raised).
+The worker gets the profiles and settings once, when it starts; a crashed worker is replaced.
+"""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
+
+_worker: dict[str, Any] = {}
+
+
+def _start(cfg: ProfilesConfig, settings: ServiceSettings) -> None:
+    _worker.update(cfg=cfg, settings=settings)
+
+
+def plan_raw(raw: bytes, user: str, groups: list[str], active: dict[str, int],
+             cfg: ProfilesConfig | None = None, settings: ServiceSettings | None = None) -> tuple[list[dict], Any]:
+    """(the manifests, the requested profile) for the raw body (pure); `active`: the user's unfinished jobs
+    per profile. Runs in the worker, with the worker's profiles unless `cfg` is given."""
+    body = limits.parse_body(raw)
+    slug = body.get("profile") if isinstance(body, dict) else None
+    on_profile = active.get(slug, 0) if isinstance(slug, str) else 0
+    objs = plan_submission(cfg or _worker["cfg"], user, groups, body, on_profile, settings or _worker["settings"],
+                           active_total=sum(active.values()))
+    return objs, slug
+
+
+class Planner:
+    """The worker pool (`workers` processes, started on first use or by `warm`)."""
+
+    def __init__(self, cfg: ProfilesConfig, settings: ServiceSettings, workers: int = 1):
+        self.cfg, self.settings, self.workers = cfg, settings, workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:  # spawn: a fork of a process with a running loop and threads is unsafe
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_start, initargs=(self.cfg, self.settings))
+        return self._pool
+
+    async def warm(self) -> None:
+        """Start the workers now (their imports take a second), not at the first submission."""
+        await asyncio.gather(*(asyncio.get_running_loop().run_in_executor(self._executor(), _start, self.cfg,
+                                                                          self.settings)
+                               for _ in range(self.workers)))
+
+    async def plan(self, raw: bytes, user: str, groups: list[str], active: dict[str, int]) -> tuple[list[dict], Any]:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor(), plan_raw, raw, user, groups, active)
+        except BrokenProcessPool:  # the worker died (e.g. out of memory): a fresh one next time
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,152 @@
+"""Big and parallel request bodies never stall gpu-jobs (finding 2 of issue 25), in this process: the real
+service app (`make_app`) on a real HTTP server, a real HTTP hub API on this machine answering
+`GET /hub/api/user` for the callers' tokens, the real watch-fed cache as its watches fill it (no jobs yet),
+and the service's LoopGuard on this loop measuring every stall."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+
+import pytest
+import pytest_asyncio
+import requests
+from jupyterhub.services.auth import HubAuth
+from kubernetes_asyncio import client
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+from gpu_spawner.contract import JOBS_ACCESS_SCOPE
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs.app import make_app
+from gpu_spawner.services.jobs.auth import TokenAuth
+from gpu_spawner.services.jobs.cache import JobsCache
+from gpu_spawner.services.jobs.kube import Kube
+from gpu_spawner.services.jobs.submission import ServiceSettings
+from gpu_spawner.services.loopguard import LoopGuard
+
+from .stalls import StallMeter
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # one service (and worker process) for the module
+USERS = {"tok-alice": "alice", "tok-bob": "bob"}
+
+
+class HubUserAPI(web.RequestHandler):
+    """The hub's GET /hub/api/user: the model of the token in the Authorization header, else 403."""
+
+    def get(self):
+        name = USERS.get(self.request.headers.get("Authorization", "").partition(" ")[2])
+        if name is None:
+            raise web.HTTPError(403)
+        self.finish({"kind": "user", "name": name, "groups": ["data-science"], "admin": False,
+                     "scopes": [JOBS_ACCESS_SCOPE]})
+
+
+def _listen(app: web.Application) -> tuple[HTTPServer, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = HTTPServer(app, max_body_size=limits.HARD_BODY_BYTES)
+    server.listen(port, "127.0.0.1")
+    return server, port
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def service():
+    hub, hub_port = _listen(web.Application([(r"/hub/api/user", HubUserAPI)]))
+    cfg = load_profiles(EXAMPLE_PROFILES)
+    namespaces = [t.namespace for t in cfg.teams.values()]
+    api = client.ApiClient()
+    cache = JobsCache(api, namespaces)
+    for store in cache.stores.values():
+        store.replace([])
+    for informer in cache.informers:
+        informer.synced.set()
+    auth = TokenAuth(HubAuth(api_url=f"http://127.0.0.1:{hub_port}/hub/api", api_token="svc"), {JOBS_ACCESS_SCOPE})
+    app = make_app(cfg, Kube(api, namespaces, cache=cache), auth, ServiceSettings(submissions_in_flight=1), "/")
+    guard = LoopGuard(app.settings["metrics"]).start()
+    await app.settings["planner"].warm()
+    server, port = _listen(app)
+    yield f"http://127.0.0.1:{port}", port, StallMeter(registry=app.settings["metrics"]), app.settings["gate"]
+    server.stop()
+    hub.stop()
+    guard._task.cancel()
+    app.settings["planner"].close()
+    await api.close()
+
+
+def post(url: str, body: bytes, token: str = "tok-alice") -> requests.Response:
+    return requests.post(f"{url}/jobs", data=body, timeout=60, headers={"Authorization": f"token {token}"})
+
+
+def notebook(cells: int, source_bytes: int) -> dict:
+    """A notebook of random sources: it does not compress, so its snapshot is too big (planned to the end)."""
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "source": os.urandom(source_bytes // 2).hex(), "metadata": {}, "outputs": []}
+        for _ in range(cells)]}
+
+
+BIG = {
+    "4 MiB of empty objects": b"[" + b"{}," * (limits.MAX_BODY_BYTES // 3 - 1) + b"{}]",
+    "4 MiB of zeros": b"[" + b"0," * (limits.MAX_BODY_BYTES // 2 - 2) + b"0]",
+    "deep and wide": json.dumps([[[[{"a": [0] * 50}] * 20] * 20] * 12]).encode(),
+    "a snapshot too big, planned to the end": json.dumps({"profile": "a100-mig-1g10gb", "notebook_path": "w.ipynb",
+                                                          "notebook": notebook(14_000, 190)}).encode(),
+}
+
+
+@pytest.mark.parametrize("what", list(BIG))
+async def test_big_bodies_are_refused_without_stalling_the_loop(service, what):
+    url, _, meter, _ = service
+    raw = BIG[what]
+    assert len(raw) <= limits.MAX_BODY_BYTES, len(raw)
+    with meter.request(f"POST /jobs ({what})"):
+        r = await asyncio.to_thread(post, url, raw)
+    assert r.status_code in (400, 413), (r.status_code, r.text[:300])
+    assert r.json()["message"]
+    print(meter.report())
+
+
+async def test_too_many_json_values_is_413_naming_the_limit(service):
+    url, *_ = service
+    r = await asyncio.to_thread(post, url, BIG["4 MiB of zeros"])
+    assert r.status_code == 413 and f"the limit is {limits.MAX_JSON_VALUES}" in r.json()["message"], r.text
+
+
+async def _held_upload(port: int, token: str, declared: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A POST whose headers and first bytes were sent, the rest held back (a slow or hostile client)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /jobs HTTP/1.1\r\nHost: gpu-jobs\r\nAuthorization: token {token}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n{{".encode())
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_users_submission_beyond_the_in_flight_limit_is_429_before_its_body_is_read(service):
+    url, port, _, gate = service
+    reader, writer = await _held_upload(port, "tok-alice", 2**20)
+    deadline = time.monotonic() + 10
+    while not gate.in_flight("alice") and time.monotonic() < deadline:  # its token checked by the hub
+        await asyncio.sleep(0.01)
+    r = await asyncio.to_thread(post, url, b"{}")
+    assert r.status_code == 429 and "the limit is 1 at a time" in r.json()["message"], r.text
+    assert r.headers["Retry-After"]
+    other = await asyncio.to_thread(post, url, b"{}", "tok-bob")  # someone else is not held up
+    assert other.status_code == 400, other.text
+    writer.close()  # the held upload goes away: its slot is free again
+    await writer.wait_closed()
+    while gate.in_flight("alice") and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert (await asyncio.to_thread(post, url, b"{}")).status_code == 400
+
+
+async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(service):
+    port = service[1]
+    reader, writer = await _held_upload(port, "tok-alice", limits.MAX_BODY_BYTES + 1)
+    head = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 413") and b"the limit is 4 MiB" in head, head[:300]
