@@ -2,11 +2,11 @@
 
 One ResourceFlavor per GPU pool (its node labels and tolerations, which Kueue copies into admitted
 pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus the CPU and memory
-that many GPUs' share of a node carries), a LocalQueue in the team's namespace and one of the same
-name in the hub's namespace (notebook servers queue there: Kueue's pod integration), and a
-WorkloadPriorityClass and PriorityClass per priority, plus a server WorkloadPriorityClass per priority
-above every job's (`server_priority_class`). Kueue API v1beta2 only. Team namespaces
-enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
+the team's profiles on the pool ask for with that many GPUs: model/quota.py), a LocalQueue in the
+team's namespace and one of the same name in the hub's namespace (notebook servers queue there: Kueue's
+pod integration), and a WorkloadPriorityClass and PriorityClass per priority, plus a server
+WorkloadPriorityClass per priority above every job's (`server_priority_class`). Kueue API v1beta2 only.
+Team namespaces enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gpu_spawner.builders.deploy import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
-from gpu_spawner.model import quantities
+from gpu_spawner.model import quantities, quota
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team
 
 EPHEMERAL = "ephemeral-storage"
@@ -45,23 +45,32 @@ def resource_flavor(name: str, pool: Pool) -> dict[str, Any]:
 
 
 def _share(cfg: ProfilesConfig, pool_name: str, gpus: int) -> tuple[Decimal, Decimal]:
-    """CPU and memory that `gpus` slots of a node carry (so a full quota fits the nodes it stands for: the
-    node's allocatable, not its VM size). A pool of unknown size: what its largest profile asks per slot,
-    so the GPU quota alone decides."""
-    pool = cfg.pools[pool_name]
-    shape = pool.shape()
+    """CPU and memory that `gpus` slots of a node carry (the node's allocatable, not its VM size); 0 when the
+    pool's node size is unknown."""
+    shape = cfg.pools[pool_name].shape()
     if shape is None:
-        per_slot = [(p.cpu / p.gpu.count, Decimal(p.memory_limit) / p.gpu.count) for p in cfg.profiles
-                    if p.pool == pool_name and p.gpu is not None] or [(Decimal(0), Decimal(0))]
-        return max(c for c, _ in per_slot) * gpus, max(m for _, m in per_slot) * gpus
-    per_node = sum(pool.slots_per_node().values()) or 1
+        return Decimal(0), Decimal(0)
+    per_node = sum(cfg.pools[pool_name].slots_per_node().values()) or 1
     return shape.cpu * gpus / per_node, shape.memory * gpus / per_node
 
 
-def _scratch(gpus: int) -> Decimal:
-    """Ephemeral-storage quota for `gpus` slots: the most one Job may ask for, per slot, so it never binds
-    before the GPU quota does (Kueue refuses a workload asking for a resource its queue does not cover)."""
-    return quantities.parse(MAX_EPHEMERAL_STORAGE) * gpus
+def _up(value: Decimal, unit: Decimal) -> Decimal:
+    """`value` rounded up to a whole `unit` (1m CPU, 1 MiB): a quota rounded down would admit one server
+    fewer."""
+    return -(-value // unit) * unit
+
+
+def _quota(cfg: ProfilesConfig, team_name: str, pool_name: str, gpus: int) -> tuple[str, str, str]:
+    """(cpu, memory, ephemeral-storage) quota for `gpus` units of the team's quota on the pool: what the
+    profiles the team may choose there ask for with that many (model/quota.py), never less than the slots'
+    share of a node, so the GPU quota, not CPU or memory, decides how many servers and jobs run. Scratch
+    disk: the most one Job may ask for, per pod (Kueue refuses a workload asking for a resource its queue
+    does not cover)."""
+    wanted = quota.need(cfg, team_name, pool_name, gpus)
+    cpu, mem = _share(cfg, pool_name, gpus)
+    scratch = quantities.parse(MAX_EPHEMERAL_STORAGE) * max(gpus, wanted.pods)
+    return (quantities.cpu(_up(max(cpu, wanted.cpu), Decimal("0.001"))),
+            quantities.memory(_up(max(mem, wanted.memory), Decimal(quantities.MI))), quantities.memory(scratch))
 
 
 def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
@@ -127,18 +136,16 @@ def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team,
     for name in pools:
         pool = cfg.pools[name]
         gpus = team.quota.get(name, 0)
-        cpu, mem = _share(cfg, name, gpus)
+        cpu, mem, scratch = _quota(cfg, team_name, name, gpus)
         own = set(pool.slots_per_node())
         resources = [
-            {"name": "cpu", "nominalQuota": quantities.cpu(cpu)},
-            {"name": "memory", "nominalQuota": quantities.memory(mem)},
-            {"name": EPHEMERAL, "nominalQuota": quantities.memory(_scratch(gpus))},
+            {"name": "cpu", "nominalQuota": cpu},
+            {"name": "memory", "nominalQuota": mem},
+            {"name": EPHEMERAL, "nominalQuota": scratch},
         ] + [{"name": r, "nominalQuota": gpus if r in own else 0} for r in gpu_resources]
         if team.cohort and team.borrowing_limit is not None:
-            b_cpu, b_mem = _share(cfg, name, team.borrowing_limit)
-            resources[0]["borrowingLimit"] = quantities.cpu(b_cpu)
-            resources[1]["borrowingLimit"] = quantities.memory(b_mem)
-            resources[2]["borrowingLimit"] = quantities.memory(_scratch(team.borrowing_limit))
+            for r, limit in zip(resources, _quota(cfg, team_name, name, team.borrowing_limit)):
+                r["borrowingLimit"] = limit
             for r in resources[3:]:
                 r["borrowingLimit"] = team.borrowing_limit if r["name"] in own else 0
         flavors.append({"name": name, "resources": resources})

@@ -2,7 +2,8 @@
 
 Each pool, profile and team is parsed on its own so one bad entry does not hide the next;
 cross-references (pool names, MIG slices of the pool's GPU, quotas) are then checked on the
-entries that parsed. Every problem carries a path, the bad value and what would be valid.
+entries that parsed, and last whether each team's quota fits its pool's nodes (model/quota.py).
+Every problem carries a path, the bad value and what would be valid.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import multinode
+from gpu_spawner.model import multinode, quota
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
 from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.profiles import (
@@ -490,4 +491,8 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
                                                                      f"{team_defaults[0]!r} already is"))
     if problems:
         raise ProfilesError(problems, source)
-    return ProfilesConfig.model_validate({**data, "source": source})
+    cfg = ProfilesConfig.model_validate({**data, "source": source})
+    # a team's quota its nodes cannot hold in servers (their CPU or memory, not their GPUs, runs out first)
+    if short := [Problem(f"teams.{s.team}.quota.{s.pool}", s.message()) for s in quota.shortfalls(cfg)]:
+        raise ProfilesError(short, source)
+    return cfg
