@@ -19,6 +19,7 @@ from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name, ser
 from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
 from gpu_spawner.hub import waiting
 from gpu_spawner.model.choices import ChoiceError
+from gpu_spawner.model.kueue_words import QueueContext, context_for
 
 #: JupyterHub's and KubeSpawner's timeouts run this much longer than ours, so ours always fire first.
 GRACE_S = 30
@@ -171,7 +172,9 @@ class QueuedSpawnMixin(LoggingConfigurable):
         except Exception as e:  # the API down or slow: say so, keep waiting
             self.log.warning("queue position of %s: %s", pod_name, e)
             return None
-        return waiting.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq)
+        profile = getattr(self, "gpu_profile", None)
+        return waiting.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq,
+                                   flavor=profile.pool if profile else None)
 
     async def queue_events(self) -> AsyncIterator[dict[str, Any]]:
         """Spawn-page events while the server waits in the queue: its place when it changes, then its turn."""
@@ -187,7 +190,7 @@ class QueuedSpawnMixin(LoggingConfigurable):
             if pod is not None:
                 place = await self.queue_place(pod["metadata"]["name"])
                 self._never = place.never if place else None  # check_deadlines ends the spawn with it
-                message = waiting.queue_message(team, place, self._slots_text())
+                message = waiting.queue_message(team, place, self._queue_context())
                 if message != last:
                     last = message
                     yield {"message": message, "gpuhub": {"queued": True}}
@@ -196,10 +199,10 @@ class QueuedSpawnMixin(LoggingConfigurable):
     def _pod_key(self) -> str:
         return f"{self.namespace}/{self.pod_name}"
 
-    def _slots_text(self) -> str:
+    def _queue_context(self) -> QueueContext:
+        """The team, pool and GPU unit of this server's queue, for the waiting headline's reason."""
         profile = getattr(self, "gpu_profile", None)
-        pool = self.profiles.pool_of(profile) if profile else None
-        return f"{pool.display_name or pool.gpu.spec.name} quota" if pool and pool.gpu else "GPU quota"
+        return context_for(self.profiles, self._queue[1].namespace, profile.slug if profile else None)
 
     # ------------------------------------------------------------------ the last failure, kept
     @property

@@ -9,11 +9,13 @@ time; the order gpu-jobs uses for a job's place), and how many servers and jobs 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Iterable
 
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE
+from gpu_spawner.model.kueue_words import QueueContext, flavor_usage, quota_limit
 from gpu_spawner.services.jobs.status import _pending as pending, _queue_key as queue_key
 from gpu_spawner.services.usage.eta import ETA, admissions, estimate
 
@@ -49,6 +51,8 @@ class QueuePlace:
     in_queue: int | None          # servers and jobs pending in the team's ClusterQueue (None: unknown)
     eta: ETA
     never: str | None = None      # Kueue's word that it can never admit it (more than the whole quota)
+    kueue_says: str | None = None  # why Kueue has not admitted it yet, in its own words
+    usage: dict[str, tuple[Decimal, Decimal]] = field(default_factory=dict)  # the pool's flavor: in use, quota
 
 
 def _owned_by_pod(workload: dict[str, Any], pod_name: str) -> bool:
@@ -57,27 +61,31 @@ def _owned_by_pod(workload: dict[str, Any], pod_name: str) -> bool:
 
 
 def queue_place(workloads: Iterable[dict[str, Any]], namespace: str, queue: str, pod_name: str,
-                cluster_queue: dict[str, Any] | None = None, now: datetime | None = None) -> QueuePlace:
+                cluster_queue: dict[str, Any] | None = None, now: datetime | None = None,
+                flavor: str | None = None) -> QueuePlace:
     """The place of `pod_name`'s Workload among the team's waiting servers (LocalQueue `queue` in the hub
-    `namespace`), the ClusterQueue's pending count, and the ETA from the servers' admission history."""
+    `namespace`), the ClusterQueue's pending count and its use of the pool's `flavor`, Kueue's reason, and
+    the ETA from the servers' admission history."""
     mine = [wl for wl in workloads if wl["metadata"].get("namespace", "") == namespace
             and (wl.get("spec") or {}).get("queueName", "") == queue]
     history = admissions(mine).get((namespace, queue), [])
     waiting = sorted((wl for wl in mine if pending(wl)), key=queue_key)
     in_queue = ((cluster_queue or {}).get("status") or {}).get("pendingWorkloads")
     in_queue = in_queue if isinstance(in_queue, int) else None
+    usage = flavor_usage(cluster_queue, flavor)
     for i, wl in enumerate(waiting, 1):
         if _owned_by_pod(wl, pod_name):
-            return QueuePlace(i, len(waiting), in_queue, estimate(history, i, now), _never_admitted(wl))
-    return QueuePlace(None, len(waiting), in_queue, ETA(None, None, 0))
+            says = _pending_message(wl)
+            never = says if says and "> maximum capacity" in says else None
+            return QueuePlace(i, len(waiting), in_queue, estimate(history, i, now), never, says, usage)
+    return QueuePlace(None, len(waiting), in_queue, ETA(None, None, 0), usage=usage)
 
 
-def _never_admitted(workload: dict[str, Any]) -> str | None:
-    """Kueue's pending message when the request exceeds all the queue could ever have (its quota plus
-    what it may borrow): waiting cannot help."""
+def _pending_message(workload: dict[str, Any]) -> str | None:
+    """Kueue's message on a Workload it has not reserved quota for: which resource is short, or (with
+    "> maximum capacity") that the request exceeds all the queue could ever have, so waiting cannot help."""
     for c in (workload.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "QuotaReserved" and c.get("status") == "False" and \
-                "> maximum capacity" in (c.get("message") or ""):
+        if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("message"):
             return c["message"]
     return None
 
@@ -94,7 +102,16 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def queue_message(team: str, place: QueuePlace | None, slots: str = "GPU quota") -> str:
+def _why(place: QueuePlace, ctx: QueueContext) -> str:
+    """What the server waits for, from the resource Kueue names (CPU, memory or the GPUs), never assumed."""
+    said = quota_limit(place.kueue_says, replace(ctx, usage=place.usage or ctx.usage))
+    if said is None:
+        where = f" on the {ctx.pool_label} pool" if ctx.pool_label else ""
+        said = f"your team's quota{where} is in use"
+    return said[0].upper() + said[1:]
+
+
+def queue_message(team: str, place: QueuePlace | None, ctx: QueueContext = QueueContext()) -> str:
     """The spawn page's headline while the server is queued. `place` None: the queue could not be read."""
     head = f"Waiting in the {team} team's queue"
     if place is None:
@@ -114,8 +131,8 @@ def queue_message(team: str, place: QueuePlace | None, slots: str = "GPU quota")
         where += f"; {place.in_queue} servers and jobs wait in the queue in all"
     when = (f"Estimated wait: about {duration(place.eta.p50_s)} (at most {duration(place.eta.p90_s)} in 9 of "
             "10 past waits)." if place.eta.known else "No wait estimate yet (too few past waits).")
-    return (f"{head}: {where}. Your team's {slots} is in use; you start as soon as one of its servers or jobs "
-            f"stops. {when} Keep this page open or come back: your place is kept until you stop the server.")
+    return (f"{head}: {where}. {_why(place, ctx)}; you start as soon as one of the team's servers or jobs "
+            f"there stops. {when} Keep this page open or come back: your place is kept until you stop the server.")
 
 
 def admitted_message(team: str) -> str:

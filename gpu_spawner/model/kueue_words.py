@@ -8,12 +8,17 @@ a flavor, and should read what it means for them and what happens next. The raw 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
 
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
+from gpu_spawner.model.quantities import human_bytes, parse_or_none
 
 _FLAVOR_PART = re.compile(r"in flavor ([\w.-]+)|flavor ([\w.-]+) doesn't match")
-_UNUSED = re.compile(r"insufficient unused quota for ([\w./-]+) in flavor ([\w.-]+)")
+_UNUSED = re.compile(r"insufficient unused quota for ([\w./-]+) in flavor ([\w.-]+)(?:, (\S+) more needed)?")
+#: The resources besides GPUs a team's quota holds, as people say them.
+_NOT_GPU = {"cpu": "CPU", "memory": "memory", "ephemeral-storage": "scratch disk"}
 _MAXIMUM = re.compile(r"insufficient quota for ([\w./-]+) in flavor ([\w.-]+)"
                       r"(?:.*?request > maximum capacity \((\S+) > (\S+)\))?")
 _UNAVAILABLE = re.compile(r"resource ([\w./-]+) unavailable in ClusterQueue")
@@ -23,7 +28,9 @@ _PENDING_PREEMPTION = re.compile(r"Pending the preemption of (\d+) workload")
 @dataclass(frozen=True)
 class QueueContext:
     """What the sentence may say about the job's own queue: its team, its pool (a Kueue flavor is named
-    after its pool), the team's quota there, what one unit is called, and its place in the queue."""
+    after its pool) and the pool's name for people, the team's quota there, what one unit is called and its
+    resource, its place in the queue, and, when the live ClusterQueue was read, the flavor's use of each
+    resource (`flavor_usage`)."""
 
     team: str | None = None
     pool: str | None = None
@@ -31,6 +38,9 @@ class QueueContext:
     noun: str = "GPU slots"
     position: int | None = None
     of: int | None = None
+    pool_label: str | None = None
+    resource: str | None = None
+    usage: dict[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
 
 
 def slot_noun(pool: Pool | None) -> str:
@@ -54,7 +64,53 @@ def context_for(cfg: ProfilesConfig, namespace: str | None, profile_slug: str | 
     pool = cfg.pools.get(pool_name) if pool_name else None
     quota = team[1].quota.get(pool_name) if team and pool_name else None
     return QueueContext(team=team[0] if team else None, pool=pool_name, quota=quota, noun=slot_noun(pool),
-                        position=position, of=of)
+                        position=position, of=of, pool_label=pool.label.removeprefix("NVIDIA ") if pool else None,
+                        resource=cfg.resource_name(profile) if profile else None)
+
+
+def flavor_usage(cluster_queue: dict[str, Any] | None, flavor: str | None) -> dict[str, tuple[Decimal, Decimal]]:
+    """Resource → (in use, nominal quota) of one flavor of a live ClusterQueue: what Kueue has reserved
+    (`flavorsReservation`, else `flavorsUsage`) against its `spec`. {} when not known."""
+    if not cluster_queue or not flavor:
+        return {}
+    status = cluster_queue.get("status") or {}
+    used = {r.get("name"): parse_or_none(str(r.get("total", 0))) for f in status.get("flavorsReservation")
+            or status.get("flavorsUsage") or [] if f.get("name") == flavor for r in f.get("resources") or []}
+    out = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for f in group.get("flavors") or []:
+            if f.get("name") == flavor:
+                for r in f.get("resources") or []:
+                    nominal = parse_or_none(str(r.get("nominalQuota", 0)))
+                    if nominal is not None:
+                        out[r["name"]] = (used.get(r["name"]) or Decimal(0), nominal)
+    return out
+
+
+def _amount(resource: str, value: Decimal, unit: bool = True) -> str:
+    """'3.43 CPUs' (or '3.43' without the unit), '48 GiB'."""
+    if resource == "cpu":
+        return f"{float(value):.3g}" + (" CPUs" if unit else "")
+    return human_bytes(value)
+
+
+def _not_gpu_limit(resource: str, more: str | None, ctx: QueueContext) -> str:
+    """The team's CPU, memory or scratch-disk quota on the pool, not its GPUs, is what the job waits for:
+    the numbers from the live queue when known, and how many GPU units are free meanwhile."""
+    what = _NOT_GPU[resource]
+    where = f" on the {ctx.pool_label} pool" if ctx.pool_label else ""
+    said = f"your team's {what} quota{where} is used up"
+    if resource in ctx.usage:
+        used, nominal = ctx.usage[resource]
+        said += f": {_amount(resource, used, unit=False)} of {_amount(resource, nominal)} in use"
+    needed = parse_or_none(more) if more else None
+    if needed:
+        said += f"{',' if resource in ctx.usage else ':'} {_amount(resource, needed)} more needed"
+    if ctx.resource in ctx.usage:
+        used, nominal = ctx.usage[ctx.resource]
+        free = max(nominal - used, Decimal(0))
+        said += f"; {free:f} of {nominal:f} {ctx.noun} {'is' if free == 1 else 'are'} free"
+    return said
 
 
 def _place(ctx: QueueContext) -> str:
@@ -109,12 +165,18 @@ def plain_reason(message: str | None, ctx: QueueContext = QueueContext(), reason
     text = ", ".join(parts)
     if m := _MAXIMUM.search(text):
         asked, most = m.group(3), m.group(4)
+        what = noun
+        if m.group(1) in _NOT_GPU:
+            what = _NOT_GPU[m.group(1)]
+            asked, most = (_amount(m.group(1), q) if (q := parse_or_none(v)) is not None else v
+                           for v in (asked, most))
         sizes = f" ({asked} asked, at most {most} possible)" if asked and most else ""
-        return (f"this job asks for more {noun} than {team} quota can ever give{sizes}, so it cannot start; "
+        return (f"this job asks for more {what} than {team} quota can ever give{sizes}, so it cannot start; "
                 "choose a smaller profile, or ask an admin to raise the team's quota")
-    if _UNUSED.search(text):
-        held = f"{ctx.quota} {noun}" if ctx.quota else noun
-        return f"{team} {held} are in use; starts when one finishes{_place(ctx)}"
+    if m := _UNUSED.search(text):
+        then = "when one of the team's servers or jobs on this pool stops" if m.group(1) in _NOT_GPU else \
+            "when one finishes"
+        return f"{quota_limit(message, ctx)}; starts {then}{_place(ctx)}"
     if _UNAVAILABLE.search(text) or (ctx.quota == 0 and "flavor" in text):
         return (f"{team} quota has no {noun}, so the job cannot start; choose another profile, or ask an "
                 "admin to give the team quota on this pool")
@@ -122,3 +184,14 @@ def plain_reason(message: str | None, ctx: QueueContext = QueueContext(), reason
         return ("the profile and the team's queue disagree about where this job may run (a setup problem); "
                 "ask an admin to run `gpuhub doctor`")
     return f"waiting in {team} queue{_place(ctx)}"
+
+
+def quota_limit(message: str | None, ctx: QueueContext = QueueContext()) -> str | None:
+    """The clause naming the quota a waiting workload needs more of, from the resource Kueue names ("your
+    team's CPU quota on the A100 pool is used up: ..."), or None when Kueue names no used-up quota."""
+    m = _UNUSED.search(", ".join(_own_parts((message or "").strip(), ctx.pool)))
+    if m is None:
+        return None
+    if m.group(1) in _NOT_GPU:
+        return _not_gpu_limit(m.group(1), m.group(3), ctx)
+    return f"your team's {f'{ctx.quota} {ctx.noun}' if ctx.quota else ctx.noun} are in use"

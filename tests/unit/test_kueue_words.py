@@ -1,6 +1,8 @@
 """Kueue's condition messages (as Kueue writes them into Workload conditions) told in plain words."""
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -96,3 +98,61 @@ def test_gpu_amount_says_a_share_or_a_slice_never_one_gpu():
     assert said["h100-full"] == "1 × H100 NVL" and said["cpu"] == "no GPU"
     two = CFG.profiles[2].model_copy(update={"gpu": CFG.profiles[2].gpu.model_copy(update={"count": 2})})
     assert gpu_amount(CFG, two) == "2 × 1g.10gb MIG slices"
+
+
+# ---------------------------------------------------------------------- waits that name the real limit (issue 34)
+MIG = context_for(CFG, "team-mlr", "a100-mig-1g10gb", position=1, of=2)
+CPU_BOUND = ("couldn't assign flavors to pod set main: flavor gput4 doesn't match node affinity, insufficient "
+             "unused quota for cpu in flavor gpumig, 572m more needed")
+
+
+def test_a_cpu_bound_wait_names_cpu_and_the_pool_never_the_gpus():
+    said = plain_reason(CPU_BOUND, MIG, "Pending")
+    assert said == ("your team's CPU quota on the A100 80GB pool is used up: 0.572 CPUs more needed; starts when "
+                    "one of the team's servers or jobs on this pool stops — 1 of 2 waiting")
+    assert "slices are in use" not in said and "GPU" not in said
+
+
+def test_with_the_live_queue_the_wait_says_what_is_used_and_what_is_free():
+    from dataclasses import replace
+    from gpu_spawner.model.kueue_words import flavor_usage
+
+    queue = {"spec": {"resourceGroups": [{"flavors": [
+                {"name": "gput4", "resources": [{"name": "cpu", "nominalQuota": 8}]},
+                {"name": "gpumig", "resources": [{"name": "cpu", "nominalQuota": "3428m"},
+                                                 {"name": "memory", "nominalQuota": "48Gi"},
+                                                 {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 2}]}]}]},
+             "status": {"flavorsReservation": [{"name": "gpumig", "resources": [
+                 {"name": "cpu", "total": "3428m"}, {"name": "memory", "total": "46Gi"},
+                 {"name": "nvidia.com/mig-1g.10gb", "total": 1}]}]}}
+    usage = flavor_usage(queue, "gpumig")
+    assert usage["cpu"] == (Decimal("3.428"), Decimal("3.428")) and usage["nvidia.com/mig-1g.10gb"] == (1, 2)
+    live = replace(MIG, usage=usage)
+    assert plain_reason(CPU_BOUND, live).startswith(
+        "your team's CPU quota on the A100 80GB pool is used up: 3.43 of 3.43 CPUs in use, 0.572 CPUs more needed; "
+        "1 of 2 A100 80GB MIG slices is free; starts when")
+    memory = CPU_BOUND.replace("for cpu", "for memory").replace("572m", "2Gi")
+    assert plain_reason(memory, live).startswith(
+        "your team's memory quota on the A100 80GB pool is used up: 46 GiB of 48 GiB in use, 2 GiB more needed")
+    assert flavor_usage(queue, "nowhere") == {} and flavor_usage(None, "gpumig") == {}
+
+
+def test_more_cpu_than_the_queue_can_ever_give_says_cpu():
+    raw = ("couldn't assign flavors to pod set main: insufficient quota for cpu in flavor gpumig, request > "
+           "maximum capacity (4 > 3428m)")
+    said = plain_reason(raw, MIG)
+    assert "asks for more CPU than your team's quota can ever give (4 CPUs asked, at most 3.43 CPUs possible)" in said
+
+
+def test_the_widget_and_gpu_jobs_say_cpu_for_a_cpu_bound_job():
+    """gpu-jobs' `message` (what the widget, %gpu_jobs and the lab panel show) comes from the same words."""
+    from extension.widgets import render_html, view
+    from gpu_spawner.contract import QUEUED
+    from gpu_spawner.services.jobs.words import explain
+
+    status = explain(CFG, {"state": QUEUED, "namespace": "team-mlr", "profile": "a100-mig-1g10gb", "position": 1,
+                           "queue_length": 2, "queue": "ml-research", "message": CPU_BOUND,
+                           "kueue_message": CPU_BOUND, "kueue_reason": "Pending"})
+    assert status["message"].startswith("your team's CPU quota on the A100 80GB pool is used up")
+    head = render_html("gpu-alice-train", view(status), status).split("<details>")[0]
+    assert "CPU quota on the A100 80GB pool is used up" in head and "MIG slices are in use" not in head

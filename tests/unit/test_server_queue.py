@@ -12,6 +12,7 @@ from gpu_spawner.builders.kueue import queues_servers, server_queue, server_queu
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.hub import waiting
 from gpu_spawner.hub.queued import QueuedSpawnMixin, SpawnFailed, is_patience, merged
+from gpu_spawner.model.kueue_words import context_for
 from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
@@ -85,7 +86,7 @@ def cq(pending):
     return {"status": {"pendingWorkloads": pending}}
 
 
-def test_place_among_the_teams_waiting_servers_and_the_queues_count():
+def test_place_among_the_teams_waiting_servers_and_the_queues_count(cfg):
     wls = [workload("pod-a", 0, "jupyter-a", admitted_s=1),          # running: not waiting
            workload("pod-b", 20, "jupyter-b"),
            workload("pod-me", 30, "jupyter-me"),
@@ -94,9 +95,41 @@ def test_place_among_the_teams_waiting_servers_and_the_queues_count():
     place = waiting.queue_place(wls, "jhub", "ds", "jupyter-me", cq(5), now=T0 + timedelta(seconds=60))
     assert (place.position, place.servers_waiting, place.in_queue) == (2, 3, 5)
     assert not place.eta.known  # one admission is no history
-    text = waiting.queue_message("data-science", place, "NVIDIA T4 quota")
+    text = waiting.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
     assert "yours is the 2nd of the team's 3 waiting servers (1 ahead of you); 5 servers and jobs wait" in text
-    assert "NVIDIA T4 quota is in use" in text and "No wait estimate yet" in text
+    # Kueue has said nothing yet: no resource is named that it did not name
+    assert "Your team's quota on the T4 pool is in use" in text and "No wait estimate yet" in text
+
+
+def pending(wl, message):
+    wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                   "message": message}]
+    return wl
+
+
+def test_a_gpu_bound_wait_names_the_gpus(cfg):
+    wl = pending(workload("pod-me", 0, "jupyter-me"), "couldn't assign flavors to pod set main: insufficient "
+                 "unused quota for nvidia.com/gpu in flavor gput4, 1 more needed")
+    place = waiting.queue_place([wl], "jhub", "ds", "jupyter-me", cq(1), flavor="gput4")
+    text = waiting.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
+    assert "Your team's 8 T4 slots are in use; you start as soon as one of the team's servers or jobs" in text
+
+
+def test_a_cpu_bound_wait_names_cpu_with_the_live_queues_numbers_and_the_free_slices(cfg):
+    """Kueue names cpu: the headline says CPU, with what the live ClusterQueue holds, never 'GPUs in use'."""
+    wl = pending(workload("pod-me", 0, "jupyter-me", queue="mlr"), "couldn't assign flavors to pod set main: "
+                 "flavor gput4 doesn't match node affinity, insufficient unused quota for cpu in flavor gpumig, "
+                 "572m more needed")
+    queue = {"spec": {"resourceGroups": [{"flavors": [{"name": "gpumig", "resources": [
+                 {"name": "cpu", "nominalQuota": "3428m"}, {"name": "memory", "nominalQuota": "52Gi"},
+                 {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 2}]}]}]},
+             "status": {"pendingWorkloads": 1, "flavorsReservation": [{"name": "gpumig", "resources": [
+                 {"name": "cpu", "total": "3"}, {"name": "nvidia.com/mig-1g.10gb", "total": "1"}]}]}}
+    place = waiting.queue_place([wl], "jhub", "mlr", "jupyter-me", queue, flavor="gpumig")
+    text = waiting.queue_message("ml-research", place, context_for(cfg, "team-mlr", "a100-mig-1g10gb"))
+    assert ("Your team's CPU quota on the A100 80GB pool is used up: 3 of 3.43 CPUs in use, 0.572 CPUs more "
+            "needed; 1 of 2 A100 80GB MIG slices is free; you start as soon as") in text, text
+    assert "slices are in use" not in text and "GPU" not in text
 
 
 def test_higher_priority_goes_first():
