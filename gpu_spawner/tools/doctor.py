@@ -415,6 +415,9 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
                 out.append(dp)
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
+    from gpu_spawner.tools.doctor_quota import check_quota_usable
+
+    out += check_quota_usable(cfg, snap, file)  # per team and pool: can the live quota be used in full?
     if hub_namespace is not None:
         out += check_rbac(cfg, snap, hub_namespace)
     from gpu_spawner.tools.doctor_storage import check_storage
