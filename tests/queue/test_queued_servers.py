@@ -5,6 +5,8 @@ Two small teams with one T4 slot each (no cohort, so no borrowing) and a short `
 queued spawn visibly outlives it. One hub for the module (its own settings, so not tests/e2e's)."""
 from __future__ import annotations
 
+import copy
+import json
 import re
 import secrets
 import time
@@ -16,17 +18,24 @@ import yaml
 from cluster.test_kueue_admission import job
 from devcluster.devhub import NAMESPACE, login
 from devcluster.testing import hub_with_agent, wait_until
-from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.builders.kueue import cluster_queue, render_kueue
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
+from gpu_spawner.model import quantities
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 pytestmark = pytest.mark.cluster
 
 START_TIMEOUT = 40
-GROUPS = {"qa1": ["qa-small"], "qa2": ["qa-small"], "qb1": ["qa-other"]}
+GROUPS = {"qa1": ["qa-small"], "qa2": ["qa-small"], "qb1": ["qa-other"], "qc1": ["qa-big"], "qc2": ["qa-big"]}
 TEAMS = {"qa-small": {"namespace": "team-qa", "quota": {"gput4": 1}},
-         "qa-other": {"namespace": "team-qb", "quota": {"gput4": 1}}}
+         "qa-other": {"namespace": "team-qb", "quota": {"gput4": 1}},
+         "qa-big": {"namespace": "team-qc", "quota": {"gpumig": 2}}}
+#: qa-big's largest profile on the MIG pool asks more than a slice's share of a node (23.66 CPUs / 211 GiB
+#: over 7 slices: 3.38 CPUs / 30.2 GiB), so the share alone would admit one server of it, not two.
+BIG = {"slug": "mig-big", "display_name": "A100 MIG 1g.10gb, large", "pool": "gpumig",
+       "gpu": {"kind": "mig", "profile": "1g.10gb", "count": 1}, "cpu": 5, "memory": "32Gi", "shm": "1Gi",
+       "groups": ["qa-big"]}
 #: A pool with no nodes that cannot grow: a spawn there fails at once (the failure the home page keeps).
 GHOST_POOL = {"node_selector": {"kubernetes.azure.com/agentpool": "gpughost"},
               "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
@@ -36,8 +45,8 @@ GHOST = {"slug": "h200-ghost", "display_name": "H200 (retired pool)", "pool": "g
 
 
 class QueueHub:
-    def __init__(self, url: str, token: str, cluster):
-        self.url, self.token, self.cluster = url, token, cluster
+    def __init__(self, url: str, token: str, cluster, profiles):
+        self.url, self.token, self.cluster, self.profiles = url, token, cluster, profiles
 
     def api(self, method: str, path: str, **kw) -> requests.Response:
         kw.setdefault("timeout", 30)
@@ -53,6 +62,17 @@ class QueueHub:
 
     def wait_ready(self, user: str, timeout: float = 150) -> None:
         wait_until(lambda: (self.server(user) or {}).get("ready"), timeout, f"{user}'s server to be ready", 1)
+
+    def progress_until(self, user: str, needle: str, timeout: float = 90) -> str:
+        """The first spawn-page message (JupyterHub's progress event stream) that contains `needle`."""
+        seen = []
+        with self.api("GET", f"/users/{user}/server/progress", stream=True, timeout=timeout) as r:
+            for line in r.iter_lines(decode_unicode=True):
+                if line and line.startswith("data:"):
+                    seen.append(json.loads(line[5:]).get("message") or "")
+                    if needle in seen[-1]:
+                        return seen[-1]
+        raise AssertionError(f"no progress message with {needle!r}; seen: {seen}")
 
     def stop(self, user: str) -> None:
         self.api("DELETE", f"/users/{user}/server")
@@ -83,7 +103,7 @@ def qhub(cluster, tmp_path_factory):
     data = yaml.safe_load(EXAMPLE_PROFILES.read_text())
     data["teams"] = {**TEAMS, **data["teams"]}
     data["pools"]["gpughost"] = GHOST_POOL
-    data["profiles"].append(GHOST)
+    data["profiles"] += [GHOST, BIG]
     path = tmp_path_factory.mktemp("queueprofiles") / "profiles.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     # the admin's step: `gpuhub render kueue FILE | kubectl apply -f -`
@@ -102,7 +122,7 @@ def qhub(cluster, tmp_path_factory):
     try:
         with hub_with_agent(cluster, tmp_path_factory.mktemp("queuehub"), path, GROUPS, {"queue-tests": token},
                             extra=extra) as (dev, agent):
-            hub = QueueHub(dev.settings.url, token, cluster)
+            hub = QueueHub(dev.settings.url, token, cluster, load_profiles(path))
             for user in GROUPS:
                 login(hub.url, user)  # the DevAuthenticator gives their groups at login
             yield hub
@@ -236,3 +256,42 @@ def test_failure_reason_is_still_shown_after_a_reload(qhub, hub_page):
         assert page.locator("#gpuhub-last-failure").count() == 0
     finally:
         qhub.stop("qb1")
+
+
+def test_two_slices_of_quota_start_two_servers_above_a_slices_share_and_a_cpu_bound_wait_says_cpu(qhub):
+    """Issue 34: with only each slice's share of a node as CPU quota (what was rendered before) the second
+    server waits on CPU, and the spawn page says so; the file's own ClusterQueue admits both."""
+    cfg = qhub.profiles
+    pool, big = cfg.pools["gpumig"], cfg.profile("mig-big")
+    per_slot = pool.shape().cpu / 7
+    assert big.cpu > per_slot and big.memory_limit > pool.shape().memory / 7  # above a slice's share
+    rendered = cluster_queue(cfg, "qa-big", cfg.teams["qa-big"], NAMESPACE)
+    (flavor,) = rendered["spec"]["resourceGroups"][0]["flavors"]
+    res = {r["name"]: r for r in flavor["resources"]}
+    assert res["cpu"]["nominalQuota"] == "10" and res["nvidia.com/mig-1g.10gb"]["nominalQuota"] == 2
+    share = copy.deepcopy(rendered)
+    for r in share["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+        if r["name"] == "cpu":
+            r["nominalQuota"] = quantities.cpu(per_slot * 2)  # 6.76 CPUs: one server of 5
+    kube = qhub.cluster.kube()
+    try:
+        kube.apply(share)
+        qhub.start("qc1", "mig-big")
+        qhub.wait_ready("qc1")
+        qhub.start("qc2", "mig-big")
+        said = qhub.progress_until("qc2", "CPU quota")
+        assert "Your team's CPU quota on the A100 80GB pool is used up: 5 of 6.76 CPUs in use" in said, said
+        assert "1 of 2 A100 80GB MIG slices is free" in said and "slices are in use" not in said, said
+        assert qhub.gated("qc2")
+
+        kube.apply(rendered)  # `gpuhub render kueue FILE | kubectl apply`: both servers fit the quota
+        qhub.wait_ready("qc2")
+        for user in ("qc1", "qc2"):
+            assert qhub.server(user)["ready"]
+            node = qhub.cluster.node_labels(qhub.pod(user)["spec"]["node_name"])
+            assert all(node.get(k) == v for k, v in pool.node_selector.items())
+    finally:
+        kube.apply(rendered)
+        kube.close()
+        for user in ("qc2", "qc1"):
+            qhub.stop(user)
