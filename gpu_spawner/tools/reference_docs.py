@@ -114,7 +114,10 @@ DESCRIPTIONS: dict[str, str] = {
     "ProfileGPU.count": "How many GPUs / slots / slices.",
     "Team.namespace": "Namespace of the team's Jobs and LocalQueue (created by `gpuhub render kueue`).",
     "Team.cohort": "Kueue cohort: teams in the same cohort borrow each other's unused quota.",
-    "Team.quota": "Pool name → GPUs (or slots, or MIG slices) the team is guaranteed.",
+    "Team.quota": "Pool name → GPUs (or slots, or MIG slices) the team is guaranteed. The ClusterQueue also "
+                  "gets the CPU, memory and scratch disk that many servers of the team's profiles on the pool "
+                  "ask (at least that many slots' share of a node), so N GPUs admit N servers; `gpuhub validate` "
+                  "refuses a quota the pool's `max_nodes` nodes cannot run.",
     "Team.borrowing_limit": "At most this many GPUs borrowed from the cohort per pool (needs `cohort`).",
     "Team.default": "The team of users in no team's group (else `%gpu_submit` is refused for them).",
 }

@@ -54,3 +54,23 @@ def test_objects_not_made_by_gpu_jobs_are_never_touched():
     foreign = job("a")
     del foreign["metadata"]["annotations"]["gpuhub.io/username"]
     assert plan_reconcile([foreign], [cm("b", ours=False)], NOW, 120) == []
+
+
+def jobset(name, age=600, finished=False):
+    j = job(name, age, finished)
+    j["kind"], j["apiVersion"] = "JobSet", "jobset.x-k8s.io/v1alpha2"
+    if finished:
+        j["status"]["conditions"] = [{"type": "Completed", "status": "True"}]
+    return j
+
+
+def test_a_jobset_not_known_to_have_its_networkpolicy_gets_one_made_or_is_removed():
+    """A crash between creating a JobSet and its ranks' NetworkPolicy leaves ranks that can never reach
+    each other: the loop makes sure of the policy once per JobSet (the shell creates it or deletes the JobSet)."""
+    (action,) = plan_reconcile([jobset("g")], [cm("g", owned=True)], NOW, 120)
+    assert action[:2] == ("ensure-policy", "g") and action[2]["metadata"]["uid"] == "uid-g"
+    assert plan_reconcile([jobset("g")], [cm("g", owned=True)], NOW, 120, {"uid-g"}) == []  # confirmed once
+    assert plan_reconcile([jobset("g", age=10)], [cm("g", owned=True)], NOW, 120) == []  # may be mid-submission
+    assert plan_reconcile([jobset("g", finished=True)], [cm("g", owned=True)], NOW, 120) == []
+    assert plan_reconcile([jobset("g")], [], NOW, 120) == [("delete-job", "g")]  # no ConfigMap: deleted anyway
+    assert plan_reconcile([job("a")], [cm("a", owned=True)], NOW, 120) == []  # a single-node Job has no policy

@@ -204,3 +204,66 @@ def test_an_evicted_rank_restarts_the_gang_from_the_checkpoint_and_cancel_remove
     # the policy went with its JobSet (the real garbage collector, through the ownerReference)
     cluster.wait_until(lambda: not gang_policies(cluster, name), 60, "the gang's NetworkPolicy to be collected")
     assert not {j for j in left["jobs"] if j.startswith(name)}
+
+
+async def test_a_jobset_left_without_its_networkpolicy_is_repaired_or_removed(cluster, tmp_path):
+    """What a crash between creating a JobSet and its ranks' NetworkPolicy leaves (the JobSet and its
+    ConfigMap, no policy): the reconcile loop creates the policy; where the API server refuses it (here a
+    real ResourceQuota of no more NetworkPolicies), it deletes the JobSet, whose ranks could never meet."""
+    from kubernetes import client as sync_client
+    from kubernetes_asyncio import client, config
+
+    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.services.jobs.kube import Kube
+    from gpu_spawner.services.jobs.lifecycle import reconcile
+    from gpu_spawner.services.jobs.submission import plan_submission
+
+    cfg = load_profiles(write_profiles(cluster, tmp_path / "profiles.yaml", gang_team))
+    group, version = JOBSET_API.split("/")
+
+    def half_made(name: str) -> str:
+        """Created as the service does, up to the crash: ConfigMap, JobSet; no policy, no ownership."""
+        objs = plan_submission(cfg, "gina", ["gang"], {"profile": "h100-full", "notebook_path": "w/g.ipynb",
+                                                       "notebook": SLOW_NB, "nodes": 2}, 0, name=name)
+        js, cm = (next(o for o in objs if o["kind"] == kind) for kind in ("JobSet", "ConfigMap"))
+        js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "no-such-queue"  # never admitted: no quota held
+        cluster.core.create_namespaced_config_map(NS, cm)
+        cluster.custom.create_namespaced_custom_object(group, version, NS, "jobsets", js)
+        return js["metadata"]["name"]
+
+    net = sync_client.NetworkingV1Api(cluster.core.api_client)
+    kcfg = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=kcfg)
+    api = client.ApiClient(kcfg)
+    known: set = set()
+    try:
+        kube = Kube(api, [NS], jobsets=True)
+        repaired = half_made("gpu-gina-crash-repair")
+        assert gang_policies(cluster, repaired) == []
+        done = await reconcile(kube, 0, policies_known=known)
+        assert any(f"created the missing NetworkPolicy of JobSet {NS}/{repaired}" in d for d in done), done
+        (pol,) = gang_policies(cluster, repaired)
+        jobset = cluster.custom.get_namespaced_custom_object(group, version, NS, "jobsets", repaired)
+        assert [(o.kind, o.uid) for o in pol.metadata.owner_references] == [("JobSet", jobset["metadata"]["uid"])]
+        assert not [d for d in await reconcile(kube, 0, policies_known=known) if repaired in d]  # once is enough
+        existing = len(net.list_namespaced_network_policy(NS).items)
+        cluster.core.create_namespaced_resource_quota(NS, {"metadata": {"name": "no-more-policies"}, "spec": {
+            "hard": {"count/networkpolicies.networking.k8s.io": str(existing)}}})
+        try:
+            cluster.wait_until(lambda: (cluster.core.read_namespaced_resource_quota("no-more-policies", NS).status.used
+                                        or {}), 30, "the quota controller to count NetworkPolicies")
+            removed = half_made("gpu-gina-crash-remove")
+            done = await reconcile(kube, 0, policies_known=known)
+            assert any(f"deleted JobSet {NS}/{removed}" in d and "could not be created" in d for d in done), done
+            cluster.wait_until(lambda: removed not in ours(cluster, NS)["jobsets"], 30, "the JobSet to go")
+        finally:
+            cluster.core.delete_namespaced_resource_quota("no-more-policies", NS)
+    finally:
+        await api.close()
+        for name in ("gpu-gina-crash-repair", "gpu-gina-crash-remove"):
+            for call in (lambda: cluster.custom.delete_namespaced_custom_object(group, version, NS, "jobsets", name),
+                         lambda: cluster.core.delete_namespaced_config_map(name, NS)):
+                try:
+                    call()
+                except sync_client.ApiException:
+                    pass

@@ -9,7 +9,11 @@ exists deletes the ConfigMap; whatever survives a failed rollback or a lost resp
   - a ConfigMap of ours whose Job does not exist, older than the grace period: deleted;
   - a ConfigMap whose Job exists but which is not owned by it yet: owned;
   - an unfinished Job of ours whose ConfigMap is gone (its pod could never start, yet Kueue would
-    admit it and hold GPU quota): deleted.
+    admit it and hold GPU quota): deleted;
+  - an unfinished JobSet of ours not yet known to have its ranks' NetworkPolicy (a crash between the two
+    creates leaves ranks that can never reach each other, holding quota until their timeout): the policy
+    is created (an "already exists" answer confirms it; gpu-jobs may create policies, not list them);
+    if the API refuses it, the JobSet is deleted. Confirmed JobSets are remembered by uid.
 The Job mounts the team's home-share claim: before anything is created, the claim must exist, be
 Bound, be ReadWriteMany and carry the home-share label (a claim someone else made under that name is
 never used).
@@ -125,10 +129,12 @@ async def _gang_policy(kube, jobset: dict) -> None:
         raise
 
 
-def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, grace_seconds: float) -> list[tuple]:
+def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, grace_seconds: float,
+                   policies_known: frozenset | set = frozenset()) -> list[tuple]:
     """What to do in one namespace (pure): ("delete-configmap", name), ("own-configmap", name, job),
-    ("delete-job", name). `jobs`: Jobs and JobSets. Only objects of this service (job label and user
-    annotation) are touched."""
+    ("delete-job", name), ("ensure-policy", name, jobset). `jobs`: Jobs and JobSets; `policies_known`: uids
+    of JobSets whose NetworkPolicy was seen. Only objects of this service (job label and user annotation)
+    are touched."""
     jobs_by = {j["metadata"]["name"]: j for j in jobs if _ours(j)}
     cms_by = {c["metadata"]["name"]: c for c in config_maps if _ours(c)}
     out: list[tuple] = []
@@ -140,17 +146,25 @@ def plan_reconcile(jobs: list[dict], config_maps: list[dict], now: datetime, gra
         elif job is not None and not owners:
             out.append(("own-configmap", name, job))
     for name, job in sorted(jobs_by.items()):
-        if name not in cms_by and not _finished(job) and _age(job, now) >= grace_seconds:
+        if _finished(job) or _age(job, now) < grace_seconds:
+            continue
+        if name not in cms_by:
             out.append(("delete-job", name))
+        elif job.get("kind") == "JobSet" and job["metadata"].get("uid") not in policies_known:
+            out.append(("ensure-policy", name, job))
     return out
 
 
-async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> list[str]:
-    """One pass over the team namespaces (read from the API, not the cache); returns what it did."""
+async def reconcile(kube, grace_seconds: float, now: datetime | None = None,
+                    policies_known: set | None = None) -> list[str]:
+    """One pass over the team namespaces (read from the API, not the cache); returns what it did.
+    `policies_known`: JobSet uids whose NetworkPolicy exists, kept from pass to pass (grown here)."""
     from gpu_spawner.services.jobs.kube import _json
 
     now = now or datetime.now(timezone.utc)
+    known = set() if policies_known is None else policies_known
     done: list[str] = []
+    present: set = set()  # the JobSets that exist: `known` keeps no others
     for ns in kube.namespaces:
         jobs = (await _json(kube.batch.list_namespaced_job(ns, label_selector=JOB_LABEL,
                                                            _preload_content=False))).get("items", [])
@@ -159,8 +173,12 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> 
                 *JOBSET, ns, "jobsets", label_selector=JOB_LABEL, _preload_content=False))).get("items", [])
         cms = (await _json(kube.core.list_namespaced_config_map(ns, label_selector=JOB_LABEL,
                                                                 _preload_content=False))).get("items", [])
-        for action, name, *job in plan_reconcile(jobs, cms, now, grace_seconds):
-            if action == "delete-configmap":
+        present |= {j["metadata"].get("uid") for j in jobs if j.get("kind") == "JobSet"}
+        for action, name, *job in plan_reconcile(jobs, cms, now, grace_seconds, known):
+            if action == "ensure-policy":
+                if said := await _ensure_policy(kube, job[0], known):
+                    done.append(said)
+            elif action == "delete-configmap":
                 await _ignore_404(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
                 done.append(f"deleted ConfigMap {ns}/{name}: its Job was never created")
             elif action == "own-configmap":
@@ -172,9 +190,28 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None) -> 
                 await _ignore_404(kube.delete_call(gone))
                 done.append(f"deleted {gone.get('kind') or 'Job'} {ns}/{name}: its notebook ConfigMap is missing, "
                             "so it could never start")
+    known &= present
     for line in done:
         log.warning("reconcile: %s", line)
     return done
+
+
+async def _ensure_policy(kube, jobset: dict, known: set) -> str | None:
+    """Create the JobSet's NetworkPolicy if it is missing (409: it is there), else delete the JobSet."""
+    from gpu_spawner.services.jobs.kube import _json
+
+    ns, name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
+    try:
+        await _json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset), _preload_content=False))
+        said = f"created the missing NetworkPolicy of JobSet {ns}/{name} (its ranks could not reach each other)"
+    except client.ApiException as e:
+        if e.status != 409:
+            await _ignore_404(kube.delete_call(jobset))
+            return (f"deleted JobSet {ns}/{name}: its NetworkPolicy is missing and could not be created "
+                    f"(HTTP {e.status}), so its ranks could never reach each other")
+        said = None
+    known.add(jobset["metadata"].get("uid"))
+    return said
 
 
 async def _ignore_404(coro) -> None:
@@ -189,9 +226,10 @@ async def _ignore_404(coro) -> None:
 
 async def reconcile_forever(kube, grace_seconds: float, interval: float) -> None:
     """Run `reconcile` every `interval` seconds; an API error is logged and tried again next time."""
+    known: set = set()  # JobSets whose NetworkPolicy exists: one create attempt each per process
     while True:
         try:
-            await reconcile(kube, grace_seconds)
+            await reconcile(kube, grace_seconds, policies_known=known)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - keep the loop alive through apiserver outages
