@@ -10,8 +10,11 @@ fixed folder `/usr/local/etc/jupyterhub/`, which `hub_config_tree` points at the
 from __future__ import annotations
 
 import base64
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,25 @@ def chart_dir() -> Path:
     return chart
 
 
+def released(chart: Path) -> Path:
+    """The chart as its release publishes it: helm validates values against `values.schema.json`, which z2jh's
+    release tooling writes from the `values.schema.yaml` in its source; a chart folder with only the YAML is
+    copied once per process with the JSON written beside it."""
+    if (chart / "values.schema.json").is_file() or not (chart / "values.schema.yaml").is_file():
+        return chart
+    key = str(chart.resolve())
+    if key not in _RELEASED:
+        copy = Path(tempfile.mkdtemp(prefix="z2jh-chart-")) / chart.name
+        shutil.copytree(chart, copy)
+        schema = yaml.safe_load((chart / "values.schema.yaml").read_text())
+        (copy / "values.schema.json").write_text(json.dumps(schema))
+        _RELEASED[key] = copy
+    return _RELEASED[key]
+
+
+_RELEASED: dict[str, Path] = {}
+
+
 def helm() -> Path:
     return binaries.build(verbose=False) / binaries.HELM_BINARY
 
@@ -53,7 +75,7 @@ def template(values: list[Path], *, chart: Path | None = None, kube_version: str
              set_values: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """`helm template` of the chart (its values.schema.yaml checked by helm) → the manifests; CalledProcessError
     with helm's message when the values do not fit the chart."""
-    cmd = [str(helm()), "template", RELEASE, str(chart or chart_dir()), "--namespace", NAMESPACE,
+    cmd = [str(helm()), "template", RELEASE, str(released(chart or chart_dir())), "--namespace", NAMESPACE,
            "--kube-version", kube_version]
     for v in values:
         cmd += ["-f", str(v)]
