@@ -71,9 +71,14 @@ $(JH55_VENV)/.installed: setup.cfg pyproject.toml
 	else echo "matrix-venv: no z2jh hub image pins at $(Z2JH) (set Z2JH=...): the JupyterHub 5.5 tests skip"; fi
 matrix-venv: $(JH55_VENV)/.installed
 
-# The whole suite: unit tests and the tiers that run against the real dev cluster.
+# The whole suite: unit tests and the tiers that run against the real dev cluster; then the test matrix's
+# JupyterHub 5.5 run of the tiers docs/compatibility.md names (tests/ship's chart config runs under both within
+# the first run already).
+JH55_TIERS := tests/unit tests/e2e/test_hub.py
 test: binaries matrix-venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
+	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
 
 # The pure tier, wherever its tests live: no cluster, no hub or Prometheus process, no kernel, no browser
 # (tiers are pytest markers; tests/conftest.py sets them from the fixtures a test uses).
