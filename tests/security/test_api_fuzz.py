@@ -1,6 +1,9 @@
 """Arbitrary JSON, query strings and job names at EVERY gpu-jobs endpoint of a real running service
-(cluster tier: real hub, CHP, gpu-jobs, dev cluster): never a 5xx, and nothing is created except by a
-request that was answered 201 (hypothesis, property-based)."""
+(cluster tier: real hub, CHP, gpu-jobs, dev cluster): never a 5xx, nothing is created except by a
+request that was answered 201, and no request stalls the service's event loop over 50 ms (its own
+LoopGuard's metrics, read at /metrics before and after each request: tests/security/stalls.py); strings
+are the kind parsers choke on: long whitespace runs, nested and repeated separators, huge digit strings,
+deep and wide JSON, unicode (hypothesis, property-based)."""
 from __future__ import annotations
 
 import json
@@ -11,18 +14,34 @@ import requests
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .api_hub import NB, api_hub, clean_teams, team_objects, write_profiles
+from .stalls import StallMeter
 
 pytestmark = pytest.mark.cluster
 
 GROUPS = {"fuzz": ["data-science"]}
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
+#: Strings built to make a parser backtrack or a number conversion raise: runs of whitespace between valid
+#: parts (pytimeparse2's ReDoS: "1d" + spaces + "x"), separators nested and repeated, thousands of digits.
+PARTS = ["1d", "2h", "30m", "1", ".", ":", "/", ",", "-", "e", "x", "h", "ü", "٣", "\u200b", "\\", "..", "[", "{"]
+hostile_text = st.builds(
+    lambda parts, runs: "".join(p + " " * r for p, r in zip(parts, runs)),
+    st.lists(st.sampled_from(PARTS), min_size=1, max_size=8), st.lists(st.integers(0, 3000), min_size=8, max_size=8)) \
+    | st.builds(lambda sep, n: sep * n, st.sampled_from([" ", "\t", "/", "../", "1h", ":", "9", "\u3000"]),
+                st.integers(1, 20_000)) \
+    | st.text(max_size=40)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30),
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=10**300, max_value=10**400)
+    | st.floats(allow_nan=False, allow_infinity=False) | hostile_text,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=20)
-FIELDS = ["profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options"]
+#: Deep and wide: nested to just under and over the depth limit, and wide within the body limit.
+SHAPES = [json.dumps(json.loads("[" * 63 + "]" * 63)).encode(), b"[" * 65 + b"]" * 65,
+          json.dumps({"profile": "t4-shared", "notebook_path": "w.ipynb", "notebook": {"cells": [
+              {"cell_type": "code", "source": ["x\n"] * 2000, "metadata": {}, "outputs": []}] * 100}}).encode(),
+          b"[" + b"0," * 300_000 + b"0]", json.dumps({f"k{i}": {"a": [1] * 10} for i in range(20_000)}).encode()]
+FIELDS = ["profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options",
+          "nodes"]
 VALID = {"profile": "t4-shared", "notebook_path": "work/fuzz.ipynb", "notebook": NB}
 #: Raw bodies JSON parsers disagree on, or that are not JSON at all.
 RAW = [b'{"profile": "t4-shared", "timeout": Infinity}', b'{"timeout": NaN}', b"[" * 50_000, b"\xff\xfe",
@@ -32,9 +51,11 @@ RAW = [b'{"profile": "t4-shared", "timeout": Infinity}', b'{"timeout": NaN}', b"
 
 @st.composite
 def bodies(draw):
-    kind = draw(st.sampled_from(["any", "near-valid", "raw"]))
+    kind = draw(st.sampled_from(["any", "near-valid", "raw", "shape"]))
     if kind == "raw":
         return draw(st.sampled_from(RAW))
+    if kind == "shape":
+        return draw(st.sampled_from(SHAPES))
     if kind == "any":
         return json.dumps(draw(json_values)).encode()
     body = dict(VALID)  # one valid submission with one or two fields replaced by anything
@@ -43,14 +64,16 @@ def bodies(draw):
     return json.dumps(body).encode()
 
 
-names = st.text(min_size=1, max_size=80) | st.sampled_from(["..", ".", "%2e%2e", "a" * 64, "-", "gpu-x-y-123456"])
-queries = st.dictionaries(st.sampled_from(["tail", "all", "cells", "token", "x"]) | st.text(max_size=10),
-                          st.text(max_size=20) | st.sampled_from(["abc", "0", "-1", "1e9", "99999999999", "1"]),
+names = st.text(min_size=1, max_size=80) | st.sampled_from(["..", ".", "%2e%2e", "a" * 64, "-", "gpu-x-y-123456"]) \
+    | hostile_text.filter(lambda s: 0 < len(s) < 2000)
+queries = st.dictionaries(st.sampled_from(["tail", "all", "cells", "token", "rank", "x"]) | st.text(max_size=10),
+                          st.text(max_size=20) | st.sampled_from(["abc", "0", "-1", "1e9", "99999999999", "1"])
+                          | st.sampled_from(["9" * 250, " " * 250, "1" + " " * 200 + "x"]),
                           max_size=5)
-requests_ = st.tuples(
-    st.sampled_from([("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/jobs/{n}"), ("DELETE", "/jobs/{n}"),
-                     ("GET", "/jobs/{n}/logs"), ("GET", "/profiles")]),
-    names, queries, bodies())
+ENDPOINTS = [("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/jobs/{n}"), ("DELETE", "/jobs/{n}"),
+             ("GET", "/jobs/{n}/logs"), ("GET", "/profiles"), ("GET", "/notifications"), ("PUT", "/notifications"),
+             ("DELETE", "/notifications"), ("POST", "/notifications/cull-warnings"), ("GET", "/health")]
+requests_ = st.tuples(st.sampled_from(ENDPOINTS), names, queries, bodies())
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +84,10 @@ def hub(cluster, tmp_path_factory):
     clean_teams(cluster)
 
 
-def test_no_request_gives_a_5xx_or_creates_anything_unless_accepted(cluster, hub):
+def test_no_request_gives_a_5xx_creates_anything_unless_accepted_or_stalls_the_loop(cluster, hub):
     token = hub.token("fuzz")
     base = f"{hub.url}/services/gpu-jobs"
+    meter = StallMeter(url=f"{base}/metrics")
     before = team_objects(cluster)
     accepted: set[tuple[str, str]] = set()
     seen: list[tuple[str, int]] = []
@@ -73,8 +97,9 @@ def test_no_request_gives_a_5xx_or_creates_anything_unless_accepted(cluster, hub
     def one(req):
         (method, path), name, query, body = req
         url = base + path.replace("{n}", quote(name, safe="")) + ("?" + urlencode(query) if query else "")
-        r = requests.request(method, url, data=body if method == "POST" else None, timeout=60,
-                             headers={**hub.auth(token), "Content-Type": "application/json"})
+        with meter.request(f"{method} {path}", f"{url[:200]} {body[:200]!r}"):
+            r = requests.request(method, url, data=body if method in ("POST", "PUT") else None, timeout=60,
+                                 headers={**hub.auth(token), "Content-Type": "application/json"})
         seen.append((method + " " + path, r.status_code))
         assert r.status_code < 500, (method, url, body[:300], r.status_code, r.text[:500])
         if r.status_code == 201:
@@ -83,12 +108,46 @@ def test_no_request_gives_a_5xx_or_creates_anything_unless_accepted(cluster, hub
             assert r.json()["message"], r.text  # a clear message
 
     one()
+    print("worst stall per endpoint under the fuzz:\n" + meter.report())
     after = team_objects(cluster)
     assert after["jobs"] - before["jobs"] == accepted
     assert after["configmaps"] - before["configmaps"] <= accepted  # a Job's notebook ConfigMap has its name
     assert after["claims"] == before["claims"]
     assert len(seen) >= 100 and any(s == 400 for _, s in seen) and any(s == 200 for _, s in seen)  # it ran
-    assert len({p for p, _ in seen}) == 6  # every endpoint
+    assert len({p for p, _ in seen}) == len(ENDPOINTS)  # every endpoint
+
+
+def _valid(**kw) -> bytes:
+    return json.dumps({**VALID, **kw}).encode()
+
+
+#: The shapes and strings above, each sent for certain (the fuzz draws some of them), with what they must get.
+STALLERS = [(f"shape {i}", "POST", "/jobs", raw) for i, raw in enumerate(SHAPES)] + [
+    ("timeout: 1d, 100 spaces, x (pytimeparse2 took 92 s)", "POST", "/jobs", _valid(timeout="1d" + " " * 100 + "x")),
+    ("timeout: 1d, 50k spaces, x", "POST", "/jobs", _valid(timeout="1d" + " " * 50_000 + "x")),
+    ("timeout: 5,000 digits", "POST", "/jobs", _valid(timeout="9" * 5000 + "s")),
+    ("timeout: 20k repeated units", "POST", "/jobs", _valid(timeout="1h" * 20_000)),
+    ("notifications: 300k values", "PUT", "/notifications", b'{"channels": [' + b"0," * 300_000 + b"0]}"),
+    ("cull warnings: deep", "POST", "/notifications/cull-warnings", b"[" * 50_000 + b"]" * 50_000),
+]
+
+
+@pytest.mark.parametrize("what,method,path,raw", STALLERS, ids=[s[0] for s in STALLERS])
+def test_bodies_built_to_stall_a_parser_never_stall_the_loop(cluster, hub, what, method, path, raw):
+    """Each answered 4xx or accepted, nothing else created, and gpu-jobs' loop never held over 50 ms."""
+    base = f"{hub.url}/services/gpu-jobs"
+    meter, before = StallMeter(url=f"{base}/metrics"), team_objects(cluster)
+    with meter.request(f"{method} {path} ({what})"):
+        r = requests.request(method, base + path, data=raw, headers=hub.auth(hub.token("fuzz")), timeout=120)
+    assert r.status_code < 500, (r.status_code, r.text[:300])
+    print(meter.report())
+    created = team_objects(cluster)["jobs"] - before["jobs"]
+    if r.status_code == 201:
+        assert created == {(r.json()["namespace"], r.json()["name"])}
+        assert hub.call("fuzz", "DELETE", f"/jobs/{r.json()['name']}").status_code == 200
+    else:
+        assert not created, (r.text[:300], created)
+        assert not r.headers.get("Content-Type", "").startswith("application/json") or r.json()["message"]
 
 
 @pytest.mark.parametrize("raw,status,needle", [

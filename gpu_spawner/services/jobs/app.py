@@ -158,16 +158,13 @@ def refusal(e: JobRequestError) -> web.HTTPError:
 class JobsHandler(Base):
     _slot: str | None = None
     _body: list[bytes]
+    _size = 0
 
     async def prepare(self):
         await super().prepare()
         self._body = []
         if self.request.method != "POST":
             return
-        declared = self.request.headers.get("Content-Length", "")
-        if declared.isdigit() and len(declared) < 16 and int(declared) > limits.MAX_BODY_BYTES:
-            raise refusal(limits.too_large(int(declared)))  # answered before a byte of it is read
-        self.request.connection.set_max_body_size(limits.MAX_BODY_BYTES)  # no declared length: stop there
         limit = self.settings["service"].submissions_in_flight
         if not self.settings["gate"].enter(self.who.name, limit):
             raise web.HTTPError(429, f"you have {limit} submission(s) in progress already; the limit is {limit} "
@@ -175,7 +172,10 @@ class JobsHandler(Base):
         self._slot = self.who.name
 
     def data_received(self, chunk: bytes) -> None:
-        if self.request.method == "POST":  # bounded by set_max_body_size above
+        """Kept up to the limit; beyond it read and dropped (answered 413 once read: a proxy in front cannot
+        pass on an answer to a request it is still sending), up to tornado's HARD_BODY_BYTES."""
+        self._size += len(chunk)
+        if self.request.method == "POST" and self._size <= limits.MAX_BODY_BYTES:
             self._body.append(chunk)
 
     def on_finish(self) -> None:
@@ -207,9 +207,9 @@ class JobsHandler(Base):
 
     async def post(self):
         user, groups = self.who.name, list(self.who.groups)
+        if self._size > limits.MAX_BODY_BYTES:
+            raise refusal(limits.too_large(self._size))
         raw, self._body = b"".join(self._body), []
-        if len(raw) > limits.MAX_BODY_BYTES:
-            raise refusal(limits.too_large(len(raw)))
         gate: SubmitGate = self.settings["gate"]
         self.kube.require_current()  # limits are counted from the cache: only from a current one
         async with gate.lock(user):  # count and create as one step per user

@@ -15,8 +15,8 @@ from gpu_spawner.builders.jobs import JobRequestError
 #: drops them anyway), and a snapshot is at most 900 KiB gzipped (builders.jobs.MAX_SNAPSHOT_BYTES), which
 #: code and markdown reach at about 4 MiB; a bigger body could never become a job.
 MAX_BODY_BYTES = 4 * 2**20
-#: Tornado stops reading beyond this (a bare 400); a declared length over MAX_BODY_BYTES is a 413 before reading.
-HARD_BODY_BYTES = MAX_BODY_BYTES + 2**16
+#: Tornado stops reading beyond this (a bare 400); between the two a body is read, dropped and answered 413.
+HARD_BODY_BYTES = 4 * MAX_BODY_BYTES
 #: JSON values in a body (objects, arrays, strings, numbers...): a notebook of 4 MiB holds ~100 k lines.
 MAX_JSON_VALUES = 250_000
 #: Nesting of the JSON body (a notebook is ~6 deep; cell metadata adds a few).
