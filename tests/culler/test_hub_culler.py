@@ -14,6 +14,8 @@ import requests
 
 from devcluster.devhub import login
 
+from security.stalls import StallMeter
+
 from .fixtures import GPU_IDLE, SCRAPE
 
 
@@ -186,6 +188,11 @@ def test_hub_runs_the_service_and_users_read_their_warnings(fresh):
     assert 'gpuhub_culler_warnings_total{profile="t4",reason="idle-soon"}' in metrics
     assert "gpuhub_culler_gpu_hours_reclaimed_total" in metrics
     assert "gpuhub_culler_dollars_reclaimed_total" in metrics
+    meter = StallMeter(url=f"{base}/metrics")  # its loop's stalls there too (services/loopguard.py)
+    for _ in range(5):
+        with meter.request("GET /warnings/<user>"):
+            requests.get(f"{base}/warnings/warned", headers={"Authorization": f"token {token}"}, timeout=10)
+    print(meter.report())
     # admins may read everyone's; users may not
     assert requests.get(f"{base}/warnings", headers={"Authorization": f"token {token}"},
                         timeout=10).status_code == 403
