@@ -53,12 +53,12 @@ def _entry_points():
 @pytest.mark.parametrize("text", HOSTILE, ids=lambda t: f"{t[:6]!r}x{len(t)}")
 def test_hostile_durations_are_refused_in_linear_time_everywhere(text):
     for where, read in _entry_points().items():
-        start = time.perf_counter()
+        start = time.thread_time()  # CPU time: a busy machine descheduling the test is not the parser
         try:
             got = read(text)
         except (ValueError, JobRequestError, ReportError):
             got = None
-        took = time.perf_counter() - start
+        took = time.thread_time() - start
         assert got is None, where
         assert took < 0.02, f"{where}: {took * 1000:.0f} ms on {text[:12]!r}... ({len(text)} characters)"
 
@@ -66,14 +66,14 @@ def test_hostile_durations_are_refused_in_linear_time_everywhere(text):
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=" \t0123456789.hmsdwinourecakHMSD:,-", max_size=200))
 def test_any_text_of_duration_characters_is_a_number_or_a_clear_refusal_fast(text):
-    start = time.perf_counter()
+    start = time.thread_time()
     try:
         got = durations.parse(text)
     except ValueError as e:
         assert "duration" in str(e) or "unit" in str(e) or "longer than zero" in str(e)
     else:
         assert got >= 0 and len(text) <= durations.MAX_CHARS
-    assert time.perf_counter() - start < 0.01
+    assert time.thread_time() - start < 0.01
 
 
 @given(st.lists(st.sampled_from(sorted(set(durations._UNITS.values()), reverse=True)), unique=True, min_size=1),
