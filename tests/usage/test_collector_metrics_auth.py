@@ -69,6 +69,7 @@ def test_metrics_need_prometheus_token(tmp_path, stop):
         assert requests.get(url, headers={"Authorization": header}, timeout=5).status_code == 401, header
     r = requests.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
     assert r.status_code == 200 and "gpuhub_usage_gpus_held" in r.text
+    assert "gpuhub_event_loop_busy_stall_seconds_count" in r.text  # its LoopGuard (services/loopguard.py)
 
 
 def test_without_a_token_metrics_listen_on_loopback_only(tmp_path, stop):
