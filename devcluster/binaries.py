@@ -17,6 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+try:
+    from . import build_progress
+except ImportError:  # run as a script (`python devcluster/binaries.py build`)
+    import build_progress  # type: ignore[no-redef]
+
 HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"
 
@@ -71,9 +76,10 @@ def bin_dir() -> Path:
     return cache_root() / f"bin-{stamp()}"
 
 
-def missing(dest: Path | None = None) -> list[str]:
+def missing(dest: Path | None = None, only: tuple[str, ...] | None = None) -> list[str]:
+    """The binaries (of `only`, default all) not yet built into `dest`."""
     dest = dest or bin_dir()
-    return [b for b in ALL_BINARIES if not (dest / b).is_file()]
+    return [b for b in ALL_BINARIES if (only is None or b in only) and not (dest / b).is_file()]
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], what: str) -> None:
@@ -95,13 +101,13 @@ def _kube_ldflags() -> str:
     )
 
 
-def build(verbose: bool = True) -> Path:
-    """Build whatever is missing into the stamped cache folder and return it.
+def build(verbose: bool = True, only: tuple[str, ...] | None = None) -> Path:
+    """Build whatever is missing (of `only`, default all) into the stamped cache folder and return it.
 
     One build at a time per cache: a second caller (another test run, `gpuhub dev`) waits on the lock and
     then finds the binaries built instead of compiling the same packages alongside."""
     dest = bin_dir()
-    if not missing(dest):
+    if not missing(dest, only):
         return dest
     cache_root().mkdir(parents=True, exist_ok=True)
     with (cache_root() / ".build.lock").open("w") as lock:
@@ -112,47 +118,63 @@ def build(verbose: bool = True) -> Path:
                 print(f"[devcluster] another build holds {lock.name}; waiting for it ...", file=sys.stderr,
                       flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_missing(dest, verbose)
+        return _build_missing(dest, verbose, only)
 
 
-def _build_missing(dest: Path, verbose: bool) -> Path:
-    todo = missing(dest)
+def _build_missing(dest: Path, verbose: bool, only: tuple[str, ...] | None = None) -> Path:
+    todo = missing(dest, only)
     if not todo:
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     log = dest / "build.log"
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOBIN=str(dest))
-    timings = {}
-    for name in todo:
-        start = time.monotonic()
-        if verbose:
-            print(f"[devcluster] building {name} (log: {log}) ...", file=sys.stderr, flush=True)
-        if name == "etcd":
-            _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / "etcd"), "."],
-                 GO_DIR / "etcd", log, env, "etcd")
-        elif name in KUBE_COMMANDS:
-            _run(["go", "build", "-trimpath", f"-ldflags={_kube_ldflags()}", "-o", str(dest / name),
-                  f"k8s.io/kubernetes/cmd/{name}"], GO_DIR / "kube", log, env, name)
-        elif name == "kwok":
-            _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
-                 cache_root(), log, env, "kwok")
-        elif name == "kueue":
-            _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"],
-                 cache_root(), log, env, "kueue")
-        elif name == JOBSET_BINARY:  # the controller only (the module's main package), from its wrapper module
-            _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "sigs.k8s.io/jobset"],
-                 GO_DIR / "jobset", log, env, "the JobSet controller")
-        elif name == HELM_BINARY:
-            _run(["go", "install", "-trimpath",
-                  f"-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
-                  f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], cache_root(), log, env, "helm")
-            (dest / "helm").rename(dest / name)
-        timings[name] = round(time.monotonic() - start, 1)
-        if verbose:
-            print(f"[devcluster] built {name} in {timings[name]} s", file=sys.stderr, flush=True)
-    with (dest / "build-times.json").open("a") as f:
-        f.write(json.dumps(timings) + "\n")
+    known = build_progress.recorded(cache_root())
+    est = build_progress.estimates(todo, known)
+    if verbose:
+        print(f"[devcluster] {build_progress.plan(todo, est, known, dest)}\n[devcluster] build log: {log}",
+              file=sys.stderr, flush=True)
+    progress = build_progress.Progress(todo, est) if verbose else None
+    timings: dict[str, float] = {}
+    try:
+        for i, name in enumerate(todo):
+            start = time.monotonic()
+            if progress:
+                progress.step(i)
+            _build_one(name, dest, log)
+            timings[name] = round(time.monotonic() - start, 1)
+            if progress:
+                progress.done(i, timings[name])
+    finally:
+        if progress:
+            progress.close()
+        if timings:  # recorded even when a later binary fails: the next estimate knows this machine
+            with (dest / "build-times.json").open("a") as f:
+                f.write(json.dumps(timings) + "\n")
     return dest
+
+
+def _build_one(name: str, dest: Path, log: Path) -> None:
+    """One binary into `dest` (its go output appended to `log`)."""
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOBIN=str(dest))
+    if name == "etcd":
+        _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / "etcd"), "."],
+             GO_DIR / "etcd", log, env, "etcd")
+    elif name in KUBE_COMMANDS:
+        _run(["go", "build", "-trimpath", f"-ldflags={_kube_ldflags()}", "-o", str(dest / name),
+              f"k8s.io/kubernetes/cmd/{name}"], GO_DIR / "kube", log, env, name)
+    elif name == "kwok":
+        _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
+             cache_root(), log, env, "kwok")
+    elif name == "kueue":
+        _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"],
+             cache_root(), log, env, "kueue")
+    elif name == JOBSET_BINARY:  # the controller only (the module's main package), from its wrapper module
+        _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "sigs.k8s.io/jobset"],
+             GO_DIR / "jobset", log, env, "the JobSet controller")
+    elif name == HELM_BINARY:
+        _run(["go", "install", "-trimpath",
+              f"-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+              f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], cache_root(), log, env, "helm")
+        (dest / "helm").rename(dest / name)
 
 
 def module_dir(module: str, version: str) -> Path:
@@ -168,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m devcluster.binaries", description=__doc__)
     p.add_argument("action", choices=["build", "path", "check"], help="build missing binaries; print the folder; "
                    "exit 1 if any is missing")
+    p.add_argument("--only", nargs="+", choices=ALL_BINARIES, metavar="BINARY",
+                   help=f"build only these (default: all of {', '.join(ALL_BINARIES)})")
     a = p.parse_args(argv)
     try:
         if a.action == "build":
-            print(build())
+            print(build(only=tuple(a.only) if a.only else None))
         elif a.action == "path":
             print(bin_dir())
         else:
