@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension system-deps binaries test unit dev bench matrix-venv
+.PHONY: install labextension test-deps binaries test unit dev bench matrix-venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -43,13 +43,15 @@ $(LAB_OVERRIDES): images/singleuser/overrides.json $(VENV)/.installed
 
 labextension: $(LAB_OUT)/package.json $(LAB_OVERRIDES)
 
-# Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser), and
-# Debian's Prometheus for the culler tests (tests/culler scrape a DCGM-format exporter with it).
-system-deps:
+# What only the tests (and benchmarks) need, so `make dev` does not install it: Debian's Chromium for the
+# browser tests (Playwright drives it; it never downloads a browser), and Debian's Prometheus for the culler
+# tests (tests/culler scrape a DCGM-format exporter with it).
+test-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 
-install: $(VENV)/.installed node_modules/.installed labextension system-deps
+# What the dev hub and the pure tier need: the venv, the proxy from npm, the JupyterLab extension.
+install: $(VENV)/.installed node_modules/.installed labextension
 
 # kube-apiserver, scheduler, controller-manager, etcd, kwok, kueue: built once from Go modules into
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).
@@ -75,7 +77,7 @@ matrix-venv: $(JH55_VENV)/.installed
 # JupyterHub 5.5 run of the tiers docs/compatibility.md names (tests/ship's chart config runs under both within
 # the first run already).
 JH55_TIERS := tests/unit tests/e2e/test_hub.py
-test: binaries matrix-venv
+test: binaries test-deps matrix-venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
 	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
@@ -91,7 +93,7 @@ dev: binaries
 
 # Every benchmark with its defaults, one after another (each starts and stops what it needs); figures
 # go to bench/results/ and, by hand with the command, to docs/benchmarks.md. Tens of minutes on 2 cores.
-bench: binaries
+bench: binaries test-deps
 	$(PY) bench/picker_render.py --churn --sizes 1000/20000,5000/100000
 	$(PY) bench/cluster_nodes.py
 	$(PY) bench/spawn_bound.py

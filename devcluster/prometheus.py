@@ -17,7 +17,7 @@ from devcluster.devhub import free_port
 
 
 class PrometheusMissing(RuntimeError):
-    """The prometheus binary is not installed (make system-deps installs Debian's package)."""
+    """The prometheus binary is not installed (make test-deps installs Debian's package)."""
 
 
 def start(folder: Path, exporter_port: int, scrape_s: float = 1,
@@ -25,7 +25,7 @@ def start(folder: Path, exporter_port: int, scrape_s: float = 1,
     """Start it in `folder` (config, data, log); returns (process, base URL) once it answers /-/ready."""
     binary = shutil.which("prometheus")
     if not binary:
-        raise PrometheusMissing("prometheus is not installed (make system-deps installs Debian's package)")
+        raise PrometheusMissing("prometheus is not installed (make test-deps installs Debian's package)")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": f"{scrape_s}s", "evaluation_interval": f"{scrape_s}s"},

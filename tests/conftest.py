@@ -57,12 +57,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's headless Chromium driven by Playwright (make install installs chromium)."""
+    """Debian's headless Chromium driven by Playwright (make test installs chromium)."""
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.skip("Debian's chromium is not installed (make install installs it)")
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         yield b

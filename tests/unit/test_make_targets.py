@@ -1,0 +1,45 @@
+"""What each make target installs and builds, read from make's own dry run (`make -n -B`: every recipe
+printed as if nothing were built yet, nothing executed): a fresh machine's `make dev` installs what the dev
+hub needs and nothing more, and `make unit` needs no Go build."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GO_BUILD = "devcluster/binaries.py build"
+TEST_ONLY = ("install -y -qq chromium", "install -y -qq prometheus")
+
+
+def recipes(target: str) -> str:
+    if shutil.which("make") is None:
+        pytest.fail("make is missing: README's commands need it")
+    r = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_make_dev_builds_the_cluster_and_installs_no_test_only_packages():
+    out = recipes("dev")
+    assert GO_BUILD in out and "gpuhub dev" in out and "npm ci" in out
+    for package in TEST_ONLY:
+        assert package not in out
+
+
+def test_make_unit_needs_no_go_build_and_no_test_only_packages():
+    out = recipes("unit")
+    assert "pytest -m" in out
+    assert GO_BUILD not in out
+    for package in TEST_ONLY:
+        assert package not in out
+
+
+def test_make_test_still_installs_chromium_and_prometheus_before_pytest():
+    out = recipes("test")
+    assert GO_BUILD in out
+    for package in TEST_ONLY:
+        assert package in out
+        assert out.index(package) < out.index("-m pytest")
