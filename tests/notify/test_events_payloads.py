@@ -201,13 +201,14 @@ def test_an_own_address_is_used_only_after_its_link_came_back_and_tags_are_refus
     store.put("mallory", prefs, [])
     assert CHANNELS.address("mallory", store.get("mallory")) == "mallory@example.org"
     code = store.new_confirmation("mallory", "all-staff@example.org")
-    assert store.confirm("wrong") is None and store.confirm(code) == "mallory"
+    assert not store.confirm("wrong", "mallory") and not store.confirm(code, "bob")  # nor someone else's
+    assert store.confirm(code, "mallory")  # another user's try did not use it up
     assert CHANNELS.address("mallory", store.get("mallory")) == "all-staff@example.org"
-    assert store.confirm(code) is None  # once
+    assert not store.confirm(code, "mallory")  # once
     store.put("mallory", {**prefs, "email": "other@example.org"}, [])  # a new address: confirmed again first
     assert CHANNELS.address("mallory", store.get("mallory")) == "mallory@example.org"
     stale = store.new_confirmation("mallory", "old@example.org")  # the user wants another address now
-    assert store.confirm(stale) is None
+    assert not store.confirm(stale, "mallory")
     for tagged in ("alice+x@example.org", "a+@example.org"):
         with pytest.raises(PreferencesError):
             validate({"email": tagged}, "bob", [], CHANNELS)

@@ -72,7 +72,8 @@ queries = st.dictionaries(st.sampled_from(["tail", "all", "cells", "token", "ran
                           max_size=5)
 ENDPOINTS = [("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/jobs/{n}"), ("DELETE", "/jobs/{n}"),
              ("GET", "/jobs/{n}/logs"), ("GET", "/profiles"), ("GET", "/notifications"), ("PUT", "/notifications"),
-             ("DELETE", "/notifications"), ("POST", "/notifications/cull-warnings"), ("GET", "/health")]
+             ("DELETE", "/notifications"), ("POST", "/notifications/confirm"), ("POST", "/notifications/cull-warnings"),
+             ("GET", "/health")]
 requests_ = st.tuples(st.sampled_from(ENDPOINTS), names, queries, bodies())
 
 

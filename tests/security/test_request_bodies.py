@@ -29,21 +29,11 @@ from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.submission import ServiceSettings
 from gpu_spawner.services.loopguard import LoopGuard
 
+from .hub_user import hub_user_app
 from .stalls import StallMeter
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # one service (and worker process) for the module
 USERS = {"tok-alice": "alice", "tok-bob": "bob"}
-
-
-class HubUserAPI(web.RequestHandler):
-    """The hub's GET /hub/api/user: the model of the token in the Authorization header, else 403."""
-
-    def get(self):
-        name = USERS.get(self.request.headers.get("Authorization", "").partition(" ")[2])
-        if name is None:
-            raise web.HTTPError(403)
-        self.finish({"kind": "user", "name": name, "groups": ["data-science"], "admin": False,
-                     "scopes": [JOBS_ACCESS_SCOPE]})
 
 
 def _listen(app: web.Application) -> tuple[HTTPServer, int]:
@@ -57,7 +47,7 @@ def _listen(app: web.Application) -> tuple[HTTPServer, int]:
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def service():
-    hub, hub_port = _listen(web.Application([(r"/hub/api/user", HubUserAPI)]))
+    hub, hub_port = _listen(hub_user_app(USERS))
     cfg = load_profiles(EXAMPLE_PROFILES)
     namespaces = [t.namespace for t in cfg.teams.values()]
     api = client.ApiClient()

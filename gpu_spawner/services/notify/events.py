@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from gpu_spawner.contract import (ADMITTED, FINISHED, NOTIFY_ADMITTED, NOTIFY_CULL_WARNING, NOTIFY_FAILED,
-                                  NOTIFY_PREEMPTED, NOTIFY_RESUMED, NOTIFY_SUCCEEDED, QUEUED, RESUMED, RUNNING,
-                                  SUCCEEDED, output_notebook_path)
+from gpu_spawner.contract import (ADMITTED, FINISHED, LAB_API_PREFIX, NOTIFY_ADMITTED, NOTIFY_CULL_WARNING,
+                                  NOTIFY_FAILED, NOTIFY_PREEMPTED, NOTIFY_RESUMED, NOTIFY_SUCCEEDED, QUEUED, RESUMED,
+                                  RUNNING, SUCCEEDED, output_notebook_path)
 
 #: Longest text taken from a status or warning into a message (they come from Kubernetes and the culler).
 MAX_TEXT = 500
@@ -27,6 +27,7 @@ class Event:
     link: str | None = None
     link_text: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    to: str | None = None  # an explicit address: a confirmation goes to the address it confirms, nothing else
 
 
 def _clip(s: object) -> str:
@@ -106,6 +107,24 @@ def cull_event(user: str, warning: dict, hub_url: str = "") -> Event:
                  title=f"Your server will be stopped in about {minutes} min",
                  text=_clip(warning.get("message")) or "It has been idle; any activity keeps it.",
                  link=link, link_text="Open JupyterHub", facts=facts)
+
+
+#: The kind of a confirmation mail (not an event users choose: it goes once, to the address being confirmed).
+CONFIRM_EMAIL = "confirm-email"
+
+
+def confirmation_event(user: str, address: str, code: str, hub_url: str = "") -> Event:
+    """The mail that asks `address` to confirm it is `user`'s: the link opens the user's own JupyterLab, which
+    hands the code back to gpu-jobs with the user's token (whoever else opens it gets a refusal)."""
+    link = f"{hub_url.rstrip('/')}/hub/user-redirect/{LAB_API_PREFIX}/confirm-email?code={quote(code, safe='')}" \
+        if hub_url else None
+    return Event(user=user, kind=CONFIRM_EMAIL, key=f"confirm/{code[:12]}", to=address,
+                 title="Confirm your address for GPU job notifications",
+                 text=f"JupyterHub user {_clip(user)} asked to get GPU job notifications at {address}. If that is "
+                      "you, open the link below while logged in to JupyterHub as that user (or send the code back "
+                      "from a notebook: POST <gpu-jobs>/notifications/confirm {\"code\": \"...\"}). If it is not "
+                      "you, ignore this mail: nothing will be sent here. The code works once, for 24 hours.",
+                 link=link, link_text="Confirm the address", facts=(("Code", code),))
 
 
 def is_failure(kind: str) -> bool:

@@ -55,6 +55,9 @@ class Notifications(Configurable):
         config=True)
     max_per_user_hour = Int(30, min=0, help="Deliveries one user's events may make per hour, over all channels; "
                                              "more are dropped and logged. 0: no limit.").tag(config=True)
+    max_confirmations_hour = Int(3, min=1, help="Confirmation mails (the link that makes an address a user's own) "
+                                                "one user may have sent per hour; more are refused (429).").tag(
+        config=True)
     preferences_file = Unicode(help=f"SQLite file of the users' choices (default ${ENV_DB}, else "
                                     "gpu-jobs-notifications.sqlite in the working directory). On a persistent "
                                     "volume when gpu-jobs runs in its own pod.").tag(config=True)
@@ -98,4 +101,5 @@ class Notifications(Configurable):
                     self.smtp_from, self.timeout) if self.smtp_host else None
         return Notifier(channels, PreferenceStore(self.preferences_file), smtp, retries=self.retries,
                         backoff=self.backoff, backoff_max=self.backoff_max, timeout=self.timeout,
-                        max_pending=self.max_pending, max_per_user_hour=self.max_per_user_hour)
+                        max_pending=self.max_pending, max_per_user_hour=self.max_per_user_hour,
+                        max_confirmations_hour=self.max_confirmations_hour, hub_url=self.hub_url)

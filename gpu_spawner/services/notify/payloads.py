@@ -28,8 +28,9 @@ def email_message(event: Event, to: str, sender: str) -> EmailMessage:
     lines += [f"{k}: {v}" for k, v in event.facts]
     if event.link:
         lines += ["", f"{event.link_text}: {event.link}"]
-    lines += ["", "You get this because you asked for it in your GPU notification settings "
-                  "(JupyterLab: GPU jobs panel → Notifications)."]
+    if event.to is None:  # a confirmation mail says why it came in its own text
+        lines += ["", "You get this because you asked for it in your GPU notification settings "
+                      "(JupyterLab: GPU jobs panel → Notifications)."]
     msg.set_content("\n".join(lines))
     return msg
 

@@ -27,6 +27,8 @@ CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 #: no '+' (`alice+x@example.org` is alice's mailbox: a hub user named `alice+x` must not get alice's mail).
 EMAIL = re.compile(r"[A-Za-z0-9._-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 MAX_BODY = 4096
+#: What new_confirmation makes (secrets.token_urlsafe(32): 43 characters); anything else is refused unread.
+CODE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 class PreferencesError(ValueError):
@@ -148,6 +150,8 @@ class PreferenceStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS preferences (user TEXT PRIMARY KEY, data TEXT NOT NULL, "
                          "updated REAL NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
+                         "address TEXT NOT NULL, expires REAL NOT NULL)")
         self._mem = {u: json.loads(d) for u, d in self._db.execute("SELECT user, data FROM preferences")}
 
     def get(self, user: str) -> dict | None:
@@ -172,31 +176,30 @@ class PreferenceStore:
         only its hash is kept."""
         code = secrets.token_urlsafe(32)
         with self._lock:
-            self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
-                             "address TEXT NOT NULL, expires REAL NOT NULL)")
             self._db.execute("DELETE FROM confirmations WHERE user = ? OR expires < ?", (user, time.time()))
             self._db.execute("INSERT INTO confirmations VALUES (?, ?, ?, ?)",
                              (hashlib.sha256(code.encode()).hexdigest(), user, address, time.time() + ttl))
         return code
 
-    def confirm(self, code: str) -> str | None:
-        """The user whose address `code` confirms (used once, before it expires, while they still want that
-        address), else None."""
+    def confirm(self, code: object, user: str) -> bool:
+        """Confirm `user`'s address with `code` (the link mailed to it): only their own code, used once, before
+        it expires, while they still want that address. Anything else (another user's code, a wrong one, not a
+        string) changes nothing and is False; another user's code stays usable by its owner."""
+        if not isinstance(code, str) or not CODE.fullmatch(code):
+            return False
         digest = hashlib.sha256(code.encode()).hexdigest()
         with self._lock:
-            self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
-                             "address TEXT NOT NULL, expires REAL NOT NULL)")
             row = self._db.execute("SELECT user, address, expires FROM confirmations WHERE code = ?",
                                    (digest,)).fetchone()
+            if row is None or row[0] != user:
+                return False
             self._db.execute("DELETE FROM confirmations WHERE code = ?", (digest,))
-        if row is None or row[2] < time.time():
-            return None
-        user, address, _ = row
+        _, address, expires = row
         prefs = self._mem.get(user)
-        if not prefs or prefs.get("email") != address:
-            return None
+        if expires < time.time() or not prefs or prefs.get("email") != address:
+            return False
         self.put(user, {**prefs, "email_confirmed": address}, prefs.get("groups") or [])
-        return user
+        return True
 
     def delete(self, user: str) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ import aiohttp
 import aiosmtplib
 
 from gpu_spawner.contract import NOTIFY_EMAIL
-from gpu_spawner.services.notify.events import Event
+from gpu_spawner.services.notify.events import Event, confirmation_event
 from gpu_spawner.services.notify.payloads import email_message, webhook_payload
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
 
@@ -96,13 +96,16 @@ class Notifier:
 
     def __init__(self, channels: Channels, store: PreferenceStore, smtp: Smtp | None = None, retries: int = 5,
                  backoff: float = 2.0, backoff_max: float = 300.0, timeout: float = 20.0, max_pending: int = 1000,
-                 max_per_user_hour: int = 30, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 max_per_user_hour: int = 30, max_confirmations_hour: int = 3, hub_url: str = "",
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic):
         self.channels, self.store, self.smtp = channels, store, smtp
         self.retries, self.backoff, self.backoff_max, self.timeout = retries, backoff, backoff_max, timeout
         self.max_pending, self._sleep = max_pending, sleep
         self.max_per_user_hour, self._clock = max_per_user_hour, clock
         self._sent: dict[str, deque] = {}  # user → when their last deliveries were queued (within the hour)
+        self._confirms: dict[str, deque] = {}  # user → when their last confirmation mails were sent
+        self.max_confirmations_hour, self.hub_url = max_confirmations_hour, hub_url
         self.stats: Counter = Counter()
         self._tasks: set[asyncio.Task] = set()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -110,16 +113,35 @@ class Notifier:
 
     def allow(self, user: str) -> bool:
         """One more delivery for `user` within `max_per_user_hour` per hour (0: no limit)? Counts it if so."""
-        if not self.max_per_user_hour:
+        return self._within_hour(self._sent, user, self.max_per_user_hour)
+
+    def _within_hour(self, sent_by_user: dict[str, deque], user: str, limit: int) -> bool:
+        if not limit:
             return True
-        now, sent = self._clock(), self._sent.setdefault(user, deque())
+        now, sent = self._clock(), sent_by_user.setdefault(user, deque())
         while sent and now - sent[0] > 3600:
             sent.popleft()
-        if len(sent) >= self.max_per_user_hour:
+        if len(sent) >= limit:
             return False
         sent.append(now)
-        if len(self._sent) > 10_000:  # bounded: forget the users with nothing in the last hour
-            self._sent = {u: q for u, q in self._sent.items() if q and now - q[-1] <= 3600}
+        if len(sent_by_user) > 10_000:  # bounded: forget the users with nothing in the last hour
+            for u in [u for u, q in sent_by_user.items() if not q or now - q[-1] > 3600]:
+                del sent_by_user[u]
+        return True
+
+    def confirm_address(self, user: str, address: str) -> bool:
+        """Mail `address` a one-time code that makes it `user`'s (delivered like any event, with backoff); at
+        most `max_confirmations_hour` per user per hour, so an address cannot be flooded through the hub's
+        sender. False (nothing sent, no code made) when over that or no mail server is set."""
+        if self.smtp is None:
+            return False
+        if not self._within_hour(self._confirms, user, self.max_confirmations_hour):
+            self.stats["rate_limited"] += 1
+            return False
+        code = self.store.new_confirmation(user, address)
+        task = asyncio.ensure_future(self.deliver(NOTIFY_EMAIL, confirmation_event(user, address, code, self.hub_url)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return True
 
     def notify(self, event: Event) -> int:
@@ -151,7 +173,7 @@ class Notifier:
 
     async def _once(self, name: str, event: Event) -> None:
         if name == NOTIFY_EMAIL:
-            to = self.channels.address(event.user, self.store.get(event.user))
+            to = event.to or self.channels.address(event.user, self.store.get(event.user))
             if to is None or self.smtp is None:
                 raise Permanent("no e-mail address or mail server")
             await send_email(self.smtp, event, to)

@@ -3,6 +3,10 @@
   GET    /notifications                 the caller's channels (never a webhook URL), events and choices
   PUT    /notifications                 {"channels": {"email": ["succeeded", "failed"], "<webhook>": [...]},
                                          "email": "me@example.org" (optional)}: validated whole, then stored
+                                         an own address not yet confirmed is mailed a one-time link (429 when
+                                         Notifications.max_confirmations_hour were sent this hour)
+  POST   /notifications/confirm         {"code": "..."}: the code mailed to the caller's own address, back
+                                         (the link opens the user's JupyterLab, which posts it with their token)
   DELETE /notifications                 opt out of everything
   POST   /notifications/cull-warnings   the culler's new warnings (the gpu-culler service's token only)
 Each user reads and sets only their own choices (the caller's own token, as for jobs).
@@ -27,18 +31,31 @@ MAX_WARNINGS_BODY = 512 * 1024
 MAX_WARNINGS = 2000
 
 
-class PreferencesHandler(Base):
+class _Notifications(Base):
     @property
     def notifier(self) -> Notifier | None:
         return self.settings.get("notifier")
 
-    def view(self) -> dict:
+    def view(self, message: str = "") -> dict:
         n = self.notifier
         prefs = n.store.get(self.who.name) if n else None
-        return {"user": self.who.name, "events": list(NOTIFY_EVENTS),
-                "channels": n.channels.describe(self.who.name, self.who.groups, prefs) if n else [],
-                "preferences": {"channels": (prefs or {}).get("channels", {}), "email": (prefs or {}).get("email")}}
+        own = (prefs or {}).get("email")
+        out = {"user": self.who.name, "events": list(NOTIFY_EVENTS),
+               "channels": n.channels.describe(self.who.name, self.who.groups, prefs) if n else [],
+               "preferences": {"channels": (prefs or {}).get("channels", {}), "email": own,
+                               "email_confirmed": bool(own) and (prefs or {}).get("email_confirmed") == own}}
+        return {**out, "message": message} if message else out
 
+    def json_body(self):
+        if len(self.request.body) > MAX_BODY:
+            raise web.HTTPError(413, f"at most {MAX_BODY} bytes")
+        try:
+            return json.loads(self.request.body or b"null")
+        except (ValueError, RecursionError):
+            raise web.HTTPError(400, "the body is not JSON") from None
+
+
+class PreferencesHandler(_Notifications):
     def get(self):
         self.send(self.view())
 
@@ -46,21 +63,44 @@ class PreferencesHandler(Base):
         n = self.notifier
         if n is None:
             raise web.HTTPError(400, "notifications are not set up on this hub (ask an admin)")
-        if len(self.request.body) > MAX_BODY:
-            raise web.HTTPError(413, f"at most {MAX_BODY} bytes")
+        body = self.json_body()
         try:
-            body = json.loads(self.request.body or b"null")
             prefs = validate(body, self.who.name, self.who.groups, n.channels)
-        except (ValueError, RecursionError) as e:
-            raise web.HTTPError(400, str(e) if isinstance(e, PreferencesError) else "the body is not JSON") from None
+        except PreferencesError as e:
+            raise web.HTTPError(400, str(e)) from None
+        own, before = prefs["email"], n.store.get(self.who.name) or {}
+        message = ""
+        if own and before.get("email_confirmed") != own and n.smtp is not None:
+            if not n.confirm_address(self.who.name, own):  # before anything is stored: a refusal changes nothing
+                raise web.HTTPError(429, f"at most {n.max_confirmations_hour} confirmation mails an hour; "
+                                         "try again later (nothing changed)")
+            instead = n.channels.template_address(self.who.name)
+            message = (f"We sent a confirmation link to {own}: check that inbox and open the link (logged in to "
+                       f"JupyterHub as {self.who.name}) within 24 hours. Until then your e-mail goes "
+                       + (f"to {instead}." if instead else "nowhere."))
         n.store.put(self.who.name, prefs, self.who.groups)
-        log.info("%s set notifications %s", self.who.name, prefs["channels"])
-        self.send(self.view())
+        log.info("%s set notifications %s%s", self.who.name, prefs["channels"], " (confirmation sent)" * bool(message))
+        self.send(self.view(message))
 
     def delete(self):
         if self.notifier is not None:
             self.notifier.store.delete(self.who.name)
         self.send(self.view())
+
+
+class ConfirmHandler(_Notifications):
+    """The code mailed to a user's own address, brought back with that user's own token."""
+
+    def post(self):
+        body = self.json_body()
+        n = self.notifier
+        code = body.get("code") if isinstance(body, dict) else None
+        if n is None or not n.store.confirm(code, self.who.name):
+            raise web.HTTPError(400, "this confirmation code is not valid for you (wrong, expired, already used, or "
+                                     "for another address or user); set your address again for a new one")
+        address = n.store.get(self.who.name)["email"]
+        log.info("%s confirmed their e-mail address", self.who.name)
+        self.send(self.view(f"Confirmed: your e-mail notifications now go to {address}."))
 
 
 def _is_culler(model) -> bool:
@@ -107,4 +147,5 @@ class CullWarningsHandler(web.RequestHandler):
 
 def routes(prefix: str) -> list:
     return [(rf"{prefix}/notifications/?", PreferencesHandler),
+            (rf"{prefix}/notifications/confirm/?", ConfirmHandler),
             (rf"{prefix}/{NOTIFY_CULL_PATH}", CullWarningsHandler)]
