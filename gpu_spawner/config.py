@@ -88,8 +88,10 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     """
     from gpu_spawner.services.culler import culler_service
     from gpu_spawner.services.culler.banner import Announcement, warnings_file
+    from gpu_spawner.hub.metrics import guard_loop
     from gpu_spawner.services.jobs import hub as jobs
 
+    guard_loop()  # JupyterHub loads its config on its running loop: the hub's stalls at /hub/metrics from now on
     env = os.environ if env is None else env
     ports, options, environment = _per_service(ports, "ports"), _per_service(options, "options"), \
         _per_service(environment, "environment")

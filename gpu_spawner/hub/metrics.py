@@ -1,8 +1,12 @@
 """Hub metrics at /hub/metrics: running servers and pending spawns per profile, read from the shared
-ClusterState at scrape time (so they are right after a hub restart, with no bookkeeping)."""
+ClusterState at scrape time (so they are right after a hub restart, with no bookkeeping); and the hub's
+own event-loop stalls (services/loopguard.py: the picker's render and the spawn progress run on it)."""
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
+
+from gpu_spawner.services.loopguard import LoopGuard
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
@@ -31,3 +35,22 @@ def watch_state(get_state: Callable) -> None:
     if not _source:
         _source.append(get_state)
         REGISTRY.register(ProfileServersCollector())
+
+
+_guard: list[LoopGuard] = []
+
+
+def guard_loop() -> LoopGuard | None:
+    """The hub loop's stall guard, in the hub's registry (/hub/metrics): started on the running loop the first
+    time this is called there (the spawner's first use), again on a later loop (tests); None with no loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    if not _guard:
+        _guard.append(LoopGuard(REGISTRY))
+    guard = _guard[0]
+    task = guard._task
+    if task is None or task.done() or task.get_loop() is not loop:
+        guard.start()
+    return guard

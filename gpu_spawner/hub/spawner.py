@@ -140,6 +140,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        metrics.guard_loop()  # the hub's loop: its stalls at /hub/metrics (a spawner is made on it)
         if not self.profiles_file:
             if not GPUSpawner._said_plain:
                 GPUSpawner._said_plain = True

@@ -1,0 +1,56 @@
+"""The hub's own event loop has its stall guard (services/loopguard.py) at /hub/metrics (the hub's registry,
+which JupyterHub serves there): started by configure(c), which JupyterHub runs on its loop, and by a
+GPUSpawner made on it; the picker's render, measured on this loop, never stalls it over 50 ms."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+from traitlets.config import Config
+
+from gpu_spawner.config import configure
+from gpu_spawner.hub import metrics
+from gpu_spawner.hub.render_pod import make_spawner
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from security.stalls import StallMeter
+
+
+def _guarded_here() -> bool:
+    task = metrics._guard[0]._task if metrics._guard else None
+    return task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop()
+
+
+def test_without_a_running_loop_nothing_starts():
+    assert metrics.guard_loop() is None
+
+
+async def test_configure_starts_the_guard_on_the_hubs_loop(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    configure(Config(), profiles_file=str(EXAMPLE_PROFILES), env={})
+    assert _guarded_here()
+    assert b"gpuhub_event_loop_busy_stall_seconds_bucket" in generate_latest(REGISTRY)  # what /hub/metrics serves
+
+
+async def test_a_picker_render_never_stalls_the_hubs_loop():
+    sp = make_spawner(EXAMPLE_PROFILES, "admin", ["data-science", "ml-research"])
+    try:
+        assert _guarded_here()  # the spawner, made on the hub's loop, started it
+        meter = StallMeter(registry=REGISTRY)
+        await asyncio.sleep(0.05)  # the ticker runs
+        for _ in range(20):
+            with meter.request("the picker (every profile)"):
+                page = await sp._render_options_form_dynamically(sp)
+                await asyncio.sleep(0.03)  # the ticker wakes after the render: a stall in it is counted
+            assert 'data-profile="h100-full"' in page
+        with pytest.raises(pytest.fail.Exception, match="stalled the event loop over 50 ms"):
+            with meter.request("a render that computes 80 ms on the loop"):
+                await sp._render_options_form_dynamically(sp)
+                end = time.thread_time() + 0.08
+                while time.thread_time() < end:
+                    pass
+                await asyncio.sleep(0.03)
+        print(meter.report())
+    finally:
+        await sp.api.api_client.close()
