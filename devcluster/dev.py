@@ -21,7 +21,7 @@ import psutil
 from . import cluster, devsetup, leftovers, procs, stopping
 from .binaries import BuildError, cache_root
 from .components import Layout, SetupError
-from .devhub import DevHub, HubError, HubSettings
+from .devhub import DevHub, HubError, HubSettings, activity_lines
 
 HUB_GRACE = 30  # s for the hub's own cleanup (its proxy, services and the users' pods)
 AGENT_GRACE = 20  # s for the agent to stop the pods it runs
@@ -60,8 +60,10 @@ class AgentProcess:
 class DevRun:
     """One `gpuhub dev`: what it started, so that `stop` can undo exactly that, step by step."""
 
-    def __init__(self, profiles: Path, port: int, nodes_per_pool: int, users: dict[str, list[str]]):
+    def __init__(self, profiles: Path, port: int, nodes_per_pool: int, users: dict[str, list[str]],
+                 activity_interval: int | None = None):
         self.profiles, self.port, self.nodes_per_pool, self.users = profiles, port, nodes_per_pool, users
+        self.activity_interval = activity_interval  # seconds; None: JupyterHub's 300
         self.root = cluster.state_dir().resolve()
         self.state = state_dir()
         self.started_cluster = False
@@ -100,8 +102,9 @@ class DevRun:
             c = cluster.up(self.profiles, self.nodes_per_pool, root=self.root, say=_say)
         self.agent = AgentProcess(self.state, c.kubeconfig)
         self.agent.start()
+        before = activity_lines(self.activity_interval) if self.activity_interval else ""
         self.hub = DevHub(HubSettings(state_dir=self.state, profiles=self.profiles, kubeconfig=c.kubeconfig,
-                                      port=self.port, groups=self.users))
+                                      port=self.port, groups=self.users, before=before))
         self.hub.start()
         self._record()
         self._summary(cfg, layout)
@@ -123,6 +126,9 @@ class DevRun:
 
     def _summary(self, cfg, layout: Layout) -> None:
         _say(f"JupyterHub is up: {self.hub.settings.url}")
+        if self.activity_interval:
+            _say(f"activity interval {self.activity_interval} s (the hub's and the servers'): an idle_timeout "
+                 f"down to {self.activity_interval} s is accepted, so culling shows within minutes")
         for line in devsetup.login_lines(self.users):
             _say(line)
         _say("any other name logs in with no groups")
@@ -209,7 +215,8 @@ def reap_orphans(keep: set[int]) -> None:
             continue
 
 
-def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: str | None = None) -> int:
+def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: str | None = None,
+        activity_interval: int | None = None) -> int:
     from gpu_spawner.model.profiles import load_profiles
     from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
@@ -220,7 +227,7 @@ def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: st
         _say(f"note: group {group!r} of the users file is named nowhere in {profiles_path.name}")
     saved = stopping.install(_say)
     stopping.become_subreaper()
-    dev = DevRun(profiles_path, port, nodes_per_pool, users)
+    dev = DevRun(profiles_path, port, nodes_per_pool, users, activity_interval)
     code = 0
     try:
         try:

@@ -61,6 +61,15 @@ class HubSettings:
         return f"http://127.0.0.1:{self.port}"
 
 
+def activity_lines(seconds: int) -> str:
+    """Config lines for JupyterHub's two activity intervals, set together (the hub's proxy poll and the
+    servers' reports, 300 s each by default): the product refuses an idle_timeout shorter than either."""
+    from gpu_spawner.model.activity import ACTIVITY_INTERVAL_ENV
+
+    return (f"c.JupyterHub.last_activity_interval = {int(seconds)}\n"
+            f"c.Spawner.environment = {{{ACTIVITY_INTERVAL_ENV!r}: '{int(seconds)}'}}")
+
+
 def loopback_lines(state_dir: Path, port: int) -> str:
     """Config lines every local hub shares: loopback only, free internal ports, the repo's proxy, and its
     database, cookie secret and pid file in `state_dir` (several hubs may run at once)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster import cluster as dc, prometheus
-from devcluster.devhub import NAMESPACE, DevHub, HubSettings, free_port
+from devcluster.devhub import NAMESPACE, DevHub, HubSettings, activity_lines, free_port
 
 SCRAPE_S = 1
 
@@ -61,9 +61,7 @@ def culler_env(speed: float, prometheus_url: str, culling: bool) -> dict[str, st
 def activity_config(speed: float) -> str:
     """JupyterHub's activity intervals (300 s by default: servers' reports, the hub's proxy poll) compressed
     like the idle timeouts, which the product refuses to set shorter than them."""
-    every = max(1, round(300 / speed))
-    return (f"c.JupyterHub.last_activity_interval = {every}\n"
-            f"c.Spawner.environment = {{'JUPYTERHUB_ACTIVITY_INTERVAL': '{every}'}}")
+    return activity_lines(max(1, round(300 / speed)))
 
 
 class Stack:

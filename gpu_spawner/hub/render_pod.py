@@ -83,5 +83,11 @@ async def pod_manifest(profiles_file: str | Path, profile: str | None, user: str
         return client.sanitize_for_serialization(pod)
 
 
-def render_pod(profiles_file: str | Path, profile: str | None, user: str, groups: list[str] = ()) -> dict:
-    return asyncio.run(pod_manifest(profiles_file, profile, user, groups))
+def render_pod(profiles_file: str | Path, profile: str | None, user: str, groups: list[str] = (),
+               namespace: str = "jhub") -> dict:
+    """The pod as the hub in `namespace` would create it, namespace included: applied as printed, a queued
+    profile's pod lands beside its team's LocalQueue (`gpuhub render kueue --hub-namespace`), not in `default`."""
+    pod = asyncio.run(pod_manifest(profiles_file, profile, user, groups, namespace=namespace))
+    meta = pod["metadata"]
+    pod["metadata"] = {"name": meta.get("name"), "namespace": namespace, **meta}
+    return pod

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable
 
@@ -42,6 +43,17 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def _namespace(value: str) -> str:
+    """An argparse type: a Kubernetes namespace name (a DNS label), refused as a usage error otherwise."""
+    import re
+
+    from gpu_spawner.model.profiles import DNS_LABEL
+
+    if not re.match(DNS_LABEL, value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a namespace name (lowercase letters, digits, '-')")
+    return value
+
+
 def _choose_profile(cfg, args, gpu: bool = False):
     """--profile, if --user with these --group's may use it (the hub's and gpu-jobs' own rule)."""
     from gpu_spawner.model.choices import ChoiceError, choose_profile
@@ -57,7 +69,7 @@ def cmd_render_pod(args) -> int:
 
     _choose_profile(_load(args.file), args)
     try:
-        pod = render_pod(args.file, args.profile, args.user, args.group)
+        pod = render_pod(args.file, args.profile, args.user, args.group, args.hub_namespace)
     except ValueError as e:
         raise CLIError(str(e)) from None
     print(json.dumps(pod, indent=2))
@@ -108,6 +120,7 @@ def cmd_render_job(args) -> int:
     from gpu_spawner.builders.jobsets import build_jobset
     from gpu_spawner.model.multinode import check_nodes
     from gpu_spawner.model.profiles import duration_seconds
+    from gpu_spawner.services.jobs.limits import check_notebook_path
 
     cfg = _load(args.file)
     profile = _choose_profile(cfg, args, gpu=True)
@@ -115,6 +128,12 @@ def cmd_render_job(args) -> int:
         notebook = json.loads(open(args.notebook).read())
     except (OSError, ValueError) as e:
         raise CLIError(f"cannot read notebook {args.notebook!r}: {e}") from None
+    # the local file is read from anywhere; the Job is told where it sits in the user's home (gpu-jobs' rule)
+    home_path = args.notebook_path if args.notebook_path is not None else os.path.basename(args.notebook)
+    try:
+        home_path = check_notebook_path(home_path)
+    except JobRequestError as e:
+        raise CLIError(f"--notebook-path: {e}") from None
     timeout = None
     if args.timeout:
         try:
@@ -124,7 +143,7 @@ def cmd_render_job(args) -> int:
     try:
         nodes = check_nodes(cfg, profile, cfg.team_for(args.group), args.nodes)
         build = partial(build_jobset, nodes=nodes) if nodes > 1 else build_job
-        objs = build(cfg, profile, args.user, args.group, args.notebook, notebook,
+        objs = build(cfg, profile, args.user, args.group, home_path, notebook,
                      parameters=parse_params(args.param), priority=args.priority,
                      timeout=int(timeout) if timeout else None)
     except (JobRequestError, ValueError) as e:
@@ -133,11 +152,34 @@ def cmd_render_job(args) -> int:
     return 0
 
 
+def _interval(value: str) -> int:
+    """An argparse type: `--activity-interval 30s` (the one duration parser), 1 s to JupyterHub's 300 s."""
+    from gpu_spawner.model.activity import DEFAULT_ACTIVITY_INTERVAL
+    from gpu_spawner.model.durations import parse
+
+    try:
+        seconds = parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 1 <= seconds <= DEFAULT_ACTIVITY_INTERVAL or seconds != int(seconds):
+        raise argparse.ArgumentTypeError(f"{value!r}: give whole seconds from 1 s to {DEFAULT_ACTIVITY_INTERVAL} s "
+                                         "(JupyterHub's default), e.g. 30s")
+    return int(seconds)
+
+
 def cmd_dev(args) -> int:
     from devcluster import dev
     from devcluster.devsetup import UsersError, load_users
+    from gpu_spawner.model.activity import DEFAULT_ACTIVITY_INTERVAL, idle_timeout_problems
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.validation import ProfilesError
 
-    _load(args.profiles) if args.profiles else None  # a bad file: exit 2 before anything starts
+    # a bad file, or an idle_timeout the hub would refuse: exit 2 before anything starts
+    path = args.profiles or str(EXAMPLE_PROFILES)
+    interval = args.activity_interval or DEFAULT_ACTIVITY_INTERVAL
+    if problems := idle_timeout_problems(_load(path), interval):
+        raise CLIError(f"{ProfilesError(problems, path)}\nto try a short idle_timeout with gpuhub dev, shorten the "
+                       "hub's and the servers' interval together: gpuhub dev --activity-interval 30s")
     if args.users:
         try:
             load_users(args.users)
@@ -147,7 +189,7 @@ def cmd_dev(args) -> int:
         raise CLIError(f"--port {args.port} is not a TCP port (1-65535)")
     if not 1 <= args.nodes_per_pool <= 50:
         raise CLIError(f"--nodes-per-pool {args.nodes_per_pool}: give 1 to 50")
-    return dev.run(args.profiles, args.port, args.nodes_per_pool, args.users)
+    return dev.run(args.profiles, args.port, args.nodes_per_pool, args.users, args.activity_interval)
 
 
 def cmd_doctor(args) -> int:
@@ -198,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--profile", required=True, help="profile slug")
     rp.add_argument("--user", required=True, help="JupyterHub user name")
     rp.add_argument("--group", action="append", default=[], help="a JupyterHub group of the user (repeatable)")
+    rp.add_argument("--hub-namespace", default="jhub", type=_namespace,
+                    help="where the hub runs servers, printed as the pod's namespace (default jhub)")
     rp.set_defaults(run=cmd_render_pod)
     rk = rsub.add_parser("kueue", help="ResourceFlavors, ClusterQueues, LocalQueues, priority classes (YAML)")
     rk.add_argument("file")
@@ -225,7 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     rj.add_argument("--profile", required=True)
     rj.add_argument("--user", required=True)
     rj.add_argument("--group", action="append", default=[])
-    rj.add_argument("--notebook", required=True, help="the .ipynb to run")
+    rj.add_argument("--notebook", required=True, metavar="FILE", help="the .ipynb to run, read from this path")
+    rj.add_argument("--notebook-path", metavar="PATH", help="where the notebook is in the user's home, relative to "
+                    "it: the output lands beside it (default: FILE's name, at the top of the home)")
     rj.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a notebook parameter; VALUE is a Python literal (3, 0.1, True, [1, 2], 'text'), else "
                          "the text itself, as in %%gpu_submit")
@@ -265,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--users", metavar="FILE", help="YAML mapping of user name to groups, e.g. "
                      "`research-user: [research]` (default: one `<group>-user` per team and group of the "
                      "profiles file, and `admin` in all of them)")
+    dev.add_argument("--activity-interval", type=_interval, metavar="DURATION",
+                     help="JupyterHub's activity interval for the hub and the servers together (default 300s, "
+                          "JupyterHub's), e.g. 30s to try a profile's short idle_timeout and see culling soon")
     dev.set_defaults(run=cmd_dev)
     return p
 

@@ -93,3 +93,46 @@ def test_doctor_without_a_kubeconfig_is_bad_input(tmp_path):
 def test_usage_error_is_exit_2():
     r = gpuhub("render", "pod", EXAMPLE)  # missing --profile/--user
     assert r.returncode == 2 and "--profile" in r.stderr and r.stdout == ""
+
+
+def test_render_pod_prints_the_namespace_the_hub_runs_it_in_beside_its_teams_localqueue():
+    """Applied as printed, a queued profile's pod must land where its LocalQueue is, not in `default`."""
+    r = gpuhub("render", "pod", EXAMPLE, "--profile", "a100-mig-1g10gb", "--user", "ana", "--group", "data-science",
+               "--hub-namespace", "hub-prod")
+    assert r.returncode == 0, r.stderr
+    pod = json.loads(r.stdout)
+    assert pod["metadata"]["namespace"] == "hub-prod"
+    queue = pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    kueue = yaml.safe_load_all(gpuhub("render", "kueue", EXAMPLE, "--hub-namespace", "hub-prod").stdout)
+    assert ("hub-prod", queue) in {(d["metadata"].get("namespace"), d["metadata"]["name"]) for d in kueue
+                                   if d["kind"] == "LocalQueue"}
+    default = json.loads(gpuhub("render", "pod", EXAMPLE, "--profile", "cpu", "--user", "ana").stdout)
+    assert default["metadata"]["namespace"] == "jhub"  # render kueue's and z2jh docs' default
+    bad = gpuhub("render", "pod", EXAMPLE, "--profile", "cpu", "--user", "ana", "--hub-namespace", "../kube-system")
+    assert bad.returncode == 2 and bad.stdout == "" and "is not a namespace name" in bad.stderr
+
+
+def _job(*args: str) -> subprocess.CompletedProcess:
+    return gpuhub("render", "job", EXAMPLE, "--profile", "t4-shared", "--user", "ana", "--group", "data-science",
+                  *args)
+
+
+def test_render_job_reads_the_notebook_from_any_path_and_places_it_by_notebook_path(tmp_path):
+    nb = tmp_path / "deep" / "folder" / "train.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    r = _job("--notebook", str(nb))  # an absolute local path: its name, at the top of the home
+    assert r.returncode == 0, r.stderr
+    job = next(d for d in yaml.safe_load_all(r.stdout) if d["kind"] == "Job")
+    assert job["metadata"]["annotations"]["gpuhub.io/notebook"] == "train.ipynb"
+    r = _job("--notebook", str(nb), "--notebook-path", "projects/x/train.ipynb")
+    assert r.returncode == 0, r.stderr
+    job = next(d for d in yaml.safe_load_all(r.stdout) if d["kind"] == "Job")
+    assert job["metadata"]["annotations"]["gpuhub.io/notebook"] == "projects/x/train.ipynb"
+    assert job["spec"]["template"]["spec"]["containers"][0]["workingDir"].endswith("/projects/x")
+    for hostile, why in [("/etc/x.ipynb", "not absolute"), ("../x.ipynb", "no '..'"), ("a/../../x.ipynb", "no '..'"),
+                         ("x.txt", "ending in .ipynb"), ("a\tb.ipynb", "control characters")]:
+        r = _job("--notebook", str(nb), "--notebook-path", hostile)
+        assert r.returncode == 2 and r.stdout == "" and "--notebook-path:" in r.stderr and why in r.stderr, hostile
+    r = _job("--notebook", str(tmp_path / "missing.ipynb"))
+    assert r.returncode == 2 and "cannot read notebook" in r.stderr
