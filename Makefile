@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension test-deps binaries test unit dev bench matrix-venv
+.PHONY: install labextension test-deps plan binaries test unit dev bench matrix-venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -55,8 +55,12 @@ install: $(VENV)/.installed node_modules/.installed labextension
 
 # kube-apiserver, scheduler, controller-manager, etcd, kwok, kueue: built once from Go modules into
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).
-binaries: install
-	$(PY) devcluster/binaries.py build
+# `plan` first, before the installs: what a first run builds and about how long (silent once built).
+plan:
+	@python3 devcluster/binaries.py plan
+
+binaries: plan install
+	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/binaries.py build
 
 # The test matrix's second JupyterHub: the pins of the zero-to-jupyterhub 4.4.0 hub image (JupyterHub 5.5.0,
 # KubeSpawner 7.0.0, ...; its requirements.txt in the z2jh folder beside the checkout) with this package on

@@ -43,6 +43,10 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY, HELM_BINARY)
 
 
+#: Set by the Makefile when `binaries.py plan` already said, before the installs, what the build does.
+PLAN_SAID_ENV = "GPUHUB_BUILD_PLAN_SAID"
+
+
 class BuildError(RuntimeError):
     """A binary could not be built; the message names it and its log."""
 
@@ -130,8 +134,10 @@ def _build_missing(dest: Path, verbose: bool, only: tuple[str, ...] | None = Non
     known = build_progress.recorded(cache_root())
     est = build_progress.estimates(todo, known)
     if verbose:
-        print(f"[devcluster] {build_progress.plan(todo, est, known, dest)}\n[devcluster] build log: {log}",
-              file=sys.stderr, flush=True)
+        said = os.environ.get(PLAN_SAID_ENV) == "1"
+        head = (f"building the {len(todo)} binaries above, about {build_progress.minutes(sum(est.values()))}"
+                if said else build_progress.plan(todo, est, known, dest))
+        print(f"[devcluster] {head}\n[devcluster] build log: {log}", file=sys.stderr, flush=True)
     progress = build_progress.Progress(todo, est) if verbose else None
     timings: dict[str, float] = {}
     try:
@@ -188,8 +194,9 @@ def module_dir(module: str, version: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m devcluster.binaries", description=__doc__)
-    p.add_argument("action", choices=["build", "path", "check"], help="build missing binaries; print the folder; "
-                   "exit 1 if any is missing")
+    p.add_argument("action", choices=["build", "path", "check", "plan"], help="build missing binaries; print the "
+                   "folder; exit 1 if any is missing; say what a build would do and about how long (nothing if "
+                   "built: `make dev` says it first, before its installs)")
     p.add_argument("--only", nargs="+", choices=ALL_BINARIES, metavar="BINARY",
                    help=f"build only these (default: all of {', '.join(ALL_BINARIES)})")
     a = p.parse_args(argv)
@@ -198,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             print(build(only=tuple(a.only) if a.only else None))
         elif a.action == "path":
             print(bin_dir())
+        elif a.action == "plan":
+            if todo := missing(only=tuple(a.only) if a.only else None):
+                known = build_progress.recorded(cache_root())
+                print(f"[devcluster] {build_progress.plan(todo, build_progress.estimates(todo, known), known, bin_dir())}",
+                      file=sys.stderr)
         else:
             gone = missing()
             if gone:

@@ -4,8 +4,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from devcluster import binaries
 from devcluster import build_progress as bp
@@ -120,3 +125,31 @@ def test_only_limits_what_is_missing(tmp_path):
     (tmp_path / "etcd").write_text("")
     assert binaries.missing(tmp_path, ("etcd", "kwok")) == ["kwok"]
     assert binaries.missing(tmp_path) == [b for b in ORDER if b != "etcd"]
+
+
+def _plan(cache: Path) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, str(binaries.HERE / "binaries.py"), "plan"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "GPUHUB_CACHE": str(cache)})
+
+
+def test_plan_says_what_a_fresh_machine_builds_and_nothing_once_it_is_built(tmp_path, monkeypatch):
+    """`make dev`'s first words (binaries.py plan, standard library only, before the installs)."""
+    if shutil.which("go") is None:
+        pytest.skip("the plan names the binaries' folder, whose stamp includes `go version`")
+    r = _plan(tmp_path)
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr.startswith("[devcluster] building 8 dev-cluster binaries from Go modules into "
+                               f"{tmp_path}/bin-")
+    for b in ORDER:
+        assert f"\n  {b}: " in r.stderr
+    monkeypatch.setenv("GPUHUB_CACHE", str(tmp_path))
+    dest = binaries.bin_dir()
+    dest.mkdir()
+    for b in ORDER[:-1]:
+        (dest / b).write_text("")
+    _times(dest, json.dumps({binaries.HELM_BINARY: 120.0}))
+    r = _plan(tmp_path)
+    assert r.stderr.startswith("[devcluster] building 1 dev-cluster binary ") and f"  {binaries.HELM_BINARY}: " in r.stderr
+    assert "about 2 min in all (from this machine's earlier builds)" in r.stderr
+    (dest / binaries.HELM_BINARY).write_text("")
+    assert _plan(tmp_path).stderr == ""

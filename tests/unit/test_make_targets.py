@@ -43,3 +43,11 @@ def test_make_test_still_installs_chromium_and_prometheus_before_pytest():
     for package in TEST_ONLY:
         assert package in out
         assert out.index(package) < out.index("-m pytest")
+
+
+def test_dev_and_test_say_the_build_plan_first_before_any_install_and_the_build_does_not_repeat_it():
+    for target in ("dev", "test"):
+        lines = recipes(target).splitlines()
+        assert lines[0] == "python3 devcluster/binaries.py plan", lines[:3]
+        (build,) = [line for line in lines if GO_BUILD in line]
+        assert build.startswith("GPUHUB_BUILD_PLAN_SAID=1 ")
