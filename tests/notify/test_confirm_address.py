@@ -1,131 +1,22 @@
 """A user's own e-mail address is used only after the code mailed to it came back with that user's token
 (finding 4 of issue 25). The real gpu-jobs app (`make_app`) on a real HTTP server, in a thread with its own
 event loop; a real HTTP hub API on this machine answering `GET /hub/api/user` for the callers' tokens; a real
-SMTP server (aiosmtpd) receiving the confirmation mails and the job events."""
+SMTP server (aiosmtpd) receiving the confirmation mails and the job events (tests/notify/jobs_app.py)."""
 from __future__ import annotations
 
-import asyncio
-import re
-import socket
-import threading
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings, strategies as st
-from jupyterhub.services.auth import HubAuth
-from kubernetes_asyncio import client
-from tornado.httpserver import HTTPServer
 
-from gpu_spawner.contract import FAILED, JOBS_ACCESS_SCOPE, RUNNING
-from gpu_spawner.model.profiles import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.jobs.app import make_app
-from gpu_spawner.services.jobs.auth import TokenAuth
-from gpu_spawner.services.jobs.cache import JobsCache
-from gpu_spawner.services.jobs.kube import Kube
-from gpu_spawner.services.jobs.submission import ServiceSettings
-from gpu_spawner.services.notify.events import job_events
-from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
-from gpu_spawner.services.notify.send import Notifier, Smtp
-from security.hub_user import hub_user_app
-
+from .jobs_app import Service
 from .receivers import SmtpSink
-from .test_events_payloads import status
-
-USERS = {"tok-alice": "alice", "tok-bob": "bob", "tok-carol": "carol"}
-HUB_URL = "https://hub.example.org"
-CODE_LINE = re.compile(r"^Code: ([A-Za-z0-9_-]+)", re.M)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Service:
-    """gpu-jobs with e-mail notifications (template {username}@example.org, own addresses in example.org)."""
-
-    def __init__(self, tmp_path, smtp: SmtpSink):
-        self.smtp, self.tmp_path = smtp, tmp_path
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._start())
-        self.ready.set()
-        self.loop.run_forever()
-
-    async def _start(self):
-        hub_port, port = _port(), _port()
-        self.hub = HTTPServer(hub_user_app(USERS))
-        self.hub.listen(hub_port, "127.0.0.1")
-        cfg = load_profiles(EXAMPLE_PROFILES)
-        namespaces = [t.namespace for t in cfg.teams.values()]
-        self.api = client.ApiClient()
-        cache = JobsCache(self.api, namespaces)
-        channels = Channels(email=True, email_template="{username}@example.org", email_domains=("example.org",))
-        self.notifier = Notifier(channels, PreferenceStore(str(self.tmp_path / "prefs.sqlite")),
-                                 Smtp("127.0.0.1", self.smtp.port, "none", sender="hub@example.org"),
-                                 backoff=0.01, max_confirmations_hour=3, hub_url=HUB_URL)
-        auth = TokenAuth(HubAuth(api_url=f"http://127.0.0.1:{hub_port}/hub/api", api_token="svc"),
-                         {JOBS_ACCESS_SCOPE})
-        self.app = make_app(cfg, Kube(self.api, namespaces, cache=cache), auth, ServiceSettings(), "/",
-                            self.notifier, HUB_URL)
-        self.server = HTTPServer(self.app)
-        self.server.listen(port, "127.0.0.1")
-        self.url = f"http://127.0.0.1:{port}/notifications"
-
-    def __enter__(self) -> "Service":
-        self.thread.start()
-        assert self.ready.wait(30)
-        return self
-
-    def __exit__(self, *exc):
-        async def stop():
-            self.server.stop()
-            self.hub.stop()
-            await self.notifier.close()
-            self.app.settings["planner"].close()
-            await self.api.close()
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(30)
-
-    def drain(self):
-        asyncio.run_coroutine_threadsafe(self.notifier.drain(), self.loop).result(30)
-
-    def notify(self, user: str, job: str) -> None:
-        async def go():
-            for ev in job_events(status(RUNNING, user=user, name=job), status(FAILED, user=user, name=job)):
-                self.notifier.notify(ev)
-            await self.notifier.drain()
-        asyncio.run_coroutine_threadsafe(go(), self.loop).result(30)
-
-    def call(self, method: str, token: str, json=None, path: str = "") -> requests.Response:
-        return requests.request(method, self.url + path, json=json, timeout=30,
-                                headers={"Authorization": f"token {token}"})
-
-    def confirm(self, token: str, code) -> requests.Response:
-        return self.call("POST", token, {"code": code}, "/confirm")
-
 
 @pytest.fixture
 def service(tmp_path):
     with SmtpSink() as smtp, Service(tmp_path, smtp) as svc:
         yield svc
-
-
-def _mailed_code(svc: Service, to: str) -> tuple[str, str]:
-    svc.drain()
-    msgs = [m for m in svc.smtp.messages if m["To"] == to]
-    assert msgs, [m["To"] for m in svc.smtp.messages]
-    body = msgs[-1].get_content()
-    link = re.search(r"Confirm the address: (\S+)", body).group(1)
-    return CODE_LINE.search(body).group(1), link
 
 
 def _own(svc: Service, token: str) -> dict:
@@ -145,7 +36,7 @@ def test_an_own_address_gets_mail_only_after_its_mailed_code_came_back_with_the_
     assert r.status_code == 200, r.text
     assert "check that inbox" in r.json()["message"] and "alice@example.org" in r.json()["message"]
     assert r.json()["preferences"]["email_confirmed"] is False
-    code, link = _mailed_code(service, "all-staff@example.org")
+    code, link = service.mailed_code("all-staff@example.org")
     assert service.smtp.envelopes == [("hub@example.org", ["all-staff@example.org"])]
     assert urlparse(link).path == "/hub/user-redirect/gpuhub/confirm-email" and parse_qs(urlparse(link).query) == \
         {"code": [code]}
@@ -180,9 +71,23 @@ def test_confirmation_mails_are_rate_limited_and_a_refusal_changes_nothing(servi
     assert _own(service, "tok-carol")["preferences"]["email"] == "list2@example.org"  # the 429 stored nothing
     service.drain()
     assert sorted(to for _, (to,) in service.smtp.envelopes) == [f"list{i}@example.org" for i in range(3)]
-    code, _ = _mailed_code(service, "list0@example.org")  # an older address's code: void now
+    code, _ = service.mailed_code("list0@example.org")  # an older address's code: void now
     assert service.confirm("tok-carol", code).status_code == 400
     assert service.notifier.stats["rate_limited"] == 1
+
+
+def test_without_a_template_an_own_address_is_chosen_first_and_used_once_confirmed(service):
+    service.notifier.channels = type(service.notifier.channels)(email=True, email_domains=("example.org",))
+    r = service.call("PUT", "tok-bob", {"channels": {"email": ["failed"]}})
+    assert r.status_code == 400 and "the hub knows no address for you" in r.json()["message"]
+    r = service.call("PUT", "tok-bob", {"channels": {"email": ["failed"]}, "email": "bob.b@example.org"})
+    assert r.status_code == 200 and r.json()["message"].endswith("Until then your e-mail goes nowhere."), r.text
+    service.notify("bob", "gpu-bob-one")
+    assert [to for _, (to,) in service.smtp.envelopes] == ["bob.b@example.org"]  # only the confirmation mail
+    code, _ = service.mailed_code("bob.b@example.org")
+    assert service.confirm("tok-bob", code).status_code == 200
+    service.notify("bob", "gpu-bob-two")
+    assert [to for _, (to,) in service.smtp.envelopes] == ["bob.b@example.org"] * 2
 
 
 def test_an_expired_code_is_refused(service):
@@ -200,7 +105,7 @@ codes = st.one_of(st.text(max_size=300), st.from_regex(r"[A-Za-z0-9_-]{43}", ful
 
 def test_adversarial_codes_are_a_clear_400_and_change_nothing(service):
     assert service.call("PUT", "tok-alice", WANT_OWN).status_code == 200
-    code, _ = _mailed_code(service, "all-staff@example.org")
+    code, _ = service.mailed_code("all-staff@example.org")
 
     @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.one_of(codes, codes.map(lambda c: {"code": c}), codes.map(lambda c: [c])))

@@ -135,8 +135,8 @@ def validate(body: Any, user: str, groups: tuple[str, ...] | list[str], channels
             raise PreferencesError("email: your address comes from the hub" if not channels.email_domains else
                                    f"email: an address in {', '.join(channels.email_domains)}")
     prefs = {"channels": out, "email": email}
-    if NOTIFY_EMAIL in out and channels.address(user, prefs) is None:
-        raise PreferencesError("email: the hub knows no address for you; give one (email)")
+    if NOTIFY_EMAIL in out and channels.address(user, prefs) is None and email is None:
+        raise PreferencesError("email: the hub knows no address for you; give one (email)")  # (then confirm it)
     return prefs
 
 
