@@ -62,7 +62,7 @@ def test_opted_in_job_events_arrive_by_mail_and_webhooks(cluster, notify_hub, si
     smtp, hooks = sinks
     hub = notify_hub
     got = hub.call("alice", "GET", "/notifications").json()
-    assert got["preferences"] == {"channels": {}, "email": None}
+    assert got["preferences"] == {"channels": {}, "email": None, "email_confirmed": False}
     assert {c["name"] for c in got["channels"]} == {"email", "team-slack", "team-teams"}  # not mlr-only
     assert next(c for c in got["channels"] if c["name"] == "email")["address"] == "alice@example.org"
     assert "url" not in json.dumps(got["channels"])  # a webhook's URL is the admin's secret
