@@ -157,3 +157,7 @@ class JobsClient:
 
     def cancel(self, name: str) -> dict:
         return self._call("DELETE", f"jobs/{name}").json()
+
+    def confirm_email(self, code: str) -> dict:
+        """The code mailed to the user's own address, back to gpu-jobs (which makes that address theirs)."""
+        return self._call("POST", "notifications/confirm", json={"code": code}).json()

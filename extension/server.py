@@ -10,18 +10,21 @@ $JUPYTERHUB_API_TOKEN in the Authorization header, through the same `JobsClient`
   GET    <base>/gpuhub/jobs/<name>      status;  DELETE: cancel;  GET .../logs: {log: the log tail}
   GET    <base>/gpuhub/culling          this user's culling warnings (the culler's warnings/<user>)
   POST   <base>/gpuhub/keep             "keep my server": reports activity to the hub now
+  GET    <base>/gpuhub/confirm-email?code=  the link mailed to a user's own address: a page whose button (POST)
+                                        hands the code to gpu-jobs with this server's token (the user's own)
 Enabled by jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json (installed with the package).
 """
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 from datetime import datetime, timezone
 from urllib.parse import quote
 
 import requests
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import ensure_async, url_path_join
 from tornado import web
 
@@ -210,6 +213,39 @@ class KeepHandler(_Base):
         self.finish({"kept": True, "last_activity": body["last_activity"]})
 
 
+CONFIRM_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title></head>
+<body style="font-family: sans-serif; max-width: 40em; margin: 3em auto"><h1>{title}</h1><p>{text}</p>{form}</body></html>"""
+
+
+class ConfirmEmailHandler(JupyterHandler):
+    """The mailed link lands here, in the logged-in user's own server (the hub's OAuth): a GET only shows a
+    button (a mail scanner that opens links confirms nothing); its POST hands the code to gpu-jobs with this
+    server's token, so only the user who asked can confirm (gpu-jobs refuses another user's code)."""
+
+    def page(self, title: str, text: str, form: str = "") -> None:
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(CONFIRM_PAGE.format(title=html.escape(title), text=html.escape(text), form=form))
+
+    @web.authenticated
+    def get(self):
+        code = self.get_argument("code", "")[:100]
+        form = (f'<form method="post">{self.xsrf_form_html()}<input type="hidden" name="code" '
+                f'value="{html.escape(code, quote=True)}"><button type="submit">Confirm my address</button></form>')
+        self.page("Confirm your e-mail address", "Send GPU job notifications to the address this link was mailed "
+                  "to? Only do this if you asked for it, logged in as yourself.", form)
+
+    @web.authenticated
+    async def post(self):
+        try:
+            client = JobsClient()
+            answer = await asyncio.to_thread(client.confirm_email, self.get_argument("code", "")[:100])
+        except JobsError as e:
+            self.set_status(e.status if e.status and 400 <= e.status < 500 else 502)
+            self.page("Not confirmed", str(e))
+            return
+        self.page("Address confirmed", answer.get("message") or "Confirmed.")
+
+
 def _load_jupyter_server_extension(server_app):
     base = url_path_join(server_app.web_app.settings["base_url"], LAB_API_PREFIX)
     server_app.web_app.add_handlers(".*$", [
@@ -219,6 +255,7 @@ def _load_jupyter_server_extension(server_app):
         (url_path_join(base, r"jobs/([^/]+)/logs"), LogsHandler),
         (url_path_join(base, "culling"), CullingHandler),
         (url_path_join(base, "keep"), KeepHandler),
+        (url_path_join(base, "confirm-email"), ConfirmEmailHandler),
     ])
     server_app.log.info("jupyterhub-gpu: JupyterLab routes under %s", base)
 
