@@ -170,9 +170,13 @@ def offered(url: str, user: str) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_own_groups_then_a_server_then_twice_interrupted(dev_cmd, tmp_path, sig):
     profiles = renamed_profiles(tmp_path)
+    # a 1-minute idle timeout, which a hub at JupyterHub's 5-minute activity interval refuses to start with
+    profiles.write_text(profiles.read_text().replace("idle_timeout: 30m", "idle_timeout: 1m", 1))
     cfg = load_profiles(profiles)
-    dev = dev_cmd("--profiles", str(profiles))
+    assert cfg.by_slug["t4-shared"].idle_timeout == 60
+    dev = dev_cmd("--profiles", str(profiles), "--activity-interval", "30s")
     dev.wait_for("Ctrl-C stops everything")
+    assert "activity interval 30 s (the hub's and the servers')" in dev.out
     for group in RENAMED.values():
         assert f"log in as `{group}-user` (groups: {group})" in dev.out
     # each group's user is offered exactly the profiles of its group, in the real picker
@@ -195,7 +199,9 @@ def test_own_groups_then_a_server_then_twice_interrupted(dev_cmd, tmp_path, sig)
         assert time.monotonic() < deadline, lab.text[:300] + dev.out
         time.sleep(1)
     dev.snapshot()
-    assert any(_mentions(p, "jupyterhub-singleuser") for p in dev.seen.values()), "no server process seen"
+    servers = [p for p in dev.seen.values() if _mentions(p, "jupyterhub-singleuser")]
+    assert servers, "no server process seen"
+    assert {p.environ().get("JUPYTERHUB_ACTIVITY_INTERVAL") for p in servers} == {"30"}  # it reports every 30 s
     # the second signal arrives while the hub is stopping the server
     dev.signal(sig)
     dev.wait_for("stopping JupyterHub", timeout=30)
