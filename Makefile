@@ -62,6 +62,15 @@ plan:
 binaries: plan install
 	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/binaries.py build
 
+# The images (images/*/Dockerfile, unchanged but for their bases) built here with Debian's buildah; where no
+# registry base can be pulled, stand-in bases from Debian packages (mmdebstrap) and, for the hub, the z2jh hub
+# image's pins (images/README.md). Cached by their inputs in ~/.cache/jupyterhub-gpu/images: warm, seconds.
+image-deps:
+	@command -v buildah >/dev/null && command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah podman mmdebstrap runc; }
+images: image-deps
+	Z2JH="$(Z2JH)" python3 devcluster/images.py build
+
 # The test matrix's second JupyterHub: the pins of the zero-to-jupyterhub 4.4.0 hub image (JupyterHub 5.5.0,
 # KubeSpawner 7.0.0, ...; its requirements.txt in the z2jh folder beside the checkout) with this package on
 # top, as images/hub/Dockerfile installs it (which upgrades jupyterhub-idle-culler to the 2.x the GPU culler
@@ -88,7 +97,7 @@ test: binaries test-deps matrix-venv
 
 # The pure tier, wherever its tests live: no cluster, no hub or Prometheus process, no kernel, no browser
 # (tiers are pytest markers; tests/conftest.py sets them from the fixtures a test uses).
-UNIT_TIER := not (cluster or services or kernel or browser)
+UNIT_TIER := not (cluster or services or kernel or browser or ship)
 unit: install
 	$(PY) -m pytest -m "$(UNIT_TIER)" $(PYTEST_ARGS)
 

@@ -23,11 +23,12 @@ def ci() -> bool:
 
 
 #: Tiers are markers, decided by what a test uses, wherever the test lives. A test with none of them is
-#: pure (the `unit` tier: `make unit`, i.e. `pytest -m "not (cluster or services or kernel or browser)"`).
+#: pure (the `unit` tier: `make unit`, i.e. `pytest -m "not (cluster or services or kernel or browser or ship)"`).
 TIER_FIXTURES = {
     "cluster": {"cluster"},                 # the dev cluster (devcluster/testing.py): real control plane
     "services": {"prometheus", "exporter", "hub", "fresh"},  # a real hub (+ Prometheus), e.g. tests/culler
     "browser": {"browser", "hub_page"},      # headless Chromium
+    "ship": {"built_images"},               # the images `make images` built, run as containers (podman, runc)
 }
 
 
