@@ -289,6 +289,8 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.spawner_class = "simple"
 c.Spawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
 c.Spawner.default_url = "/api"
+# where the lab's culling route finds the culler: configured, never guessed from a request's Host header
+c.Spawner.environment = {{"GPUHUB_CULLER_URL": "http://127.0.0.1:{port}/services/gpu-culler/"}}
 c.Spawner.start_timeout = 90
 c.Spawner.http_timeout = 90
 c.SimpleLocalProcessSpawner.home_dir_template = {str(state / 'homes' / '{username}')!r}
