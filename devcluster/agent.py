@@ -24,9 +24,12 @@ from pathlib import Path
 from kubernetes_asyncio import client, config, watch
 
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
+from devcluster.agent_env import (IMAGE_IPYTHON_CONFIG, container_env, container_port,  # noqa: F401 (tests)
+                                  image_ipython_dir, rewrite_paths, simulated_gpu)
+from devcluster.agent_init import InitPending, run_init_containers
 from devcluster.pod_dns import PodHosts, pod_fqdn
 from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
-from gpu_spawner.contract import ENV_DEVICE_ROOT, ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
+from gpu_spawner.contract import ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 
 log = logging.getLogger("gpuhub.dev-agent")
@@ -34,8 +37,6 @@ log = logging.getLogger("gpuhub.dev-agent")
 #: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
 IP_PREFIX = "127.11"
 BANNER = "[dev-agent SIMULATOR]"
-#: What the singleuser and runner images put in /etc/ipython: kernels auto-load %gpu_submit.
-IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[1] / "images" / "singleuser" / "ipython_config.py"
 
 
 @dataclass
@@ -48,83 +49,6 @@ class Running:
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
-    """Device files and an `nvidia-smi` for a node, from the labels GFD would have put on it."""
-    labels = node["metadata"].get("labels") or {}
-    name = node["metadata"]["name"]
-    if labels.get("nvidia.com/gpu.present") != "true":
-        return {}
-    if (node["metadata"].get("annotations") or {}).get(SIMULATE_GPU_ANNOTATION) == "missing":
-        return {ENV_DEVICE_ROOT: str(state_dir / "gpus" / name / "no-driver")}
-    root = state_dir / "gpus" / name
-    dev, bin_dir = root / "dev", root / "bin"
-    dev.mkdir(parents=True, exist_ok=True)
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    product = labels.get("nvidia.com/gpu.product", "NVIDIA GPU").replace("-SHARED", "")
-    gpus = int(labels.get("nvidia.com/gpu.count", "1"))
-    mig = {m.group(1): int(v) for k, v in labels.items() if (m := re.fullmatch(r"nvidia\.com/mig-(.+)\.count", k))}
-    (dev / "nvidiactl").touch()
-    lines = []
-    for i in range(gpus):
-        (dev / f"nvidia{i}").touch()
-        lines.append(f"GPU {i}: {product.replace('-', ' ')} (UUID: GPU-sim-{name}-{i})")
-        for sl, count in mig.items():
-            for j in range(count // max(gpus, 1)):
-                lines.append(f"  MIG {sl:<12} Device {j:>2}: (UUID: MIG-sim-{name}-{i}-{sl}-{j})")
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n# SIMULATED nvidia-smi written by the gpuhub dev agent\ncat <<'EOF'\n"
-                   + "\n".join(lines) + "\nEOF\n")
-    smi.chmod(0o755)
-    return {ENV_DEVICE_ROOT: str(dev), "NVIDIA_VISIBLE_DEVICES": "all", SIM_PATH_ENV: str(bin_dir)}
-
-
-def image_ipython_dir(state_dir: Path) -> dict[str, str]:
-    """$IPYTHONDIR with the image's ipython_config.py, so local kernels load the extension as the
-    image's kernels do (the image has it in /etc/ipython, which a local process cannot use)."""
-    if not IMAGE_IPYTHON_CONFIG.is_file():
-        return {}
-    profile = state_dir / "ipython" / "profile_default"
-    profile.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(IMAGE_IPYTHON_CONFIG, profile / "ipython_config.py")
-    return {"IPYTHONDIR": str(profile.parent)}
-
-
-def container_port(container: dict) -> int:
-    """The port the container serves on: its readiness probe's, else its first declared one, else 8888."""
-    probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("port")
-    if isinstance(probe, int):
-        return probe
-    ports = [p.get("containerPort") for p in container.get("ports") or [] if isinstance(p.get("containerPort"), int)]
-    return ports[0] if ports else 8888
-
-
-def container_env(pod: dict, container: dict) -> dict[str, str]:
-    """The container's env with the downward-API fields a kubelet would fill in."""
-    fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
-              "spec.nodeName": pod["spec"].get("nodeName", ""), "status.podIP": pod["status"].get("podIP", "")}
-    env = {}
-    for e in container.get("env") or []:
-        if "value" in e:
-            env[e["name"]] = e["value"] or ""
-        elif ref := ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
-            if m := re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", ref):  # e.g. a JobSet rank
-                env[e["name"]] = (pod["metadata"].get(m.group(1)) or {}).get(m.group(2), "")
-            else:
-                env[e["name"]] = fields.get(ref, "")
-    return env
-
-
-def rewrite_paths(env: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
-    """Env values that are paths inside a mount, pointed at the mount's local folder (longest mount wins)."""
-    out = {}
-    for k, v in env.items():
-        for mount in sorted(mounts, key=len, reverse=True):
-            if v == mount or v.startswith(mount.rstrip("/") + "/"):
-                out[k] = str(mounts[mount]) + v[len(mount.rstrip("/")):]
-                break
-    return out
 
 
 class DevNodeAgent:
@@ -225,7 +149,29 @@ class DevNodeAgent:
         ns = pod["metadata"]["namespace"]
         if (fqdn := pod_fqdn(pod)) and await self._read(self.api.read_namespaced_service, pod["spec"]["subdomain"], ns):
             self.hosts.add(key, fqdn, ip)  # as a cluster's DNS does for a pod under a headless Service
+        if pod["spec"].get("initContainers"):  # each to completion first, in order, as a kubelet runs them
+            self.running[key] = InitPending()
+            asyncio.create_task(self._init_then_start(key, pod, node, ip, mounts))
+            return
+        await self._start_main(key, pod, node, ip, mounts)
+
+    async def _init_then_start(self, key: str, pod: dict, node: dict, ip: str, mounts: dict[str, Path]) -> None:
+        if await run_init_containers(self, key, pod, node, ip) and isinstance(self.running.get(key), InitPending):
+            await self._start_main(key, pod, node, ip, mounts)
+
+    async def _start_main(self, key: str, pod: dict, node: dict, ip: str, mounts: dict[str, Path]) -> None:
+        container = pod["spec"]["containers"][0]
         await self.patch_status(key, self.running_status(pod, ip, ready=False))
+        self.running[key] = await self.launch(key, pod, container, node, ip, mounts)
+        asyncio.create_task(self._report_exit(key, pod))
+        asyncio.create_task(self.wait_ready(key, pod, ip))
+
+    async def launch(self, key: str, pod: dict, container: dict, node: dict, ip: str, mounts: dict[str, Path],
+                     suffix: str = "") -> Running:
+        """One container's command as a local process with its env, home and mounts (`suffix`: an init
+        container's own log and termination-log files)."""
+        cmd = (container.get("command") or []) + (container.get("args") or [])
+        ns = pod["metadata"]["namespace"]
         env = {**os.environ, **self.ipython_env, **container_env(pod, container),
                **simulated_gpu(self.state_dir, node), **self.hosts.env(ns)}
         if sim_path := env.pop(SIM_PATH_ENV, None):
@@ -234,7 +180,7 @@ class DevNodeAgent:
             port = re.search(r":(\d+)", env["JUPYTERHUB_SERVICE_URL"].split("//", 1)[-1])
             env["JUPYTERHUB_SERVICE_URL"] = f"http://{ip}:{port.group(1) if port else 8888}/"
         base = self.state_dir / "pods" / key.replace("/", "_")
-        home = home_of(mounts, HOME_DIR, base / "home")  # no volume there: the container's own, lost with it
+        home = home_of(mounts, HOME_DIR, base / f"home{suffix}")  # no volume there: the container's own
         home.mkdir(parents=True, exist_ok=True)
         env.update({"HOME": str(home), DEV_AGENT_ENV: "1"})
         env.update(rewrite_paths(container_env(pod, container), mounts))
@@ -243,7 +189,7 @@ class DevNodeAgent:
         cwd.mkdir(parents=True, exist_ok=True)  # a runtime creates a missing workingDir
         logs = self.state_dir / "pods"
         logs.mkdir(parents=True, exist_ok=True)
-        safe = key.replace("/", "_")
+        safe = key.replace("/", "_") + suffix
         log_path, term = logs / f"{safe}.log", logs / f"{safe}.termination-log"
         term.unlink(missing_ok=True)
         env[ENV_TERMINATION_LOG] = str(term)
@@ -253,10 +199,8 @@ class DevNodeAgent:
         proc = await asyncio.create_subprocess_exec(*cmd, cwd=cwd, env=env, stdout=out, stderr=out,
                                                     start_new_session=True)
         out.close()
-        self.running[key] = Running(proc, log_path, term)
-        log.info("%s started %s (pid %s): %s", BANNER, key, proc.pid, " ".join(cmd))
-        asyncio.create_task(self._report_exit(key, pod))
-        asyncio.create_task(self.wait_ready(key, pod, ip))
+        log.info("%s started %s%s (pid %s): %s", BANNER, key, suffix, proc.pid, " ".join(cmd))
+        return Running(proc, log_path, term)
 
     async def retry(self, key: str) -> None:
         self.retrying.discard(key)
@@ -414,6 +358,8 @@ class DevNodeAgent:
         run = self.running.pop(key, None)
         self.release_claims(key)
         self.hosts.remove(key)
+        if isinstance(run, InitPending):  # deleted while its init containers run: the current one ends
+            run = run.current
         if run is not None and run.proc.returncode is None:
             try:
                 os.killpg(run.proc.pid, signal.SIGTERM)

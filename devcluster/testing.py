@@ -258,21 +258,32 @@ def hub_with_agent(cluster: DevCluster, state: Path, profiles: Path, groups: dic
                    extra: str = "") -> Iterator[tuple[Any, Any]]:
     """A real dev hub (DevAuthenticator, CHP, GPUSpawner, gpu-jobs service) on `cluster`, with the dev node
     agent (SIMULATOR) running its pods as processes: yields (DevHub, AgentProcess); both stopped after."""
-    from .dev import AgentProcess
     from .devhub import DevHub, HubSettings, free_port
 
+    with dev_agent(cluster, state) as agent:
+        dev = DevHub(HubSettings(state_dir=state, profiles=profiles, kubeconfig=cluster.kubeconfig,
+                                 port=free_port(), groups=groups, api_tokens=api_tokens, extra=extra))
+        try:
+            dev.start()
+            yield dev, agent
+        finally:
+            dev.stop()
+
+
+@contextmanager
+def dev_agent(cluster: DevCluster, state: Path) -> Iterator[Any]:
+    """The dev node agent (SIMULATOR) on `cluster`, its state in `state`: yields its AgentProcess; stopped
+    after. At most one at a time (two agents would both run the same pods)."""
+    from .dev import AgentProcess
+
     if _agents:
-        raise RuntimeError(f"a dev hub with its agent still runs on this cluster (state {_agents[0]}): two agents "
+        raise RuntimeError(f"a dev node agent still runs on this cluster (state {_agents[0]}): two agents "
                            "would both run the same pods; scope hub fixtures so that one ends before the next starts")
     agent = AgentProcess(state, cluster.kubeconfig).start()
     _agents.append(state)
-    dev = DevHub(HubSettings(state_dir=state, profiles=profiles, kubeconfig=cluster.kubeconfig, port=free_port(),
-                             groups=groups, api_tokens=api_tokens, extra=extra))
     try:
-        dev.start()
-        yield dev, agent
+        yield agent
     finally:
-        dev.stop()
         agent.stop()
         _agents.remove(state)
 

@@ -1,4 +1,8 @@
-"""GPU health check run by the singleuser server before it reports ready (`gpuhub-singleuser`).
+"""GPU health check run before the singleuser server reports ready (`gpuhub-singleuser`).
+
+For GPU profiles the hub runs it first as the pod's init container (`gpuhub-singleuser --gpu-check-only`,
+contract.GPU_CHECK_CONTAINER): same image, no home volume, so nothing of the user's (a `.pth` in home,
+~/.jupyter config) runs before it or writes its verdict; only that verdict marks a node's GPU as failing.
 
 A pod that got a GPU from the scheduler but cannot see it (driver or device plugin not ready on the
 node) would otherwise start a Jupyter with no GPU and keep billing for it. We check what the
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_spawner.contract import (ENV_DEVICE_ROOT, ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE,
-                                  ENV_NODE_NAME, ENV_TERMINATION_LOG, GPU_CHECK_FAILED)
+                                  ENV_NODE_NAME, ENV_TERMINATION_LOG, GPU_CHECK_FAILED, GPU_CHECK_ONLY)
 
 EXIT_GPU_MISSING = GPU_CHECK_FAILED
 PREFIX = "GPU check failed"
@@ -104,13 +108,18 @@ def write_termination_message(message: str, env=os.environ) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check the GPU, then become `jupyterhub-singleuser` with the same arguments."""
+    """Check the GPU, then become `jupyterhub-singleuser` with the same arguments (`--gpu-check-only`: the
+    init container's run, the check alone: 0 when the GPU is there)."""
     argv = sys.argv[1:] if argv is None else argv
     message = check()
     if message:
         print(message, file=sys.stderr, flush=True)
         write_termination_message(message)
         return EXIT_GPU_MISSING
+    if argv[:1] == [GPU_CHECK_ONLY]:
+        want = Expected.from_env()
+        print(f"GPU check passed on node {want.node}: {want.count} x {want.resource or 'no GPU'}", flush=True)
+        return 0
     exe = shutil.which("jupyterhub-singleuser")
     if exe is None:
         print("jupyterhub-singleuser is not installed in this image", file=sys.stderr)

@@ -126,6 +126,10 @@ class RunnerExit(IntEnum):
 
 #: `gpuhub-singleuser` exits with this when the GPU it was given is missing.
 GPU_CHECK_FAILED = 3
+#: The init container of a GPU server's pod that runs the check alone (`gpuhub-singleuser --gpu-check-only`),
+#: with no home mounted: the only GPU-check verdict the hub records against a node.
+GPU_CHECK_CONTAINER = "gpuhub-gpu-check"
+GPU_CHECK_ONLY = "--gpu-check-only"
 
 # ---------------------------------------------------------------------- job states (gpu-jobs → widgets)
 QUEUED, ADMITTED, RUNNING, RESUMED = "Queued", "Admitted", "Running", "Preempted-and-resumed"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_spawner.contract import (ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
-                                  ENV_POOL, ENV_PROFILE, GPU_COUNT_ANNOTATION, GPU_KIND_LABEL,
-                                  GPU_RESOURCE_ANNOTATION, POOL_LABEL, PROFILE_LABEL)
+                                  ENV_POOL, ENV_PROFILE, GPU_CHECK_CONTAINER, GPU_CHECK_ONLY, GPU_COUNT_ANNOTATION,
+                                  GPU_KIND_LABEL, GPU_RESOURCE_ANNOTATION, POOL_LABEL, PROFILE_LABEL)
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 SHM_VOLUME = "dshm"
@@ -113,6 +113,26 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
     if profile.image:
         overrides["image"] = profile.image
     return overrides
+
+
+#: What the GPU check reads of the server container's env; nothing else goes to its init container (no token).
+GPU_CHECK_ENV = frozenset({ENV_GPU_KIND, ENV_GPU_COUNT, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
+                           "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_VISIBLE_DEVICES"})
+
+
+def gpu_check_container(server: dict[str, Any]) -> dict[str, Any]:
+    """The GPU health check as the init container of a GPU server's pod (`server`: its container, as the API
+    writes it): the server's image and resources (the device plugin hands the init container the same GPUs,
+    and the kubelet reuses them for the server), the env the check reads, its own security context, and no
+    volume at all, so no home, `~/.jupyter` or `.pth` of the user's runs before it or writes its verdict."""
+    out = {"name": GPU_CHECK_CONTAINER, "image": server.get("image"),
+           "command": ["gpuhub-singleuser", GPU_CHECK_ONLY],
+           "env": [e for e in server.get("env") or [] if e.get("name") in GPU_CHECK_ENV],
+           "resources": server.get("resources") or {}, "terminationMessagePolicy": "File"}
+    for key in ("imagePullPolicy", "securityContext"):
+        if server.get(key):
+            out[key] = server[key]
+    return out
 
 
 def tolerates(toleration: dict[str, Any], taint) -> bool:

@@ -32,6 +32,8 @@ class GPUFaults:
 
     ttl: float = 1800.0
     clock: Callable[[], float] = time.time
+    #: The node's own signal that its GPU is gone (see gpu_gone): confirms one user's report for everyone.
+    node_signal: Callable[[str], bool] = lambda node: False
     _nodes: dict[str, tuple[str | None, float]] = field(default_factory=dict)
     _reporters: dict[str, dict[str | None, float]] = field(default_factory=dict)
 
@@ -55,7 +57,8 @@ class GPUFaults:
 
     def _counts_for(self, node: str, reporter: str | None) -> bool:
         who = self._reporters.get(node, {})
-        return len(who) >= CONFIRMING_USERS or (reporter is not None and reporter in who)
+        return len(who) >= CONFIRMING_USERS or (reporter is not None and reporter in who) or \
+            (bool(who) and self.node_signal(node))
 
     def failing(self, pool: str | None = None, known_only: bool = False, reporter: str | None = None) -> list[str]:
         """Nodes (of `pool`, or all) failing for everyone (confirmed by distinct users within the last `ttl`
@@ -69,6 +72,12 @@ class GPUFaults:
         self._current()
         who = self._reporters.get(node, {})
         return who.get(reporter) if reporter is not None else (max(who.values()) if who else None)
+
+
+def gpu_gone(record) -> bool:
+    """The node's own word that its GPUs are gone: it offers none of any `nvidia.com/` resource (the device
+    plugin withdraws unhealthy devices from allocatable; GFD's and the plugin's view, not a user's)."""
+    return record is not None and not any(v > 0 for name, v in record.alloc if name.startswith("nvidia.com/"))
 
 
 def failure_message(gpu_label: str, details: str) -> tuple[str, str]:
@@ -142,8 +151,14 @@ class AvoidFailingGPUs(HasTraits):
     def gpu_faults(self) -> GPUFaults:
         cls = type(self)
         if cls._gpu_faults is None:
-            cls._gpu_faults = GPUFaults(ttl=self.gpu_check_avoid_seconds)
+            cls._gpu_faults = GPUFaults(ttl=self.gpu_check_avoid_seconds, node_signal=cls._node_gpu_gone)
         return cls._gpu_faults
+
+    @classmethod
+    def _node_gpu_gone(cls, node: str) -> bool:
+        """What the hub's node watch says of `node` (nothing while it is stale or has not seen the node)."""
+        inf = cls._informers
+        return inf is not None and not inf.stale and gpu_gone(inf.state.nodes.get(node))
 
     def _fault_reporter(self) -> str | None:
         """Whose report a failed check on this spawner is (its user's name)."""

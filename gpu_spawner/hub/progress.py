@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpu_spawner.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED
 from gpu_spawner.hub.capacity import ClusterState, slot_noun
 from gpu_spawner.model.profiles import Profile
 from gpu_spawner.model.quantities import human_bytes
@@ -113,17 +114,42 @@ def _nodes_too_small(profile: Profile, pool, nodes) -> str | None:
             "profile, or ask an admin to run `gpuhub doctor`.")
 
 
+def _terminated(cs: dict[str, Any]) -> dict[str, Any] | None:
+    return (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+
+
+def gpu_check_failure(pod: dict[str, Any] | None) -> str | None:
+    """The GPU check's verdict when it failed: only the init container's (contract.GPU_CHECK_CONTAINER, which
+    nothing of the user's reaches), never words a server container wrote (user code runs there)."""
+    for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
+        term = _terminated(cs)
+        if cs.get("name") == GPU_CHECK_CONTAINER and term and term.get("exitCode") == GPU_CHECK_FAILED:
+            msg = (term.get("message") or "").strip()
+            if GPU_HEALTH_PREFIX in msg:
+                return msg
+    return None
+
+
 def container_failure(pod: dict[str, Any] | None) -> str | None:
-    """The message of a notebook container that exited before it was ready (e.g. the GPU health check)."""
+    """Why the server cannot start: an init container that failed (other than a failed GPU check, see
+    gpu_check_failure), or a server container that exited before it was ready. A server container's own words
+    are quoted as its message, never taken for the GPU check's (the user's code may have written them)."""
     if not pod:
         return None
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+    node = (pod.get("spec") or {}).get("nodeName") or "its node"
+    status = pod.get("status") or {}
+    for cs in status.get("initContainerStatuses") or []:
+        term = _terminated(cs)
+        if term and term.get("exitCode") not in (0, None) and not gpu_check_failure(pod):
+            msg = (term.get("message") or "").strip()[-500:]
+            return (f"The server's {cs.get('name')} step failed on {node} (exit code {term.get('exitCode')})"
+                    + (f": {msg}" if msg else "."))
+    for cs in status.get("containerStatuses") or []:
+        term = _terminated(cs)
         if term and not cs.get("ready"):
             msg = (term.get("message") or "").strip()
-            node = (pod.get("spec") or {}).get("nodeName") or "its node"
             if msg:
-                return msg if GPU_HEALTH_PREFIX in msg else f"The server stopped on {node} before it was ready: {msg}"
+                return f"The server stopped on {node} before it was ready: {msg}"
             return (f"The server stopped on {node} before it was ready (exit code {term.get('exitCode')}, "
                     f"{term.get('reason') or 'no reason given'}).")
     return None

@@ -119,6 +119,18 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         """,
     )
 
+    gpu_check_init_container = Bool(
+        True,
+        config=True,
+        help="""Run the GPU health check as an init container of GPU profiles' pods (`gpuhub-gpu-check`:
+        `gpuhub-singleuser --gpu-check-only` in the server's image, no home mounted), so that no file of
+        the user's can forge its verdict; only that verdict marks a node's GPU as failing.
+
+        Needs `gpuhub-singleuser` in every GPU profile's image (the singleuser image has it). False: no
+        init container, and no failed check ever marks a node.
+        """,
+    )
+
     @default("profiles_file")
     def _profiles_file_default(self) -> str:
         return str(profiles_path() or "")
@@ -330,6 +342,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         if not self.profiles_file:
             return pod
         self.add_readiness_probe(pod)
+        self.add_gpu_check(pod)
         self.add_queue_labels(pod)
         return avoid_nodes(self.guard_pod(pod), *self.nodes_to_avoid())  # nodes whose GPU check just failed
 
@@ -340,6 +353,19 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         labels = server_queue_labels(self.profiles, profile, self.user_groups()) if profile else {}
         if labels:
             pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
+
+    def add_gpu_check(self, pod):
+        """GPU profiles: the GPU check runs first, as an init container with no home mounted (builders/pods.py),
+        so its verdict (its own termination message, read in is_pod_running) is out of the user's reach."""
+        from kubespawner.utils import get_k8s_model
+        from kubernetes_asyncio.client import V1Container
+
+        profile = getattr(self, "gpu_profile", None)
+        if profile is None or profile.gpu is None or not self.gpu_check_init_container:
+            return
+        server = self.api.api_client.sanitize_for_serialization(pod.spec.containers[0])
+        check = get_k8s_model(V1Container, podspec.gpu_check_container(server))
+        pod.spec.init_containers = [*(pod.spec.init_containers or []), check]
 
     def add_readiness_probe(self, pod):
         """Ready only once Jupyter answers: the GPU health check runs before it, so a pod whose GPU is
@@ -404,10 +430,10 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             self.gpu_check_passed(pod)  # a node that failed before works again
         if running or not self.profiles_file:
             return running
-        failure = explain.container_failure(pod)
-        if failure and explain.GPU_HEALTH_PREFIX in failure:  # short message first, the node avoided next time
-            text, page = self.record_gpu_failure(pod, failure)
+        if gpu := explain.gpu_check_failure(pod):  # the init container's verdict: short message first, node kept
+            text, page = self.record_gpu_failure(pod, gpu)
             raise SpawnImpossible(text, status=503, html=page)
+        failure = explain.container_failure(pod)
         if failure:
             raise SpawnImpossible(failure, status=503)
         self.check_deadlines(pod)

@@ -164,6 +164,9 @@ def test_never_fits(cfg):
 def test_container_failure_message():
     pod_ = {"spec": {"nodeName": "n1"}, "status": {"containerStatuses": [
         {"ready": False, "state": {"terminated": {"exitCode": 3, "message": "GPU check failed on node n1: ..."}}}]}}
-    assert explain.container_failure(pod_) == "GPU check failed on node n1: ..."
+    # the server container's own words (user code runs there) are quoted, never taken for the GPU check's
+    assert explain.container_failure(pod_) == "The server stopped on n1 before it was ready: GPU check failed on " \
+        "node n1: ..."
+    assert explain.gpu_check_failure(pod_) is None
     pod_["status"]["containerStatuses"][0]["state"]["terminated"] = {"exitCode": 1, "reason": "Error"}
     assert explain.container_failure(pod_) == "The server stopped on n1 before it was ready (exit code 1, Error)."

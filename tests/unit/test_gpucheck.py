@@ -96,3 +96,19 @@ def test_entrypoint_execs_singleuser_when_gpu_is_there(device):
     r = subprocess.run(["gpuhub-singleuser", "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()[0].isdigit()  # jupyterhub-singleuser printed its version
+
+
+def test_check_only_the_init_containers_run_checks_and_never_starts_jupyter(device, tmp_path):
+    """`gpuhub-singleuser --gpu-check-only` (the GPU server pod's init container): the verdict alone, in its
+    own termination message; 0 when the GPU is there, without starting jupyterhub-singleuser."""
+    log = tmp_path / "termination-log"
+    env = {**os.environ, **device("GPU 0: Tesla T4 (UUID: GPU-sim)\n"), **env_for("time-sliced"),
+           "GPUHUB_TERMINATION_LOG": str(log)}
+    r = subprocess.run(["gpuhub-singleuser", "--gpu-check-only"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("GPU check passed on node aks-gpumig-0"), (r.stdout, r.stderr)
+    assert not log.exists()
+    broken = {**env, **env_for("full", count=2)}
+    r = subprocess.run(["gpuhub-singleuser", "--gpu-check-only"], env=broken, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == gpucheck.EXIT_GPU_MISSING and log.read_text().startswith("GPU check failed on node")

@@ -1,0 +1,91 @@
+"""SIMULATOR — what the dev node agent (agent.py) gives a container's process: a GPU node's simulated devices
+and `nvidia-smi`, the image's IPython config, its env with the downward-API fields a kubelet fills in, and
+paths inside mounts pointed at their local folders. Pure apart from the files it writes under the state dir."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from devcluster.simulator_keys import SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION
+from gpu_spawner.contract import ENV_DEVICE_ROOT
+
+#: What the singleuser and runner images put in /etc/ipython: kernels auto-load %gpu_submit.
+IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[1] / "images" / "singleuser" / "ipython_config.py"
+
+
+def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:
+    """Device files and an `nvidia-smi` for a node, from the labels GFD would have put on it."""
+    labels = node["metadata"].get("labels") or {}
+    name = node["metadata"]["name"]
+    if labels.get("nvidia.com/gpu.present") != "true":
+        return {}
+    if (node["metadata"].get("annotations") or {}).get(SIMULATE_GPU_ANNOTATION) == "missing":
+        return {ENV_DEVICE_ROOT: str(state_dir / "gpus" / name / "no-driver")}
+    root = state_dir / "gpus" / name
+    dev, bin_dir = root / "dev", root / "bin"
+    dev.mkdir(parents=True, exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    product = labels.get("nvidia.com/gpu.product", "NVIDIA GPU").replace("-SHARED", "")
+    gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+    mig = {m.group(1): int(v) for k, v in labels.items() if (m := re.fullmatch(r"nvidia\.com/mig-(.+)\.count", k))}
+    (dev / "nvidiactl").touch()
+    lines = []
+    for i in range(gpus):
+        (dev / f"nvidia{i}").touch()
+        lines.append(f"GPU {i}: {product.replace('-', ' ')} (UUID: GPU-sim-{name}-{i})")
+        for sl, count in mig.items():
+            for j in range(count // max(gpus, 1)):
+                lines.append(f"  MIG {sl:<12} Device {j:>2}: (UUID: MIG-sim-{name}-{i}-{sl}-{j})")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n# SIMULATED nvidia-smi written by the gpuhub dev agent\ncat <<'EOF'\n"
+                   + "\n".join(lines) + "\nEOF\n")
+    smi.chmod(0o755)
+    return {ENV_DEVICE_ROOT: str(dev), "NVIDIA_VISIBLE_DEVICES": "all", SIM_PATH_ENV: str(bin_dir)}
+
+
+def image_ipython_dir(state_dir: Path) -> dict[str, str]:
+    """$IPYTHONDIR with the image's ipython_config.py, so local kernels load the extension as the
+    image's kernels do (the image has it in /etc/ipython, which a local process cannot use)."""
+    if not IMAGE_IPYTHON_CONFIG.is_file():
+        return {}
+    profile = state_dir / "ipython" / "profile_default"
+    profile.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(IMAGE_IPYTHON_CONFIG, profile / "ipython_config.py")
+    return {"IPYTHONDIR": str(profile.parent)}
+
+
+def container_port(container: dict) -> int:
+    """The port the container serves on: its readiness probe's, else its first declared one, else 8888."""
+    probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("port")
+    if isinstance(probe, int):
+        return probe
+    ports = [p.get("containerPort") for p in container.get("ports") or [] if isinstance(p.get("containerPort"), int)]
+    return ports[0] if ports else 8888
+
+
+def container_env(pod: dict, container: dict) -> dict[str, str]:
+    """The container's env with the downward-API fields a kubelet would fill in."""
+    fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
+              "spec.nodeName": pod["spec"].get("nodeName", ""), "status.podIP": pod["status"].get("podIP", "")}
+    env = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = e["value"] or ""
+        elif ref := ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
+            if m := re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", ref):  # e.g. a JobSet rank
+                env[e["name"]] = (pod["metadata"].get(m.group(1)) or {}).get(m.group(2), "")
+            else:
+                env[e["name"]] = fields.get(ref, "")
+    return env
+
+
+def rewrite_paths(env: dict[str, str], mounts: dict[str, Path]) -> dict[str, str]:
+    """Env values that are paths inside a mount, pointed at the mount's local folder (longest mount wins)."""
+    out = {}
+    for k, v in env.items():
+        for mount in sorted(mounts, key=len, reverse=True):
+            if v == mount or v.startswith(mount.rstrip("/") + "/"):
+                out[k] = str(mounts[mount]) + v[len(mount.rstrip("/")):]
+                break
+    return out
