@@ -484,8 +484,10 @@ class GPUCuller(IdleCuller):
         PeriodicCallback(self.cycle, 1e3 * self.cull_every).start()
         try:
             loop.start()
-        except KeyboardInterrupt:
-            pass
+        except KeyboardInterrupt:  # the hub stops its managed services with SIGINT (services/stopped.py)
+            from gpu_spawner.services.stopped import exit_now
+
+            exit_now()
 
 
 def _warning_text(sname: str, rule: D.Rule, d: D.Decision) -> str:

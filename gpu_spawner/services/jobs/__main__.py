@@ -6,4 +6,9 @@ adopt_hub_api_url()  # the hub API where the hub listens, when the hub runs this
 
 from gpu_spawner.services.jobs.options import main  # noqa: E402
 
-sys.exit(main())
+try:
+    sys.exit(main())
+except KeyboardInterrupt:  # the hub stops its managed services with SIGINT: a stop, not a crash
+    from gpu_spawner.services.stopped import exit_now
+
+    exit_now()

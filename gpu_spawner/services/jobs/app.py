@@ -380,4 +380,7 @@ async def serve(opts) -> None:
     log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s)",
              url.geturl(), prefix, namespaces, job_settings.runner_image, job_settings.home.claim,
              type(logs).__name__)
-    await asyncio.Event().wait()
+    try:
+        await asyncio.Event().wait()
+    finally:  # the hub's SIGINT (or any end): no planner worker outlives the service
+        app.settings["planner"].stop_now()

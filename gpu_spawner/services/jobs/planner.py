@@ -68,3 +68,13 @@ class Planner:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def stop_now(self) -> None:
+        """The hub stops gpu-jobs: end the workers now (they hold nothing), so that exiting without the
+        interpreter's teardown (services/stopped.py) leaves no worker behind waiting for its next body."""
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())  # CPython's pool internals
+        self.close()
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            p.join(2)

@@ -106,4 +106,6 @@ if __name__ == "__main__":
     try:
         raise SystemExit(main())
     except KeyboardInterrupt:  # the hub stops its managed services with SIGINT: a stop, not a crash
-        raise SystemExit(0) from None
+        from gpu_spawner.services.stopped import exit_now
+
+        exit_now()

@@ -1,0 +1,101 @@
+"""A hub-managed service stopped by the hub's SIGINT (JupyterHub stops them one after another) exits 0, with no
+traceback and without Python's module teardown (services/stopped.py): real service processes."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+#: Loaded into the service's interpreter: an atexit handler that writes a file, which only a full
+#: interpreter teardown runs.
+SITECUSTOMIZE = """import atexit, os
+atexit.register(lambda: open(os.environ["PROBE_TEARDOWN_FILE"], "w").close())
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _service_env(tmp_path: Path, port: int) -> dict:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+                PROBE_TEARDOWN_FILE=str(tmp_path / "torn-down"), JUPYTERHUB_API_TOKEN="t" * 32,
+                JUPYTERHUB_API_URL="http://127.0.0.1:9/hub/api",  # nothing listens: the service keeps running
+                JUPYTERHUB_SERVICE_NAME="probe", JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{port}",
+                JUPYTERHUB_SERVICE_PREFIX="/services/probe/", JUPYTERHUB_CLIENT_ID="service-probe",
+                JUPYTERHUB_OAUTH_CALLBACK_URL="/services/probe/oauth_callback", JUPYTERHUB_BASE_URL="/",
+                GPUHUB_CULLER_PORT=str(port))
+
+
+SERVICES = {
+    "gpu-usage": lambda tmp: ["-m", "gpu_spawner.services.usage.web", f"--store={tmp / 'store'}"],
+    "gpu-culler": lambda tmp: ["-m", "gpu_spawner.services.culler", f"--profiles-file={EXAMPLE_PROFILES}",
+                               f"--warnings-file={tmp / 'warnings.json'}"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_the_hubs_sigint_ends_the_service_at_once_quietly_and_with_exit_0(name, tmp_path):
+    port = _port()
+    log = (tmp_path / "service.log").open("w+")
+    proc = subprocess.Popen([sys.executable, *SERVICES[name](tmp_path)], env=_service_env(tmp_path, port),
+                            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # answering: its own code is running (any HTTP answer will do)
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/services/probe/", timeout=2)
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "service.log").read_text()
+                time.sleep(0.2)
+        log.flush()
+        before = (tmp_path / "service.log").stat().st_size
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # what JupyterHub's LocalProcessSpawner sends first
+        assert proc.wait(10) == 0
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = (tmp_path / "service.log").read_text()[before:]  # what the stop wrote (a failed cycle may log before)
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    assert not (tmp_path / "torn-down").exists(), "the interpreter's teardown ran after the hub's SIGINT"
+    assert took < 5, f"{name} took {took:.2f} s to stop"
+
+
+def test_gpu_jobs_planner_stop_now_leaves_no_worker_process():
+    """gpu-jobs skips the interpreter's teardown on the hub's SIGINT, which would have joined its planner's
+    worker: `stop_now` ends it first (a real spawned worker process)."""
+    import asyncio
+
+    import psutil
+
+    from gpu_spawner.model.profiles_file import cached_profiles
+    from gpu_spawner.services.jobs.planner import Planner
+    from gpu_spawner.services.jobs.submission import ServiceSettings
+
+    planner = Planner(cached_profiles(str(EXAMPLE_PROFILES)), ServiceSettings())
+    asyncio.run(planner.warm())
+    workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+    assert workers, "the planner started no worker process: this test would prove nothing"
+    planner.stop_now()
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive and planner._pool is None
