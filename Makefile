@@ -88,9 +88,9 @@ matrix-venv: $(JH55_VENV)/.installed
 
 # The whole suite: unit tests and the tiers that run against the real dev cluster; then the test matrix's
 # JupyterHub 5.5 run of the tiers docs/compatibility.md names (tests/ship's chart config runs under both within
-# the first run already).
+# the first run already). The images are built first (`make images`: seconds when cached), for the ship tier.
 JH55_TIERS := tests/unit tests/e2e/test_hub.py
-test: binaries test-deps matrix-venv
+test: binaries test-deps matrix-venv images
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
 	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
