@@ -290,7 +290,18 @@ def build_one(name: str, log: Path) -> str:
     for old in images_dir().glob(f"{name}-*.tar"):  # earlier keys of this image
         if old != archive(name):
             old.unlink()
+    prune(name)
     return ref
+
+
+def prune(name: str) -> None:
+    """Untag the image's earlier keys in podman's storage (each ~1 GB otherwise stays); a tag a container still
+    uses is kept. buildah's layer cache (untagged) stays: it is what makes a source-only rebuild quick."""
+    refs = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={REPO}/{name}",
+                  capture_output=True, text=True).stdout.split()
+    for old in refs:
+        if old != tag(name):
+            podman("rmi", old, capture_output=True)
 
 
 def ensure(name: str, log: Path) -> str:
