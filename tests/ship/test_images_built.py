@@ -105,3 +105,15 @@ def test_a_warm_make_images_builds_nothing(built_images):
     assert out.returncode == 0 and "building" not in out.stderr, out.stderr
     assert time.monotonic() - start < 30  # measured: under a second
     assert {line.split("\t")[0] for line in out.stdout.splitlines()} == set(built_images)
+
+
+def test_the_build_machines_own_ca_certificates_stay_out_of_the_images(built_images):
+    """The host's CA bundle is mounted into builds only: no image trusts this machine's local CAs."""
+    from pathlib import Path
+
+    local = [p.read_text().strip() for p in Path("/usr/local/share/ca-certificates").glob("*.crt")]
+    if not local:
+        pytest.skip("this machine adds no local CA certificates")
+    for name, ref in built_images.items():
+        bundle = run(ref, "cat", "/etc/ssl/certs/ca-certificates.crt").stdout
+        assert bundle and not any(cert.splitlines()[1] in bundle for cert in local), name
