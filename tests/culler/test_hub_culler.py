@@ -179,7 +179,8 @@ def test_hub_runs_the_service_and_users_read_their_warnings(fresh):
         time.sleep(0.5)
     assert seen is not None, "no warning before the cull"
     assert banner is not None and "announcement" in banner, "the hub's home page showed no cull warning"
-    assert seen["profile"] == "t4" and seen["reason"] == "idle-soon" and 0 < seen["cull_in_s"] <= 8
+    # whole seconds left, rounded down: 0 is under a second before the cull (a loaded machine polls late)
+    assert seen["profile"] == "t4" and seen["reason"] == "idle-soon" and 0 <= seen["cull_in_s"] <= 8
     assert "will be stopped" in seen["message"]
     assert body["culled"][-1]["reason"] == "idle" and body["culled"][-1]["dry_run"] is True
     assert hub.server("warned")["ready"]  # dry run

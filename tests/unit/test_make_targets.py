@@ -17,7 +17,9 @@ TEST_ONLY = ("install -y -qq chromium", "install -y -qq prometheus")
 def recipes(target: str) -> str:
     if shutil.which("make") is None:
         pytest.fail("make is missing: README's commands need it")
-    r = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # --no-print-directory: under `make test` this runs as a sub-make, which would print "Entering directory"
+    r = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
