@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension test-deps plan binaries test unit dev bench matrix-venv
+.PHONY: install labextension test-deps plan binaries node-deps test unit dev bench matrix-venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -57,10 +57,17 @@ install: $(VENV)/.installed node_modules/.installed labextension
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).
 # `plan` first, before the installs: what a first run builds and about how long (silent once built).
 plan:
-	@python3 devcluster/binaries.py plan
+	@python3 devcluster/binaries.py plan $(BINARIES_ARGS)
 
 binaries: plan install
-	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/binaries.py build
+	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/binaries.py build $(BINARIES_ARGS)
+
+# `make test` builds what real nodes add too (`gpuhub dev --z2jh`, the ship tier): kubelet, kube-proxy, containerd 2
+# with its runc shim and ctr, CoreDNS, the pod sandbox and the simulated GPU device plugin (devcluster/go/); the
+# CNI plugins, iptables and runc come from Debian.
+node-deps:
+	@command -v iptables >/dev/null && command -v nsenter >/dev/null && [ -x /usr/lib/cni/bridge ] && command -v runc >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iptables util-linux runc; }
 
 # The images (images/*/Dockerfile, unchanged but for their bases) built here with Debian's buildah; where no
 # registry base can be pulled, stand-in bases from Debian packages (mmdebstrap) and, for the hub, the z2jh hub
@@ -90,7 +97,8 @@ matrix-venv: $(JH55_VENV)/.installed
 # JupyterHub 5.5 run of the tiers docs/compatibility.md names (tests/ship's chart config runs under both within
 # the first run already). The images are built first (`make images`: seconds when cached), for the ship tier.
 JH55_TIERS := tests/unit tests/e2e/test_hub.py
-test: binaries test-deps matrix-venv images
+test: BINARIES_ARGS := --with-nodes
+test: binaries node-deps test-deps matrix-venv images
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
 	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi

@@ -39,8 +39,20 @@ JOBSET_BINARY = f"jobset-{JOBSET_VERSION}"
 HELM_VERSION = "v3.22.0"
 HELM_BINARY = f"helm-{HELM_VERSION}"
 
+#: containerd 2 from its Go module (Debian's 1.6 is older than the 2.x a 1.36 kubelet expects), with its runc
+#: shim and `ctr` (images are imported with it: no registry can be reached here).
+CONTAINERD_VERSION = "v2.4.2"
+CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-ALL_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY, HELM_BINARY)
+#: What the control plane and the KWOK pools need (`gpuhub cluster up`, `gpuhub dev`).
+CLUSTER_BINARIES = ("etcd", *KUBE_COMMANDS, "kwok", "kueue", JOBSET_BINARY, HELM_BINARY)
+#: What real nodes add (`gpuhub dev --z2jh`, the ship tier): the kubelet and kube-proxy of the same Kubernetes,
+#: containerd, CoreDNS (devcluster/go/coredns), the pod sandbox and the simulated GPU device plugin
+#: (devcluster/go/node).
+NODE_KUBE_COMMANDS = ("kubelet", "kube-proxy")
+NODE_BINARIES = (*NODE_KUBE_COMMANDS, *CONTAINERD_COMMANDS, "coredns", "gpuhub-pause", "gpuhub-device-plugin")
+ALL_BINARIES = (*CLUSTER_BINARIES, *NODE_BINARIES)
 
 
 #: Set by the Makefile when `binaries.py plan` already said, before the installs, what the build does.
@@ -68,11 +80,12 @@ def _go_version() -> str:
 def stamp() -> str:
     """A short hash of every input that changes the binaries."""
     h = hashlib.sha256()
-    for name in ("kube", "etcd"):
+    for name in ("kube", "etcd", "coredns", "node"):
         for f in ("go.mod", "go.sum"):
             h.update((GO_DIR / name / f).read_bytes())
-    h.update((GO_DIR / "etcd" / "main.go").read_bytes())
-    h.update(f"{KUBERNETES_VERSION} {KWOK_VERSION} {KUEUE_VERSION} {_go_version()}".encode())
+    for main in ("etcd/main.go", "coredns/main.go", "node/pause/main.go", "node/deviceplugin/main.go"):
+        h.update((GO_DIR / main).read_bytes())
+    h.update(f"{KUBERNETES_VERSION} {KWOK_VERSION} {KUEUE_VERSION} {CONTAINERD_VERSION} {_go_version()}".encode())
     return h.hexdigest()[:16]
 
 
@@ -81,9 +94,9 @@ def bin_dir() -> Path:
 
 
 def missing(dest: Path | None = None, only: tuple[str, ...] | None = None) -> list[str]:
-    """The binaries (of `only`, default all) not yet built into `dest`."""
+    """The binaries (of `only`, default the cluster's) not yet built into `dest`."""
     dest = dest or bin_dir()
-    return [b for b in ALL_BINARIES if (only is None or b in only) and not (dest / b).is_file()]
+    return [b for b in (only or CLUSTER_BINARIES) if not (dest / b).is_file()]
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], what: str) -> None:
@@ -164,7 +177,7 @@ def _build_one(name: str, dest: Path, log: Path) -> None:
     if name == "etcd":
         _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / "etcd"), "."],
              GO_DIR / "etcd", log, env, "etcd")
-    elif name in KUBE_COMMANDS:
+    elif name in (*KUBE_COMMANDS, *NODE_KUBE_COMMANDS):
         _run(["go", "build", "-trimpath", f"-ldflags={_kube_ldflags()}", "-o", str(dest / name),
               f"k8s.io/kubernetes/cmd/{name}"], GO_DIR / "kube", log, env, name)
     elif name == "kwok":
@@ -181,6 +194,16 @@ def _build_one(name: str, dest: Path, log: Path) -> None:
               f"-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
               f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], cache_root(), log, env, "helm")
         (dest / "helm").rename(dest / name)
+    elif name in CONTAINERD_COMMANDS:  # static, without the snapshotters that need cgo or kernel modules
+        _run(["go", "install", "-trimpath", "-ldflags=-s -w", "-tags=no_btrfs no_devmapper no_zfs",
+              f"github.com/containerd/containerd/v2/cmd/{name}@{CONTAINERD_VERSION}"], cache_root(), log, env, name)
+    elif name == "coredns":
+        _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "."],
+             GO_DIR / "coredns", log, env, "CoreDNS")
+    elif name in ("gpuhub-pause", "gpuhub-device-plugin"):
+        pkg = "./pause" if name == "gpuhub-pause" else "./deviceplugin"
+        _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), pkg], GO_DIR / "node", log,
+             env, name)
 
 
 def module_dir(module: str, version: str) -> Path:
@@ -198,20 +221,23 @@ def main(argv: list[str] | None = None) -> int:
                    "folder; exit 1 if any is missing; say what a build would do and about how long (nothing if "
                    "built: `make dev` says it first, before its installs)")
     p.add_argument("--only", nargs="+", choices=ALL_BINARIES, metavar="BINARY",
-                   help=f"build only these (default: all of {', '.join(ALL_BINARIES)})")
+                   help=f"build only these (default: the cluster's, {', '.join(CLUSTER_BINARIES)})")
+    p.add_argument("--with-nodes", action="store_true",
+                   help=f"also what real nodes need ({', '.join(NODE_BINARIES)}): `gpuhub dev --z2jh`, the ship tier")
     a = p.parse_args(argv)
     try:
+        only = tuple(a.only) if a.only else ALL_BINARIES if a.with_nodes else None
         if a.action == "build":
-            print(build(only=tuple(a.only) if a.only else None))
+            print(build(only=only))
         elif a.action == "path":
             print(bin_dir())
         elif a.action == "plan":
-            if todo := missing(only=tuple(a.only) if a.only else None):
+            if todo := missing(only=only):
                 known = build_progress.recorded(cache_root())
                 print(f"[devcluster] {build_progress.plan(todo, build_progress.estimates(todo, known), known, bin_dir())}",
                       file=sys.stderr)
         else:
-            gone = missing()
+            gone = missing(only=only)
             if gone:
                 print("missing: " + ", ".join(gone), file=sys.stderr)
                 return 1

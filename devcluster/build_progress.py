@@ -17,12 +17,17 @@ from typing import Callable, TextIO
 #: Seconds per binary measured on 2 cores with a cold Go build cache: used until this machine has
 #: built a binary itself (binaries.py records each build in build-times.json).
 DEFAULT_SECONDS = {"etcd": 45, "kube-apiserver": 360, "kube-scheduler": 60, "kube-controller-manager": 60,
-                   "kwok": 120, "kueue": 300, "jobset": 90, "helm": 210}
+                   "kwok": 120, "kueue": 300, "jobset": 90, "helm": 210, "kubelet": 240, "kube-proxy": 30,
+                   "containerd": 150, "containerd-shim-runc-v2": 20, "ctr": 30, "coredns": 120, "gpuhub-pause": 5,
+                   "gpuhub-device-plugin": 30}
 #: What each binary is for, in the words a newcomer needs to see why it is built at all.
 PURPOSE = {"etcd": "the cluster's database", "kube-apiserver": "the Kubernetes API",
            "kube-scheduler": "places pods on nodes", "kube-controller-manager": "Jobs, garbage collection",
            "kwok": "simulated GPU nodes", "kueue": "GPU quota queues", "jobset": "multi-node jobs",
-           "helm": "the z2jh chart tests"}
+           "helm": "the z2jh chart tests", "kubelet": "real nodes (--z2jh)", "kube-proxy": "Services on real nodes",
+           "containerd": "containers on real nodes", "containerd-shim-runc-v2": "containerd's runc shim",
+           "ctr": "image import", "coredns": "cluster DNS", "gpuhub-pause": "pod sandboxes",
+           "gpuhub-device-plugin": "simulated GPUs on a real node"}
 
 
 def family(binary: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 from devcluster import binaries
 from devcluster import build_progress as bp
 
-ORDER = list(binaries.ALL_BINARIES)
+ORDER = list(binaries.CLUSTER_BINARIES)
 
 
 def _times(folder: Path, *lines: str, mtime: float | None = None) -> None:
