@@ -14,6 +14,13 @@
 // restarts (kubelet.sock is recreated, or our socket is removed; both
 // are polled once a second). It exits 0 on
 // SIGINT or SIGTERM, removing its socket.
+//
+// With --registry-dir (the kubelet's <root-dir>/plugins_registry) it registers
+// through the kubelet's plugin watcher instead: one socket there serves the
+// plugin-registration service (GetInfo: a DevicePlugin) and the device plugin
+// itself. The dev cluster runs two kubelets on one machine, and the legacy
+// kubelet.sock lives at a path fixed in the kubelet (/var/lib/kubelet/
+// device-plugins), which both would claim; plugins_registry is per --root-dir.
 package main
 
 import (
@@ -38,7 +45,28 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
+
+// registration answers the kubelet's plugin watcher for a socket in plugins_registry.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	resource, endpoint string
+}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: r.resource, Endpoint: r.endpoint,
+		SupportedVersions: []string{pluginapi.Version}}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if st.PluginRegistered {
+		log.Printf("registered %s with the kubelet's plugin watcher (%s)", r.resource, r.endpoint)
+	} else {
+		log.Printf("the kubelet refused %s: %s", r.resource, st.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
@@ -128,7 +156,7 @@ func identity(path string) fileID {
 }
 
 // serve listens on sock and serves p there; the returned server is running.
-func serve(p *plugin, sock string) (*grpc.Server, error) {
+func serve(p *plugin, sock string, reg *registration) (*grpc.Server, error) {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -138,6 +166,9 @@ func serve(p *plugin, sock string) (*grpc.Server, error) {
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
+	if reg != nil {
+		registerapi.RegisterRegistrationServer(srv, reg)
+	}
 	go func() {
 		if err := srv.Serve(lis); err != nil {
 			log.Printf("serve %s: %v", sock, err)
@@ -169,6 +200,7 @@ func main() {
 	count := flag.Int("count", 1, "number of devices to advertise")
 	pluginDir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "kubelet device-plugins directory (holds kubelet.sock)")
 	deviceRoot := flag.String("device-root", "", "host folder with dev/nvidiactl, dev/nvidia0..N-1 and bin/nvidia-smi")
+	registryDir := flag.String("registry-dir", "", "register through the kubelet's plugin watcher: its plugins_registry directory (instead of --plugin-dir)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.LUTC)
 	log.SetPrefix("deviceplugin: ")
@@ -188,6 +220,10 @@ func main() {
 	sock := filepath.Join(dir, endpoint)
 	kubeletSock := filepath.Join(dir, "kubelet.sock")
 
+	if *registryDir != "" {
+		serveRegistry(p, *registryDir, endpoint)
+		return
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	tick := time.NewTicker(time.Second)
@@ -203,7 +239,7 @@ func main() {
 			srv, regID = nil, fileID{}
 		}
 		if srv == nil {
-			if srv, err = serve(p, sock); err != nil {
+			if srv, err = serve(p, sock, nil); err != nil {
 				log.Printf("listen %s: %v", sock, err)
 				srv = nil
 			}
@@ -213,7 +249,7 @@ func main() {
 			if regID != (fileID{}) {
 				log.Printf("kubelet.sock recreated; re-serving and re-registering")
 				srv.Stop()
-				if srv, err = serve(p, sock); err != nil {
+				if srv, err = serve(p, sock, nil); err != nil {
 					log.Printf("listen %s: %v", sock, err)
 					srv = nil
 				}
@@ -226,6 +262,46 @@ func main() {
 					log.Printf("registered %s (%d devices) endpoint %s with %s", *resource, *count, endpoint, kubeletSock)
 					regID = id
 				}
+			}
+		}
+		select {
+		case s := <-sigs:
+			log.Printf("%v: stopping", s)
+			if srv != nil {
+				srv.Stop()
+			}
+			os.Remove(sock)
+			os.Exit(0)
+		case <-tick.C:
+		}
+	}
+}
+
+// serveRegistry serves the plugin on one socket in the kubelet's plugins_registry, re-serving it should it vanish.
+func serveRegistry(p *plugin, dir, name string) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sock := filepath.Join(dir, name)
+	reg := &registration{resource: p.resource, endpoint: sock}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var srv *grpc.Server
+	for {
+		if srv != nil && identity(sock) == (fileID{}) {
+			log.Printf("socket %s gone; re-serving", sock)
+			srv.Stop()
+			srv = nil
+		}
+		if srv == nil {
+			if srv, err = serve(p, sock, reg); err != nil {
+				log.Printf("listen %s: %v", sock, err)
+				srv = nil
+			} else {
+				log.Printf("serving %s (%d devices) at %s for the kubelet's plugin watcher", p.resource, p.count, sock)
 			}
 		}
 		select {
