@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import binaries, components, jobset_setup, kueue_setup, leftovers, nodes, procs, storage
+from . import binaries, components, jobset_setup, kueue_setup, leftovers, nodes, procs, realnodes, storage
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
@@ -207,10 +207,14 @@ def _prepare(layout: Layout) -> None:
 
 def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] = 2, root: Path | None = None,
        say: Callable[[str], None] = lambda msg: None, timeout: float = START_TIMEOUT,
-       extra_args: dict[str, list[str]] | None = None) -> Cluster:
+       extra_args: dict[str, list[str]] | None = None, real_gpu_pool: str | None = None,
+       images: Callable[[list], dict[str, dict[Path, list[str]]]] | None = None) -> Cluster:
     """Start everything, create the node pools and Kueue objects of `profiles`, return when ready.
 
     `extra_args` appends flags to a component's command line (tests use it to make one fail).
+    `real_gpu_pool`: also real nodes (realnodes.py), one for the system pool and one for this GPU pool, which
+    then have no KWOK nodes; `images(nodes)` says which image archives each real node gets (node → archive →
+    names).
     """
     from gpu_spawner.model.profiles import load_profiles
     from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
@@ -230,7 +234,14 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
                                + ", ".join(procs.describe(p) for p in stray)
                                + "); stop them with `gpuhub cluster down`")
         t0 = time.monotonic()
-        bins = binaries.build(verbose=True)
+        bins = binaries.build(verbose=True, only=binaries.ALL_BINARIES if real_gpu_pool else None)
+        real = _real_nodes(cfg, real_gpu_pool, layout) if real_gpu_pool else []
+        if real:
+            realnodes.check_machine()
+            realnodes.claim_network(layout)
+            nodes_per_pool = {name: 0 if name in {n.pool_name for n in real} else
+                              (nodes_per_pool if isinstance(nodes_per_pool, int) else nodes_per_pool.get(name, 0))
+                              for name in nodes.with_system_pool(cfg)}
         ports = pick_ports()
         _prepare(layout)
         pki = ensure_pki(layout.pki_dir)
@@ -241,7 +252,7 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
                                                     "webhook": ports["kueue-webhook"],
                                                     "metrics": ports["kueue-metrics"]})
         jobset_setup.write_config(layout, pki, ports)
-        comps = components.build(layout, pki, ports, bins)
+        comps = components.build(layout, pki, ports, bins, host_ip=realnodes.HOST_IP if real else None)
         comps["jobset"] = jobset_setup.component(layout, ports, bins)
         for name, args in (extra_args or {}).items():
             comps[name].argv += args
@@ -256,13 +267,28 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
             say(f"control plane ready in {time.monotonic() - t0:.1f} s")
             populate(cluster, cfg, nodes_per_pool, timeout=timeout)
             say(f"node pools and Kueue objects ready in {time.monotonic() - t0:.1f} s")
+            if real:
+                realnodes.up(layout, bins, pki, layout.kubeconfig, ports["kube-apiserver"], real,
+                             images(real) if images else {}, say)
+                say(f"real nodes ready in {time.monotonic() - t0:.1f} s")
         except BaseException as e:
             starter.stop_all()
+            stop_in_order(procs.Record.load_all(layout.run), layout.run, say)
+            realnodes.teardown(layout, say)
             (layout.run / "cluster.json").unlink(missing_ok=True)
             if isinstance(e, (TimeoutError, KubeError, OSError, KeyError)):
                 raise ClusterError(f"the dev cluster did not come up: {e}\ncomponent logs: {layout.logs}") from e
             raise
     return cluster
+
+
+def _real_nodes(cfg, gpu_pool: str, layout: Layout) -> list:
+    from .realnode_config import real_nodes
+
+    try:
+        return real_nodes(nodes.with_system_pool(cfg), gpu_pool, layout.root / "nodes")
+    except ValueError as e:
+        raise ClusterError(str(e)) from None
 
 
 def _start_all(starter: _Starter, layout: Layout, pki: PKI, ports: dict[str, int], server: str) -> None:
@@ -408,6 +434,7 @@ def down(root: Path | None = None, say: Callable[[str], None] = lambda msg: None
             say("stopping what `gpuhub dev` started: " + ", ".join(procs.describe(p) for p in others))
             stopped += [f"pid {p.pid}" for p in procs.terminate(others, grace=10)]
         stopped += stop_in_order(procs.Record.load_all(layout.run), layout.run, say)
+        realnodes.teardown(layout, say)
         (layout.run / "cluster.json").unlink(missing_ok=True)
         leftovers.forget_dev_info(layout.root)
         for line in leftovers.strangers_on_ports(layout, ports):

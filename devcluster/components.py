@@ -211,9 +211,17 @@ def ensure_kueue_metrics_certs(pki: PKI) -> None:
         ) from None
 
 
-def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path) -> dict[str, Component]:
-    """Every component's command line; needs the kubeconfigs and config files written first."""
+#: With real nodes: Services need their EndpointSlices (kube-proxy reads them), which the KWOK-only cluster skips.
+REAL_NODE_CONTROLLERS = ("endpointslice-controller", "endpointslice-mirroring-controller")
+
+
+def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path,
+          host_ip: str | None = None) -> dict[str, Component]:
+    """Every component's command line; needs the kubeconfigs and config files written first. `host_ip`: real
+    nodes run (realnodes.py), so the API server also listens on the node bridge's host address and advertises
+    it as the `kubernetes` Service's endpoint (pods reach it there, as on a cluster)."""
     p = ports
+    controllers = CONTROLLERS + (REAL_NODE_CONTROLLERS if host_ip else ())
     api = f"https://127.0.0.1:{p['kube-apiserver']}"
     serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
     etcd_url = f"http://127.0.0.1:{p['etcd']}"
@@ -236,7 +244,8 @@ def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path) -> dict[s
             "--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296", "--log-level=warn",
         ], f"{etcd_url}/health", port=p["etcd"], peer=p["etcd-peer"]),
         comp("kube-apiserver", [
-            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--etcd-servers={etcd_url}", f"--bind-address={'0.0.0.0' if host_ip else '127.0.0.1'}",
+            f"--advertise-address={host_ip or '127.0.0.1'}",
             f"--secure-port={p['kube-apiserver']}", *serving, f"--client-ca-file={pki.ca_cert}",
             "--authorization-mode=RBAC", "--anonymous-auth=true",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -254,7 +263,7 @@ def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path) -> dict[s
             "--requestheader-allowed-names=gpuhub-dev-front-proxy",
         ], f"{api}/readyz", port=p["kube-apiserver"]),
         comp("kube-controller-manager", [
-            *delegated("kube-controller-manager"), f"--controllers={','.join(CONTROLLERS)}",
+            *delegated("kube-controller-manager"), f"--controllers={','.join(controllers)}",
             "--use-service-account-credentials=true", f"--service-account-private-key-file={pki.sa_key}",
             f"--root-ca-file={pki.ca_cert}", "--v=1",
         ], f"https://127.0.0.1:{p['kube-controller-manager']}/healthz", port=p["kube-controller-manager"]),

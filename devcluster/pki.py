@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALID_DAYS = 3650
+#: The API server's address on the real nodes' bridge (realnode_config.HOST_IP), in its serving certificate.
+NODE_HOST_IP = "10.201.0.1"
 
 #: Client identities: file stem → (common name, organisation). `system:masters` is cluster-admin.
 CLIENTS = {
@@ -66,6 +68,16 @@ class PKI:
         return out + [p for who in CLIENTS for p in (self.client_cert(who), self.client_key(who))]
 
 
+def _serves(cert_file: Path, ip: str) -> bool:
+    """The serving certificate names `ip` (a PKI made before real nodes existed does not: it is made anew)."""
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return ipaddress.ip_address(ip) in sans.get_values_for_type(x509.IPAddress)
+
+
 def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
@@ -106,7 +118,7 @@ def _issue(ca_key, ca_cert: x509.Certificate, subject: x509.Name, usage, sans=No
 def ensure_pki(directory: Path) -> PKI:
     """Create the PKI in `directory` unless every file is already there."""
     pki = PKI(Path(directory))
-    if all(p.is_file() for p in pki.files()):
+    if all(p.is_file() for p in pki.files()) and _serves(pki.serving_cert, NODE_HOST_IP):
         return pki
     pki.dir.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
@@ -122,7 +134,7 @@ def ensure_pki(directory: Path) -> PKI:
 
     sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("10.96.0.1"))]
+            x509.IPAddress(ipaddress.ip_address("10.96.0.1")), x509.IPAddress(ipaddress.ip_address(NODE_HOST_IP))]
     key, cert = _issue(ca_key, ca, _name("gpuhub-dev-cluster"), ExtendedKeyUsageOID.SERVER_AUTH, sans)
     _write_key(pki.serving_key, key)
     pki.serving_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
