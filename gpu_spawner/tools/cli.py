@@ -189,6 +189,12 @@ def cmd_dev(args) -> int:
         raise CLIError(f"--port {args.port} is not a TCP port (1-65535)")
     if not 1 <= args.nodes_per_pool <= 50:
         raise CLIError(f"--nodes-per-pool {args.nodes_per_pool}: give 1 to 50")
+    if args.z2jh:
+        from devcluster import dev_z2jh
+
+        return dev_z2jh.run(args.profiles, args.users, args.chart, args.gpu_pool)
+    if args.chart or args.gpu_pool:
+        raise CLIError("--chart and --gpu-pool go with --z2jh")
     return dev.run(args.profiles, args.port, args.nodes_per_pool, args.users, args.activity_interval)
 
 
@@ -314,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--activity-interval", type=_interval, metavar="DURATION",
                      help="JupyterHub's activity interval for the hub and the servers together (default 300s, "
                           "JupyterHub's), e.g. 30s to try a profile's short idle_timeout and see culling soon")
+    dev.add_argument("--z2jh", action="store_true",
+                     help="install the product as a platform team does: real kubelet nodes (containerd, kube-proxy, "
+                          "CoreDNS) for the system pool and one GPU pool, the images of `make images` on them, and "
+                          "the zero-to-jupyterhub chart with deploy/values.yaml; prints proxy-public's URL (needs root)")
+    dev.add_argument("--chart", metavar="DIR", help="with --z2jh: the z2jh 4.4.0 chart folder (default: "
+                     "$GPUHUB_Z2JH_CHART, else shared/z2jh/jupyterhub beside the checkout)")
+    dev.add_argument("--gpu-pool", metavar="POOL", help="with --z2jh: the GPU pool on the real node (default: the "
+                     "file's first time-sliced pool)")
     dev.set_defaults(run=cmd_dev)
     return p
 
