@@ -63,3 +63,15 @@ def harden(pod_spec: dict[str, Any], ephemeral_storage: str) -> dict[str, Any]:
     return {**pod_spec, "automountServiceAccountToken": False,
             "securityContext": {**(pod_spec.get("securityContext") or {}), **pod_security_context()},
             "containers": containers}
+
+
+def server_pod_security_context() -> dict[str, Any]:
+    """A notebook server's pod (and so its GPU-check init container): non-root, RuntimeDefault seccomp. The uid
+    and fsGroup stay KubeSpawner's (z2jh: 1000 and 100), so an admin's image choice is kept."""
+    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def server_container_security_context() -> dict[str, Any]:
+    """A notebook server's container: every capability dropped, non-root (Pod Security `restricted` with the
+    pod's seccomp and KubeSpawner's allowPrivilegeEscalation: false)."""
+    return {"capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}

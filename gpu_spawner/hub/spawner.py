@@ -23,6 +23,7 @@ from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
 from gpu_spawner.hub import metrics
 from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
 from gpu_spawner.builders.kueue import server_queue_labels
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
@@ -177,6 +178,17 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             message = profile_list_conflict(self.profiles_file, self.profile_list)
             if message:
                 raise ValueError(message)
+
+    # Servers pass Pod Security `restricted`, like Job pods (builders/hardening.py): KubeSpawner and z2jh set the
+    # uid (1000) and no privilege escalation, not these. An admin's own context replaces them (KubeSpawner merges
+    # these keys over uid, fs_gid and allow_privilege_escalation).
+    @default("container_security_context")
+    def _container_security_context_default(self):
+        return server_container_security_context() if self.profiles_file else {}
+
+    @default("pod_security_context")
+    def _pod_security_context_default(self):
+        return server_pod_security_context() if self.profiles_file else {}
 
     @default("additional_profile_form_template_paths")
     def _template_paths_default(self):
