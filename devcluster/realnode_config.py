@@ -248,6 +248,10 @@ def real_nodes(pools: dict[str, Pool], gpu_pool: str, root: Path) -> list[RealNo
     if gpu_pool not in pools or not pools[gpu_pool].is_gpu:
         gpus = ", ".join(n for n, p in pools.items() if p.is_gpu)
         raise ValueError(f"--gpu-pool {gpu_pool!r} is not a GPU pool of the profiles file (its GPU pools: {gpus})")
+    if len(pools[gpu_pool].slots_per_node()) != 1:  # the node's device plugin serves one resource
+        kinds = ", ".join(sorted(pools[gpu_pool].slots_per_node()))
+        raise ValueError(f"--gpu-pool {gpu_pool!r} offers several GPU resources per node ({kinds}: a mixed MIG "
+                         "layout); the real node's device plugin serves one, so choose a pool with one GPU resource")
     return [RealNode(system, pools[system], 1, root / "node1"), RealNode(gpu_pool, pools[gpu_pool], 2, root / "node2")]
 
 

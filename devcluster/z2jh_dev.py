@@ -40,7 +40,8 @@ def product_image_names(profiles_text: str, gpu_jobs_yaml: str) -> dict[str, lis
     chart = yaml.safe_load((z2jh.chart_dir() / "values.yaml").read_text())
     hub, gpu_server = _image(values["hub"]["image"]), _image(values["singleuser"]["image"])
     runner = re.search(r"--runner-image=(\S+)", gpu_jobs_yaml)
-    profile_images = set(re.findall(r"^\s*image:\s*(\S+)", profiles_text, re.M))
+    profile_images = {p["image"] for p in (yaml.safe_load(profiles_text) or {}).get("profiles") or []
+                      if isinstance(p, dict) and isinstance(p.get("image"), str)}
     cpu = sorted(i for i in profile_images if i.endswith("-cpu"))
     return {"hub": [hub], "singleuser-cuda": [gpu_server], "singleuser-cpu": cpu,
             "runner-cuda": [runner.group(1)] if runner else [],

@@ -336,18 +336,10 @@ profiles:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: RealNode.gpu unpacks exactly one resource; a valid mixed-strategy MIG pool "
-                                       "with several slice kinds (all-balanced) raises a bare 'too many values to "
-                                       "unpack' once the node's kubelet is up, instead of real_nodes refusing it")
-def test_a_mixed_mig_pool_with_several_slice_kinds_is_refused_up_front_or_served(tmp_path):
+def test_a_mixed_mig_pool_with_several_slice_kinds_is_refused_up_front(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text(MIXED_MIG)
     pools = with_system_pool(load_profiles(f))
     assert len(pools["a100"].slots_per_node()) > 1
-    try:
-        nodes = rc.real_nodes(pools, "a100", tmp_path)
-    except ValueError as e:  # refused up front, naming the pool: fine
-        assert "a100" in str(e)
-        return
-    for n in nodes:
-        n.gpu  # noqa: B018 - must not raise
+    with pytest.raises(ValueError, match="'a100' offers several GPU resources"):
+        rc.real_nodes(pools, "a100", tmp_path)
