@@ -34,7 +34,7 @@ TIER_FIXTURES = {
     "cluster": {"cluster"},                 # the dev cluster (devcluster/testing.py): real control plane
     "services": {"prometheus", "exporter", "hub", "fresh"},  # a real hub (+ Prometheus), e.g. tests/culler
     "browser": {"browser", "hub_page"},      # headless Chromium
-    "ship": {"built_images"},               # the images `make images` built, run as containers (podman, runc)
+    "ship": {"built_images", "z2jh_install"},  # the images `make images` built, as containers (podman; real kubelets)
 }
 
 

@@ -1,0 +1,101 @@
+"""The ship tier's installed product: `gpuhub dev --z2jh` as a fixture (real kubelet nodes with containerd, the
+images of `make images`, the z2jh chart with deploy/values.yaml), shared by the tests of a module."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from devcluster import binaries, cluster, devsetup, dev_z2jh, realnodes, z2jh
+from devcluster.kube import Kube
+from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+
+#: Where the ship tier's cluster lives: its nodes' containerd roots persist there, so an unchanged image is
+#: imported once, not on every run.
+SHIP_CLUSTER = "ship-cluster"
+
+
+@dataclass
+class Installed:
+    cluster: cluster.Cluster
+    url: str
+    password: str
+    users: dict[str, list[str]]
+    profiles: Path
+
+    def kube(self) -> Kube:
+        return self.cluster.kube()
+
+    @property
+    def nodes(self) -> dict[str, dict]:
+        """'system' and 'gpu' → the real node's record (name, ip, ...)."""
+        return {("gpu" if n["gpu"] else "system"): n for n in realnodes.recorded(self.cluster.layout)}
+
+    @property
+    def homes(self) -> Path:
+        return self.cluster.root / "homes"
+
+    def login(self, user: str) -> tuple[requests.Session, str]:
+        """Log in through proxy-public as the browser does; returns the session and an API token of the user's."""
+        s = requests.Session()
+        s.get(f"{self.url}/hub/login", timeout=30)
+        r = s.post(f"{self.url}/hub/login?next=", data={"username": user, "password": self.password,
+                                                       "_xsrf": s.cookies.get("_xsrf")}, timeout=60,
+                   allow_redirects=False)
+        assert r.status_code == 302, (r.status_code, r.text[:500])
+        r = s.post(f"{self.url}/hub/api/users/{user}/tokens", headers={"X-XSRFToken": s.cookies.get("_xsrf")},
+                   json={"note": "ship tier", "expires_in": 3600}, timeout=60)
+        assert r.status_code == 201, r.text
+        return s, r.json()["token"]
+
+    def start_server(self, user: str, token: str, profile: str, timeout: float = 240) -> dict:
+        h = {"Authorization": f"token {token}"}
+        r = requests.post(f"{self.url}/hub/api/users/{user}/server", headers=h, json={"profile": profile}, timeout=60)
+        assert r.status_code in (201, 202), r.text
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            server = requests.get(f"{self.url}/hub/api/users/{user}", headers=h, timeout=30).json()["servers"].get("")
+            if server and server.get("ready"):
+                return server
+            assert server and server.get("pending"), f"the server stopped while starting: {server}"
+            time.sleep(1)
+        raise AssertionError(f"{user}'s {profile} server was not ready within {timeout:.0f} s")
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "real nodes need root (network namespaces, cgroups, mounts)"
+    try:
+        z2jh.chart_dir()
+    except z2jh.ChartMissing as e:
+        return str(e)
+    return None
+
+
+@pytest.fixture(scope="module")
+def z2jh_install() -> Installed:
+    """`gpuhub dev --z2jh` with the example profiles and its demo users; stopped (containers, mounts, network)
+    when the module's tests are done."""
+    if reason := _why_not():
+        pytest.skip(reason)
+    profiles = Path(EXAMPLE_PROFILES)
+    users = devsetup.demo_users(load_profiles(profiles))
+    root = binaries.cache_root() / SHIP_CLUSTER
+    cluster.down(root)  # a crashed run's leftovers
+    for stale in ("homes", "z2jh"):  # every run starts with empty homes and a fresh hub database
+        shutil.rmtree(root / stale, ignore_errors=True)
+    try:
+        c, url, password = dev_z2jh.start(profiles, users, root, None, None, say=print)
+    except BaseException:
+        cluster.down(root)
+        raise
+    try:
+        yield Installed(c, url, password, users, profiles)
+    finally:
+        cluster.down(root, say=print)

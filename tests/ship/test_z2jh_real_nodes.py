@@ -1,0 +1,181 @@
+"""The product as a platform team installs it (`gpuhub dev --z2jh`): the z2jh 4.4.0 chart with deploy/values.yaml on
+real kubelet nodes, every pod a container of an image `make images` built. Through proxy-public only, as a user:
+log in, get a GPU server (a container on the GPU node, Pod Security `restricted`, uid 1000, the home claim mounted
+by the kubelet, the GPU check run for real against the device plugin's devices), `%gpu_submit` from a kernel of it
+(the runner image on the GPU node, the output notebook in the server's home), and a cancel that reaches the runner
+as SIGTERM. Then `helm upgrade` with a changed profiles file reaches the running hub.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+
+from ship.lab_kernel import LabKernel
+
+USER = "data-science-user"
+PROFILE = "t4-shared"
+
+
+def wait(check, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def container_ids(pod: dict) -> list[str]:
+    statuses = (pod["status"].get("initContainerStatuses") or []) + (pod["status"].get("containerStatuses") or [])
+    return [c.get("containerID", "") for c in statuses]
+
+
+def notebook(*sources: str) -> dict:
+    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]} if i == 0 else {}, "source": src,
+              "outputs": [], "execution_count": None} for i, src in enumerate(sources)]
+    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+
+
+@pytest.fixture(scope="module")
+def gpu_server(z2jh_install):
+    """The user's GPU server, started through proxy-public; (installed, token, server URL)."""
+    _, token = z2jh_install.login(USER)
+    server = z2jh_install.start_server(USER, token, PROFILE)
+    return z2jh_install, token, f"{z2jh_install.url}{server['url'].rstrip('/')}"
+
+
+def test_hub_proxy_and_gpu_jobs_are_containers_on_the_system_node_under_restricted(z2jh_install):
+    kube = z2jh_install.kube()
+    try:
+        ns = kube.read("v1", "Namespace", "jhub")
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        system = z2jh_install.nodes["system"]["name"]
+        for selector in ("component=hub", "component=proxy", "app.kubernetes.io/name=gpu-jobs"):
+            (pod,) = kube.list("v1", "Pod", "jhub", label_selector=selector)
+            assert pod["spec"]["nodeName"] == system, (selector, pod["spec"]["nodeName"])
+            assert all(cid.startswith("containerd://") for cid in container_ids(pod)), container_ids(pod)
+        (jobs,) = kube.list("v1", "Pod", "jhub", label_selector="app.kubernetes.io/name=gpu-jobs")
+        assert jobs["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+        node = kube.read("v1", "Node", system)
+        assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://2.")
+        assert not node["spec"].get("taints")
+    finally:
+        kube.close()
+
+
+def test_login_shows_the_users_profiles_through_proxy_public(z2jh_install):
+    session, _ = z2jh_install.login(USER)
+    page = session.get(f"{z2jh_install.url}/hub/spawn", timeout=60)
+    assert page.status_code == 200
+    assert PROFILE in page.text and "Shared T4" in page.text
+    assert requests.post(f"{z2jh_install.url}/hub/login?next=", data={"username": USER, "password": "wrong"},
+                         timeout=30, allow_redirects=False).status_code != 302
+
+
+def test_gpu_server_is_a_restricted_container_on_the_gpu_node_with_its_home(gpu_server):
+    installed, token, url = gpu_server
+    kube = installed.kube()
+    try:
+        pod = kube.read("v1", "Pod", f"jupyter-{USER}", "jhub")
+    finally:
+        kube.close()
+    assert pod["spec"]["nodeName"] == installed.nodes["gpu"]["name"]
+    assert all(cid.startswith("containerd://") for cid in container_ids(pod))
+    (check,) = pod["status"]["initContainerStatuses"]
+    assert check["name"] == "gpuhub-gpu-check" and check["state"]["terminated"]["exitCode"] == 0
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    kernel = LabKernel(url, token, "probe.ipynb")
+    ran = kernel.execute("import os, subprocess, pathlib\n"
+                         "pathlib.Path('written-in-the-server.txt').write_text('hello')\n"
+                         "print(os.getuid(), os.getgid(), os.environ.get('NVIDIA_VISIBLE_DEVICES'))\n"
+                         "print(subprocess.run(['nvidia-smi', '-L'], capture_output=True, text=True).stdout)")
+    assert ran.status == "ok", ran.error
+    uid_line, smi = ran.stdout.split("\n", 1)
+    assert uid_line.split()[:2] == ["1000", "100"] and uid_line.split()[2].isdigit()
+    assert "Tesla T4" in smi or "T4" in smi, smi
+    written = installed.homes / USER / "written-in-the-server.txt"  # the kubelet mounted the home claim
+    assert written.read_text() == "hello" and written.stat().st_uid == 1000
+
+
+def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigterm(gpu_server):
+    installed, token, url = gpu_server
+    h = {"Authorization": f"token {token}"}
+    short = notebook("steps = 2", "import time\nfor i in range(steps):\n    print('step', i, flush=True)\n"
+                                  "print('finished', flush=True)")
+    assert requests.put(f"{url}/api/contents/short.ipynb", headers=h, timeout=60,
+                        json={"type": "notebook", "format": "json", "content": short}).status_code in (200, 201)
+    kernel = LabKernel(url, token, "short.ipynb")
+    ran = kernel.execute("%gpu_submit --profile t4-shared --param steps=3", 180)
+    assert ran.status == "ok", ran.error
+    kube = installed.kube()
+    try:
+        def job_named(prefix: str):
+            jobs = [j for j in kube.list("batch/v1", "Job", "team-ds") if j["metadata"]["name"].startswith(prefix)]
+            return jobs[0] if jobs else None
+
+        job = wait(lambda: job_named(f"gpu-{USER}-short-"), 60, "the short job")
+        name = job["metadata"]["name"]
+
+        def finished_output():  # papermill saves the output after each cell: until the last one ran
+            r = requests.get(f"{url}/api/contents/gpu-jobs/{name}/short.ipynb", headers=h, timeout=30)
+            if r.status_code != 200:
+                return None
+            texts = "".join("".join(o.get("text", "")) for c in r.json()["content"]["cells"]
+                            for o in c.get("outputs", []))
+            return texts if "finished" in texts else None
+
+        texts = wait(finished_output, 240, "the short job's finished output notebook in the server's home")
+        assert "step 2" in texts  # the parameter reached the notebook
+        (pod,) = kube.list("v1", "Pod", "team-ds", label_selector=f"job-name={name}")
+        assert pod["spec"]["nodeName"] == installed.nodes["gpu"]["name"]
+        assert "runner" in pod["status"]["containerStatuses"][0]["image"]
+        assert all(cid.startswith("containerd://") for cid in container_ids(pod))
+
+        long = notebook("steps = 600", "import os, time, pathlib\nckpt = pathlib.Path(os.environ['CHECKPOINT_DIR'])\n"
+                                       "for i in range(steps):\n    (ckpt / 'step').write_text(str(i))\n"
+                                       "    print('step', i, flush=True)\n    time.sleep(1)")
+        assert requests.put(f"{url}/api/contents/long.ipynb", headers=h, timeout=60,
+                            json={"type": "notebook", "format": "json", "content": long}).status_code in (200, 201)
+        kernel = LabKernel(url, token, "long.ipynb")
+        assert kernel.execute("%gpu_submit --profile t4-shared", 180).status == "ok"
+        long_name = wait(lambda: job_named(f"gpu-{USER}-long-"), 60, "the long job")["metadata"]["name"]
+        step = installed.homes / USER / "gpu-jobs" / long_name / "checkpoint" / "step"
+        wait(lambda: step.is_file() and int(step.read_text() or 0) >= 2, 240, "the long job's checkpoints")
+        cancelled = kernel.execute(f"%gpu_cancel {long_name}", 120)
+        assert cancelled.status == "ok", cancelled.error
+        partial = installed.homes / USER / "gpu-jobs" / long_name / "long.ipynb"
+
+        def stopped():
+            try:
+                nb = json.loads(partial.read_text())
+            except (OSError, ValueError):
+                return None
+            return nb if nb.get("metadata", {}).get("gpuhub", {}).get("stopped") else None
+
+        nb = wait(stopped, 120, "the runner's partial output, marked as stopped by SIGTERM")
+        assert "asked to stop" in nb["metadata"]["gpuhub"]["stopped"]
+        assert int(step.read_text()) < 599
+        wait(lambda: not kube.list("v1", "Pod", "team-ds", label_selector=f"job-name={long_name}"), 120,
+             "the cancelled job's pod to go")
+    finally:
+        kube.close()
+
+
+def test_helm_upgrade_with_a_changed_profiles_file_reaches_the_running_hub(z2jh_install, tmp_path):
+    from devcluster import z2jh_dev
+
+    changed = tmp_path / "profiles.yaml"
+    changed.write_text(z2jh_install.profiles.read_text().replace("Shared T4 (time-sliced)", "Shared T4 for class"))
+    url, _ = z2jh_dev.install(z2jh_install.cluster.kubeconfig, changed, z2jh_install.users,
+                              z2jh_install.cluster.root / "z2jh", z2jh_install.nodes["system"]["ip"])
+    assert url == z2jh_install.url
+    session, _ = z2jh_install.login("admin")  # in every group; no server of its own (the spawn page, not a redirect)
+    wait(lambda: "Shared T4 for class" in session.get(f"{url}/hub/spawn", timeout=60).text, 180,
+         "the spawn page to show the changed profiles file")
