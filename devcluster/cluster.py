@@ -273,6 +273,7 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
                 say(f"real nodes ready in {time.monotonic() - t0:.1f} s")
         except BaseException as e:
             starter.stop_all()
+            realnodes.stop_nodes(layout, say)
             stop_in_order(procs.Record.load_all(layout.run), layout.run, say)
             realnodes.teardown(layout, say)
             (layout.run / "cluster.json").unlink(missing_ok=True)
@@ -427,6 +428,7 @@ def down(root: Path | None = None, say: Callable[[str], None] = lambda msg: None
     if not layout.run.is_dir():
         return []
     with _locked(layout.root):
+        realnodes.stop_nodes(layout, say)  # first: a kubelet would restart the containers stopped below
         ports = leftovers.recorded_ports(layout)
         others = leftovers.unrecorded(layout)
         stopped = []

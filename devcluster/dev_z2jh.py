@@ -68,8 +68,9 @@ def summary(url: str, password: str, users: dict[str, list[str]], pool: str, say
     say(f"log in as one of these users with the password {password}:")
     for line in devsetup.login_lines(users):
         say(line)
-    say(f"pool {pool!r} runs on a real node (containers; GPUs simulated by a device plugin); the system pool too; "
-        "the other GPU pools are KWOK nodes (their servers only ever queue or stay Pending here)")
+    say(f"the system pool and GPU pool {pool!r} run on real nodes (containers; the GPUs are simulated by a device "
+        "plugin); the file's other GPU pools are KWOK nodes: the picker counts them and Kueue admits to them, but "
+        "no server there becomes ready in this mode (nothing runs their pods' containers)")
     say("Ctrl-C stops everything this command started")
 
 

@@ -365,18 +365,51 @@ def recorded(layout: Layout) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def stop_nodes(layout: Layout, say: Callable[[str], None] = lambda m: None) -> None:
+    """Stop the nodes in the order that leaves nothing: kubelets and device plugins first (so no container is
+    restarted), then every container (by cgroup), then containerd, then its shims (which outlive it)."""
+    nodes = recorded(layout)
+    if not nodes:
+        return
+    records = procs.Record.load_all(layout.run)
+    first = [r for n, r in records.items() if n.endswith(("-kubelet", "-device-plugin"))]
+    if live := [r for r in first if procs.alive(r)]:
+        say("stopping " + ", ".join(r.name for r in live))
+    procs.stop(first, layout.run)
+    killed = sum(kill_cgroup_processes(node["cgroup_root"]) for node in nodes)
+    procs.stop([r for n, r in records.items() if n.endswith("-containerd")], layout.run)
+    shims = shim_processes([Path(node["root"]) for node in nodes])
+    procs.terminate(shims, grace=2)
+    if killed or shims:
+        say(f"stopped {killed} container processes and {len(shims)} containerd shims")
+
+
+def shim_processes(roots: list[Path]) -> list:
+    """The runc shims serving these nodes' containerd sockets (found by their -address argument)."""
+    import psutil
+
+    sockets = {str(root / "containerd.sock") for root in roots}
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0].endswith("containerd-shim-runc-v2") and sockets & set(cmd):
+            out.append(p)
+    return out
+
+
 def teardown(layout: Layout, say: Callable[[str], None] = lambda m: None) -> None:
-    """After the node processes stopped: their containers, mounts, cgroups and network."""
+    """After the node processes stopped: what still runs in their cgroups, their mounts, cgroups and network."""
     path = layout.run / NODES_FILE
     if not path.is_file():
         return
+    stop_nodes(layout, say)
     nodes = json.loads(path.read_text())
     for node in nodes:
         killed = kill_cgroup_processes(node["cgroup_root"])
         mounts = unmount_under(Path(node["root"]))
         remove_cgroups(node["cgroup_root"])
         if killed or mounts:
-            say(f"{node['name']}: stopped {killed} container processes, unmounted {mounts} volumes")
+            say(f"{node['name']}: stopped {killed} more container processes, unmounted {mounts} volumes")
     network_down(nodes)
     path.unlink()
     if CLAIM.is_file() and Path(CLAIM.read_text().strip()) == layout.root.resolve():

@@ -1,9 +1,13 @@
-"""The ship tier's installed product: `gpuhub dev --z2jh` as a fixture (real kubelet nodes with containerd, the
+"""The ship tier's installed product: the command `gpuhub dev --z2jh` as a fixture (real kubelet nodes with containerd, the
 images of `make images`, the z2jh chart with deploy/values.yaml), shared by the tests of a module."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from devcluster import binaries, cluster, devsetup, dev_z2jh, realnodes, z2jh
+from devcluster import binaries, cluster, devsetup, realnodes, z2jh
 from devcluster.kube import Kube
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
@@ -28,6 +32,8 @@ class Installed:
     password: str
     users: dict[str, list[str]]
     profiles: Path
+    proc: subprocess.Popen
+    log: Path
 
     def kube(self) -> Kube:
         return self.cluster.kube()
@@ -78,10 +84,24 @@ def _why_not() -> str | None:
     return None
 
 
+def _started(log: Path, proc: subprocess.Popen, timeout: float = 900) -> tuple[str, str]:
+    """proxy-public's URL and the dev password, from what `gpuhub dev --z2jh` prints once it is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        url, password = re.search(r"is up: (http://\S+)", text), re.search(r"with the password (\S+):", text)
+        if url and password:
+            return url.group(1), password.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"gpuhub dev --z2jh exited ({proc.returncode}) before it was up:\n{text[-4000:]}")
+        time.sleep(1)
+    raise AssertionError(f"gpuhub dev --z2jh was not up within {timeout:.0f} s:\n{log.read_text()[-4000:]}")
+
+
 @pytest.fixture(scope="module")
-def z2jh_install() -> Installed:
-    """`gpuhub dev --z2jh` with the example profiles and its demo users; stopped (containers, mounts, network)
-    when the module's tests are done."""
+def z2jh_install(tmp_path_factory) -> Installed:
+    """`gpuhub dev --z2jh` (the command itself, in its own state folder) with the example profiles and its demo
+    users; whatever a test leaves running is stopped with `gpuhub cluster down` at the end."""
     if reason := _why_not():
         pytest.skip(reason)
     profiles = Path(EXAMPLE_PROFILES)
@@ -90,12 +110,19 @@ def z2jh_install() -> Installed:
     cluster.down(root)  # a crashed run's leftovers
     for stale in ("homes", "z2jh"):  # every run starts with empty homes and a fresh hub database
         shutil.rmtree(root / stale, ignore_errors=True)
+    log = tmp_path_factory.mktemp("gpuhub-dev-z2jh") / "gpuhub-dev.log"
+    env = dict(os.environ, GPUHUB_CLUSTER_DIR=str(root))
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "gpuhub"), "dev", "--z2jh"], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        c, url, password = dev_z2jh.start(profiles, users, root, None, None, say=print)
-    except BaseException:
-        cluster.down(root)
-        raise
-    try:
-        yield Installed(c, url, password, users, profiles)
+        url, password = _started(log, proc)
+        yield Installed(cluster.Cluster(root), url, password, users, profiles, proc, log)
     finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         cluster.down(root, say=print)

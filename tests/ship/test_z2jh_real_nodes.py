@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -179,3 +180,25 @@ def test_helm_upgrade_with_a_changed_profiles_file_reaches_the_running_hub(z2jh_
     session, _ = z2jh_install.login("admin")  # in every group; no server of its own (the spawn page, not a redirect)
     wait(lambda: "Shared T4 for class" in session.get(f"{url}/hub/spawn", timeout=60).text, 180,
          "the spawn page to show the changed profiles file")
+
+
+def test_ctrl_c_stops_every_container_mount_and_the_nodes_network(z2jh_install):
+    """Last: like `gpuhub dev`, one Ctrl-C stops everything the command started, containers included."""
+    import signal
+    import subprocess
+
+    from devcluster import realnodes
+
+    nodes = realnodes.recorded(z2jh_install.cluster.layout)
+    assert nodes, "the real nodes were not recorded"
+    z2jh_install.proc.send_signal(signal.SIGINT)
+    assert z2jh_install.proc.wait(120) == 0, z2jh_install.log.read_text()[-3000:]
+    assert not realnodes.shim_processes([Path(n["root"]) for n in nodes]), "containerd shims outlived the stop"
+    for n in nodes:
+        assert not [d for d in realnodes.cgroup_dirs(n["cgroup_root"]) if d.exists()], "cgroups left"
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(z2jh_install.cluster.root.resolve()) + "/nodes" not in mounts
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n["netns"] in namespaces for n in nodes)
+    assert subprocess.run(["ip", "link", "show", realnodes.NODE_BRIDGE], capture_output=True).returncode != 0
+    assert "stopped" in z2jh_install.log.read_text()
