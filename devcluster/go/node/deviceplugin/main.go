@@ -9,18 +9,17 @@
 //	<device-root>/dev/nvidiaK     -> /dev/nvidiaK      (one per device gpuK)
 //	<device-root>/bin/nvidia-smi  -> /usr/local/bin/nvidia-smi
 //
-// and sets NVIDIA_VISIBLE_DEVICES to the allocated indices. It serves its own
-// socket in --plugin-dir and re-serves and re-registers whenever the kubelet
-// restarts (kubelet.sock is recreated, or our socket is removed; both
-// are polled once a second). It exits 0 on
-// SIGINT or SIGTERM, removing its socket.
+// and sets NVIDIA_VISIBLE_DEVICES to the allocated indices.
 //
-// With --registry-dir (the kubelet's <root-dir>/plugins_registry) it registers
-// through the kubelet's plugin watcher instead: one socket there serves the
+// It registers through the kubelet's plugin watcher: one socket in
+// --registry-dir (the kubelet's <root-dir>/plugins_registry) serves the
 // plugin-registration service (GetInfo: a DevicePlugin) and the device plugin
-// itself. The dev cluster runs two kubelets on one machine, and the legacy
-// kubelet.sock lives at a path fixed in the kubelet (/var/lib/kubelet/
-// device-plugins), which both would claim; plugins_registry is per --root-dir.
+// itself; the kubelet finds it there, also after a restart, and the socket is
+// served again should it vanish (polled once a second). Not the legacy
+// kubelet.sock: the dev cluster runs two kubelets on one machine, and that
+// socket's path is fixed in the kubelet (/var/lib/kubelet/device-plugins), so
+// both would claim it; plugins_registry is per --root-dir. It exits 0 on
+// SIGINT or SIGTERM, removing its socket.
 package main
 
 import (
@@ -42,7 +41,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -177,104 +175,23 @@ func serve(p *plugin, sock string, reg *registration) (*grpc.Server, error) {
 	return srv, nil
 }
 
-// register tells the kubelet listening on kubeletSock about our endpoint.
-func register(kubeletSock, endpoint, resource string) error {
-	conn, err := grpc.NewClient("unix://"+kubeletSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
-		Endpoint:     endpoint,
-		ResourceName: resource,
-		Options:      &pluginapi.DevicePluginOptions{},
-	}, grpc.WaitForReady(true))
-	return err
-}
-
 func main() {
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name to advertise")
 	count := flag.Int("count", 1, "number of devices to advertise")
-	pluginDir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "kubelet device-plugins directory (holds kubelet.sock)")
+	registryDir := flag.String("registry-dir", "", "the kubelet's plugins_registry directory (under its --root-dir)")
 	deviceRoot := flag.String("device-root", "", "host folder with dev/nvidiactl, dev/nvidia0..N-1 and bin/nvidia-smi")
-	registryDir := flag.String("registry-dir", "", "register through the kubelet's plugin watcher: its plugins_registry directory (instead of --plugin-dir)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.LUTC)
 	log.SetPrefix("deviceplugin: ")
-	if *count < 0 || *deviceRoot == "" || *resource == "" {
-		log.Fatal("need --resource, --count >= 0 and --device-root")
+	if *count < 0 || *deviceRoot == "" || *resource == "" || *registryDir == "" {
+		log.Fatal("need --resource, --count >= 0, --registry-dir and --device-root")
 	}
 	root, err := filepath.Abs(*deviceRoot)
 	if err != nil {
 		log.Fatal(err)
 	}
-	dir, err := filepath.Abs(*pluginDir)
-	if err != nil {
-		log.Fatal(err)
-	}
 	p := &plugin{resource: *resource, count: *count, deviceRoot: root}
-	endpoint := "gpuhub-" + regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(*resource, "-") + ".sock"
-	sock := filepath.Join(dir, endpoint)
-	kubeletSock := filepath.Join(dir, "kubelet.sock")
-
-	if *registryDir != "" {
-		serveRegistry(p, *registryDir, endpoint)
-		return
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-
-	var srv *grpc.Server
-	var regID fileID // the kubelet.sock we registered with; zero: not registered
-	for {
-		// Our socket vanished (the kubelet clears the folder on start): re-serve.
-		if srv != nil && identity(sock) == (fileID{}) {
-			log.Printf("socket %s gone; re-serving", sock)
-			srv.Stop()
-			srv, regID = nil, fileID{}
-		}
-		if srv == nil {
-			if srv, err = serve(p, sock, nil); err != nil {
-				log.Printf("listen %s: %v", sock, err)
-				srv = nil
-			}
-		}
-		// kubelet.sock recreated (kubelet restart), or not yet registered.
-		if id := identity(kubeletSock); srv != nil && id != (fileID{}) && id != regID {
-			if regID != (fileID{}) {
-				log.Printf("kubelet.sock recreated; re-serving and re-registering")
-				srv.Stop()
-				if srv, err = serve(p, sock, nil); err != nil {
-					log.Printf("listen %s: %v", sock, err)
-					srv = nil
-				}
-			}
-			if srv != nil {
-				if err := register(kubeletSock, endpoint, *resource); err != nil {
-					log.Printf("register %s with %s: %v (will retry)", *resource, kubeletSock, err)
-					regID = fileID{}
-				} else {
-					log.Printf("registered %s (%d devices) endpoint %s with %s", *resource, *count, endpoint, kubeletSock)
-					regID = id
-				}
-			}
-		}
-		select {
-		case s := <-sigs:
-			log.Printf("%v: stopping", s)
-			if srv != nil {
-				srv.Stop()
-			}
-			os.Remove(sock)
-			os.Exit(0)
-		case <-tick.C:
-		}
-	}
+	serveRegistry(p, *registryDir, "gpuhub-"+regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(*resource, "-")+".sock")
 }
 
 // serveRegistry serves the plugin on one socket in the kubelet's plugins_registry, re-serving it should it vanish.
