@@ -9,6 +9,7 @@ development tool only: never point it at a real cluster.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import re
@@ -25,7 +26,7 @@ from kubernetes_asyncio import client, config, watch
 
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from devcluster.agent_env import (IMAGE_IPYTHON_CONFIG, container_env, container_port,  # noqa: F401 (tests)
-                                  image_ipython_dir, rewrite_paths, simulated_gpu)
+                                  allow_root_config, image_ipython_dir, rewrite_paths, simulated_gpu)
 from devcluster.agent_init import InitPending, run_init_containers
 from devcluster.pod_dns import PodHosts, pod_fqdn
 from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
@@ -34,8 +35,10 @@ from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 
 log = logging.getLogger("gpuhub.dev-agent")
 
-#: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16).
-IP_PREFIX = "127.11"
+#: Pod IPs the agent hands out: loopback, so a local process can bind them (KWOK uses 127.10/16). Beside real
+#: nodes (`gpuhub dev --z2jh`) the agent runs in a network namespace of its own and hands out a routed /24
+#: instead (`--pod-network`, realnodes.start_agent_host), so pods on the real nodes reach its servers.
+DEFAULT_POD_NETWORK = "127.11.0.0/16"
 BANNER = "[dev-agent SIMULATOR]"
 
 
@@ -52,14 +55,16 @@ def _now() -> str:
 
 
 class DevNodeAgent:
-    def __init__(self, state_dir: Path, api: client.CoreV1Api):
+    def __init__(self, state_dir: Path, api: client.CoreV1Api, pod_network: str = DEFAULT_POD_NETWORK):
         self.state_dir = state_dir
         self.api = api
+        self.pod_ips = [str(ip) for ip in ipaddress.ip_network(pod_network).hosts()][1:]  # .1: the gateway
         self.running: dict[str, Running] = {}
         # where this agent starts handing out pod IPs: random, so agents of parallel test sessions (each with
         # its own cluster) rarely meet; allocate_ip still skips an address whose port is taken
         self._next_ip = secrets.randbelow(250 * 200)
         self.ipython_env = image_ipython_dir(state_dir)  # written once; every local kernel reads it
+        self.root_env = allow_root_config(state_dir)  # a kubelet runs the pod as its uid; this agent as its own
         #: (namespace, claim) → {pod key: node} of the running pods that mount it (access modes)
         self.claim_users: dict[tuple[str, str], dict[str, str]] = {}
         self.starting: set[str] = set()
@@ -68,17 +73,16 @@ class DevNodeAgent:
 
     def allocate_ip(self, port: int = 8888) -> str:
         """A loopback pod IP on which `port` is free (another agent's pod may hold it)."""
-        for _ in range(1000):
-            n = self._next_ip
-            self._next_ip = (self._next_ip + 1) % (250 * 250)
-            ip = f"{IP_PREFIX}.{n // 250}.{n % 250 + 1}"
+        for _ in range(min(1000, len(self.pod_ips))):
+            ip = self.pod_ips[self._next_ip % len(self.pod_ips)]
+            self._next_ip += 1
             with socket.socket() as probe:
                 try:
                     probe.bind((ip, port))
                     return ip
                 except OSError:
                     continue
-        raise RuntimeError(f"no free loopback pod IP in {IP_PREFIX}.0.0/16 for port {port}")
+        raise RuntimeError(f"no free pod IP in {self.pod_ips[0]}… for port {port}")
 
     async def patch_status(self, key: str, status: dict) -> None:
         ns, name = key.split("/", 1)
@@ -182,7 +186,7 @@ class DevNodeAgent:
         base = self.state_dir / "pods" / key.replace("/", "_")
         home = home_of(mounts, HOME_DIR, base / f"home{suffix}")  # no volume there: the container's own
         home.mkdir(parents=True, exist_ok=True)
-        env.update({"HOME": str(home), DEV_AGENT_ENV: "1"})
+        env.update({"HOME": str(home), DEV_AGENT_ENV: "1", **self.root_env})
         env.update(rewrite_paths(container_env(pod, container), mounts))
         cwd = Path(rewrite_paths({"cwd": container["workingDir"]}, mounts).get("cwd") or home) \
             if container.get("workingDir") else home
@@ -417,10 +421,10 @@ class DevNodeAgent:
             self.stop(key)
 
 
-async def main_async(state_dir: Path, kubeconfig: str) -> None:
+async def main_async(state_dir: Path, kubeconfig: str, pod_network: str = DEFAULT_POD_NETWORK) -> None:
     await config.load_kube_config(config_file=kubeconfig)
     async with client.ApiClient() as api_client:
-        agent = DevNodeAgent(state_dir, client.CoreV1Api(api_client))
+        agent = DevNodeAgent(state_dir, client.CoreV1Api(api_client), pod_network)
         loop = asyncio.get_running_loop()
         task = asyncio.create_task(agent.run())
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -439,9 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m devcluster.agent", description=__doc__.split("\n")[0])
     p.add_argument("--state-dir", required=True, type=Path)
     p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--pod-network", default=DEFAULT_POD_NETWORK,
+                   help=f"where pod IPs come from (default {DEFAULT_POD_NETWORK}: loopback)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(main_async(a.state_dir, a.kubeconfig))
+    asyncio.run(main_async(a.state_dir, a.kubeconfig, a.pod_network))
     return 0
 
 

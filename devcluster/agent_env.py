@@ -55,6 +55,21 @@ def image_ipython_dir(state_dir: Path) -> dict[str, str]:
     return {"IPYTHONDIR": str(profile.parent)}
 
 
+def allow_root_config(state_dir: Path) -> dict[str, str]:
+    """Run as root, the agent's Jupyter servers need `allow_root` (the pod's uid is a kubelet's to apply): a
+    config folder that says so, on $JUPYTER_CONFIG_PATH. Nothing when the agent is not root."""
+    import json
+    import os
+
+    if os.geteuid() != 0:
+        return {}
+    folder = state_dir / "jupyter-as-root"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}))
+    rest = os.environ.get("JUPYTER_CONFIG_PATH")
+    return {"JUPYTER_CONFIG_PATH": os.pathsep.join([str(folder), *([rest] if rest else [])])}
+
+
 def container_port(container: dict) -> int:
     """The port the container serves on: its readiness probe's, else its first declared one, else 8888."""
     probe = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("port")

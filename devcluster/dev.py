@@ -38,8 +38,9 @@ def state_dir() -> Path:
 class AgentProcess:
     """The dev node agent (SIMULATOR) as a child process, with its own log file."""
 
-    def __init__(self, state_dir: Path, kubeconfig: Path):
-        self.state_dir, self.kubeconfig = state_dir, kubeconfig
+    def __init__(self, state_dir: Path, kubeconfig: Path, prefix: list[str] = (), args: list[str] = ()):
+        """`prefix`/`args`: beside real nodes the agent runs in a namespace of its own (realnodes.agent_host)."""
+        self.state_dir, self.kubeconfig, self.prefix, self.args = state_dir, kubeconfig, list(prefix), list(args)
         self.log_path = state_dir / "dev-agent.log"
         self.proc: subprocess.Popen | None = None
 
@@ -47,9 +48,9 @@ class AgentProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-        self.proc = subprocess.Popen([sys.executable, "-m", "devcluster.agent", "--state-dir", str(self.state_dir),
-                                      "--kubeconfig", str(self.kubeconfig)], stdout=log, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "devcluster.agent", "--state-dir",
+                                      str(self.state_dir), "--kubeconfig", str(self.kubeconfig), *self.args],
+                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         return self
 

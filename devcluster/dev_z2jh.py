@@ -15,6 +15,7 @@ from pathlib import Path
 from . import binaries, cluster, devsetup, images, realnodes, stopping, z2jh, z2jh_dev
 from .binaries import BuildError
 from .components import SetupError
+from .dev import AgentProcess
 
 
 def _say(msg: str) -> None:
@@ -47,9 +48,19 @@ def node_images_for(profiles: Path, cfg):
     return images_of
 
 
+def start_agent(c: cluster.Cluster) -> AgentProcess | None:
+    """The dev agent (SIMULATOR) for the KWOK pools, in its namespace beside the real nodes."""
+    cmd = realnodes.agent_command(c.layout)
+    if cmd is None:
+        return None
+    prefix, args, kubeconfig = cmd
+    return AgentProcess(c.root / "agent-state", kubeconfig, prefix, args).start()
+
+
 def start(profiles: Path, users: dict[str, list[str]], root: Path, chart: Path | None, gpu_pool: str | None,
-          say=_say) -> tuple[cluster.Cluster, str, str]:
-    """Cluster with real nodes, then the chart; returns (cluster, proxy-public URL, password)."""
+          say=_say, started: list | None = None) -> tuple[cluster.Cluster, str, str]:
+    """Cluster with real nodes and the dev agent (appended to `started`), then the chart; returns (cluster,
+    proxy-public URL, password)."""
     from gpu_spawner.model.profiles import load_profiles
 
     cfg = load_profiles(profiles)
@@ -57,7 +68,10 @@ def start(profiles: Path, users: dict[str, list[str]], root: Path, chart: Path |
     pool = gpu_pool or default_gpu_pool(cfg)
     t0 = time.monotonic()
     c = cluster.up(profiles, 1, root=root, say=say, real_gpu_pool=pool, images=node_images_for(profiles, cfg))
-    system_ip = next(n["ip"] for n in realnodes.recorded(c.layout) if not n["gpu"])
+    agent = start_agent(c)
+    if agent is not None and started is not None:
+        started.append(agent)
+    system_ip = next(n["ip"] for n in realnodes.recorded(c.layout) if n["kind"] == "system")
     url, password = z2jh_dev.install(c.kubeconfig, profiles, users, root / "z2jh", system_ip, chart, say)
     say(f"ready in {time.monotonic() - t0:.0f} s")
     return c, url, password
@@ -69,8 +83,8 @@ def summary(url: str, password: str, users: dict[str, list[str]], pool: str, say
     for line in devsetup.login_lines(users):
         say(line)
     say(f"the system pool and GPU pool {pool!r} run on real nodes (containers; the GPUs are simulated by a device "
-        "plugin); the file's other GPU pools are KWOK nodes: the picker counts them and Kueue admits to them, but "
-        "no server there becomes ready in this mode (nothing runs their pods' containers)")
+        "plugin); the file's other GPU pools are KWOK nodes, whose pods the dev agent (SIMULATOR) runs as local "
+        "processes, reachable from the real nodes' pods")
     say("Ctrl-C stops everything this command started")
 
 
@@ -84,10 +98,11 @@ def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_poo
     root = cluster.state_dir().resolve()
     saved = stopping.install(_say)
     code = 0
+    agents: list[AgentProcess] = []
     try:
         try:
             os.environ.update(realnodes.procs.owner_mark(root))
-            _, url, password = start(path, users, root, Path(chart) if chart else None, gpu_pool)
+            _, url, password = start(path, users, root, Path(chart) if chart else None, gpu_pool, started=agents)
             summary(url, password, users, gpu_pool or default_gpu_pool(cfg))
             while True:
                 time.sleep(1)
@@ -103,6 +118,10 @@ def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_poo
         while True:
             try:
                 stopping.begin()
+                for agent in agents:
+                    _say("stopping the dev agent and the KWOK pools' pods it runs ...")
+                    agent.stop()
+                    agents.remove(agent)
                 _say("stopping the dev cluster, its real nodes and their containers ...")
                 cluster.down(root, say=_say)
                 break

@@ -44,14 +44,14 @@ class RealNode:
     """One kubelet node: `index` ≥ 1 picks its addresses; `pool` its labels, taints and GPU resource."""
 
     pool_name: str
-    pool: Pool
+    pool: Pool | None  # None: the dev agent's host (no kubelet; its pod IPs are the KWOK pools')
     index: int
     root: Path
     labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return node_name(self.pool_name, self.index - 1)
+        return node_name(self.pool_name, self.index - 1) if self.pool else "gpuhub-dev-agent"
 
     @property
     def ip(self) -> str:
@@ -88,7 +88,7 @@ class RealNode:
     @property
     def gpu(self) -> tuple[str, int] | None:
         """(resource, count) the device plugin advertises on this node, or None for a CPU node."""
-        slots = self.pool.slots_per_node()
+        slots = self.pool.slots_per_node() if self.pool else {}
         if not slots:
             return None
         ((resource, count),) = slots.items()
@@ -99,6 +99,18 @@ class RealNode:
         labels = {k: v for k, v in pool_labels(self.pool_name, self.pool).items()
                   if k not in KUBELET_OWN_LABELS and k != SIMULATED_LABEL}
         return {**labels, REAL_NODE_LABEL: "true", **self.labels}
+
+
+def agent_host(root: Path) -> RealNode:
+    """The namespace the dev agent (SIMULATOR) runs the KWOK pools' pods in beside real nodes: on the bridge like a
+    node, with kube-proxy (Services) and the cluster's DNS, and a /24 of pod IPs routed to it."""
+    return RealNode("kwok", None, 3, root / "agent")
+
+
+def agent_resolv_conf(namespace: str) -> str:
+    """What the agent's processes resolve names with: the cluster's DNS and a pod's search path in `namespace`."""
+    return (f"nameserver {CLUSTER_DNS_IP}\nsearch {namespace}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} "
+            f"{CLUSTER_DOMAIN}\noptions ndots:5\n")
 
 
 def taints_flag(node: RealNode) -> str:
@@ -173,11 +185,12 @@ def kubelet_config(node: RealNode, ca: Path, serving_cert: Path, serving_key: Pa
     }
 
 
-def kube_proxy_config(node: RealNode, kubeconfig_path: Path) -> dict:
-    """iptables mode in the node's namespace; conntrack sysctls left as the machine has them."""
+def kube_proxy_config(node: RealNode, kubeconfig_path: Path, hostname: str | None = None) -> dict:
+    """iptables mode in the node's namespace; conntrack sysctls left as the machine has them. `hostname`: the
+    Node it serves (kube-proxy waits for that Node to exist; the agent's host names a KWOK node it stands in for)."""
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig_path)}, "hostnameOverride": node.name,
+        "clientConnection": {"kubeconfig": str(kubeconfig_path)}, "hostnameOverride": hostname or node.name,
         "bindAddress": node.ip, "healthzBindAddress": f"{node.ip}:{PROXY_HEALTH_PORT}",
         "metricsBindAddress": "127.0.0.1:10249", "mode": "iptables", "clusterCIDR": POD_NETWORK,
         "nodePortAddresses": [f"{node.ip}/32"],
@@ -243,7 +256,8 @@ def rbac_objects() -> list[dict]:
 
 
 def real_nodes(pools: dict[str, Pool], gpu_pool: str, root: Path) -> list[RealNode]:
-    """The system pool's node (untainted: hub, proxy, gpu-jobs, CPU servers) and one node of `gpu_pool`."""
+    """The system pool's node (untainted: hub, proxy, gpu-jobs, CPU servers), one node of `gpu_pool`, and the dev
+    agent's host (the file's other pools stay KWOK pools, whose pods the agent runs)."""
     system = next(n for n, p in pools.items() if not p.is_gpu)
     if gpu_pool not in pools or not pools[gpu_pool].is_gpu:
         gpus = ", ".join(n for n, p in pools.items() if p.is_gpu)
@@ -252,7 +266,8 @@ def real_nodes(pools: dict[str, Pool], gpu_pool: str, root: Path) -> list[RealNo
         kinds = ", ".join(sorted(pools[gpu_pool].slots_per_node()))
         raise ValueError(f"--gpu-pool {gpu_pool!r} offers several GPU resources per node ({kinds}: a mixed MIG "
                          "layout); the real node's device plugin serves one, so choose a pool with one GPU resource")
-    return [RealNode(system, pools[system], 1, root / "node1"), RealNode(gpu_pool, pools[gpu_pool], 2, root / "node2")]
+    return [RealNode(system, pools[system], 1, root / "node1"), RealNode(gpu_pool, pools[gpu_pool], 2, root / "node2"),
+            agent_host(root)]
 
 
 def safe_resource(resource: str) -> str:

@@ -26,13 +26,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from . import pki as pki_mod
-from . import procs
+from . import procs, storage
+from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from .components import Layout, SetupError
 from .kube import Kube, condition_true, wait_for
 from .realnode_config import (CLUSTER_DNS_IP, DNS_READY_PORT, HOST_IP, KUBELET_HEALTH_PORT, NODE_BRIDGE,
                               NODE_NETWORK, PAUSE_IMAGE, PROXY_HEALTH_PORT, RealNode, cni_conflist,
                               containerd_config, corefile, dns_objects, kube_proxy_config, kubeconfig,
-                              kubelet_config, rbac_objects, taints_flag)
+                              agent_resolv_conf, kubelet_config, rbac_objects, taints_flag)
 
 #: cgroup v1 hierarchies a node's root is made in (the kubelet checks each).
 CGROUP_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",
@@ -180,7 +181,7 @@ def _issue(pki: pki_mod.PKI, dest: Path, stem: str, cn: str, org: str | None, us
     return dest / f"{stem}.crt", dest / f"{stem}.key"
 
 
-def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str) -> dict[str, Path]:
+def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str, proxy_hostname: str | None = None) -> dict[str, Path]:
     """Certificates, kubeconfigs and configs of one node, under its folder; returns their paths."""
     import ipaddress
 
@@ -202,7 +203,7 @@ def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str) -> dict[str,
     # pods ask the cluster's DNS; this file is what the kubelet gives pods with dnsPolicy Default
     files["resolv"].write_text(f"nameserver {CLUSTER_DNS_IP}\n")
     files["kubelet"].write_text(yaml.safe_dump(kubelet_config(node, pki.ca_cert, *serving, files["resolv"])))
-    files["proxy"].write_text(yaml.safe_dump(kube_proxy_config(node, files["proxy-kubeconfig"])))
+    files["proxy"].write_text(yaml.safe_dump(kube_proxy_config(node, files["proxy-kubeconfig"], proxy_hostname)))
     return files
 
 
@@ -326,13 +327,45 @@ def start_dns(layout: Layout, bins: Path, pki: pki_mod.PKI, server: str, kube: K
     _wait(lambda: _http_ok(f"http://{HOST_IP}:{DNS_READY_PORT}/ready"), "CoreDNS", p, layout.log("coredns"))
 
 
+def start_agent_host(layout: Layout, bins: Path, pki: pki_mod.PKI, server: str, host: RealNode, kube: Kube) -> None:
+    """The dev agent's namespace beside real nodes (realnode_config.agent_host): its pod /24 local there, kube-proxy
+    for Services, a kubeconfig at the host address and a resolv.conf with the cluster's DNS (see agent_command)."""
+    _ip("route", "replace", "local", host.pod_cidr, "dev", "lo", netns=host.netns)
+    kwok = kube.list("v1", "Node", label_selector=f"{SIMULATED_NODE_LABEL}=true")
+    if not kwok:
+        raise SetupError("the dev agent's host serves the KWOK pools, and the cluster has no KWOK node")
+    files = write_node_files(host, pki, server, kwok[0]["metadata"]["name"])
+    p = _spawn(layout, f"{host.netns}-kube-proxy", _in_netns(host, [str(bins / "kube-proxy"),
+                                                                     f"--config={files['proxy']}"]),
+               f"http://{host.ip}:{PROXY_HEALTH_PORT}/healthz")
+    _wait(lambda: _http_ok(f"http://{host.ip}:{PROXY_HEALTH_PORT}/healthz"), "the dev agent's kube-proxy", p,
+          layout.log(f"{host.netns}-kube-proxy"))
+    (host.root / "agent.kubeconfig").write_text(kubeconfig(server, pki.ca_cert, pki.client_cert("admin"),
+                                                           pki.client_key("admin")))
+    (host.root / "agent-resolv.conf").write_text(agent_resolv_conf(storage.HUB_NAMESPACE))
+
+
+def agent_command(layout: Layout) -> tuple[list[str], list[str], Path] | None:
+    """How to start the dev agent on the agent host, if this cluster has one: the command prefix (that network
+    namespace, and a mount namespace of its own where /etc/resolv.conf is the host's resolv.conf), the agent's
+    extra arguments, and its kubeconfig."""
+    host = next((n for n in recorded(layout) if n["kind"] == "agent"), None)
+    if host is None:
+        return None
+    root = Path(host["root"])
+    prefix = ["nsenter", f"--net=/run/netns/{host['netns']}", "unshare", "--mount", "--propagation", "private",
+              "sh", "-c", f'mount --bind "{root / "agent-resolv.conf"}" /etc/resolv.conf && exec "$@"', "agent"]
+    return prefix, ["--pod-network", host["pod_cidr"]], root / "agent.kubeconfig"
+
+
 def up(layout: Layout, bins: Path, pki: pki_mod.PKI, kubeconfig_path: Path, api_port: int, nodes: list[RealNode],
        images: dict[str, dict[Path, list[str]]], say: Callable[[str], None] = lambda m: None,
        timeout: float = 120) -> None:
     """Bring the nodes up on a running control plane (whose API server listens on HOST_IP too)."""
     check_machine()
     (layout.run / NODES_FILE).write_text(json.dumps([
-        {"name": n.name, "ip": n.ip, "gpu": n.gpu, "netns": n.netns, "veth": n.veth, "pod_cidr": n.pod_cidr,
+        {"name": n.name, "kind": "agent" if n.pool is None else "gpu" if n.gpu else "system", "ip": n.ip,
+         "gpu": n.gpu, "netns": n.netns, "veth": n.veth, "pod_cidr": n.pod_cidr,
          "cgroup_root": n.cgroup_root, "root": str(n.root)} for n in nodes], indent=1))
     server = f"https://{HOST_IP}:{api_port}"
     kube = Kube(kubeconfig_path)
@@ -342,10 +375,13 @@ def up(layout: Layout, bins: Path, pki: pki_mod.PKI, kubeconfig_path: Path, api_
         network_up(nodes)
         start_dns(layout, bins, pki, server, kube)
         for node in nodes:
-            start_node(layout, bins, node, pki, server, images.get(node.name, {}), say)
+            if node.pool is None:
+                start_agent_host(layout, bins, pki, server, node, kube)
+            else:
+                start_node(layout, bins, node, pki, server, images.get(node.name, {}), say)
 
         def ready() -> bool:
-            for node in nodes:
+            for node in (n for n in nodes if n.pool):
                 n = kube.read("v1", "Node", node.name)
                 if not n or not condition_true(n, "Ready"):
                     return False
@@ -354,7 +390,7 @@ def up(layout: Layout, bins: Path, pki: pki_mod.PKI, kubeconfig_path: Path, api_
             return True
 
         wait_for(ready, timeout, "the real nodes to be Ready (and the GPU node to advertise its GPUs)")
-        say("real nodes ready: " + ", ".join(f"{n.name} ({n.ip})" for n in nodes))
+        say("real nodes ready: " + ", ".join(f"{n.name} ({n.ip})" for n in nodes if n.pool))
     finally:
         kube.close()
 

@@ -20,6 +20,7 @@ from . import images as image_build
 from . import storage, z2jh
 from .kube import Kube, wait_for
 from .realnode_config import RealNode
+from .simulator_keys import DEV_AGENT_LABEL
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_PORT = 30080
@@ -92,6 +93,9 @@ scheduling:
     enabled: false           # the default scheduler places servers (the user scheduler's image is not built here)
   userPlaceholder:
     enabled: false           # no placeholder pods: their image comes from a registry
+singleuser:
+  extraLabels:               # the dev agent (SIMULATOR) runs the servers that land on the file's KWOK pools
+    {DEV_AGENT_LABEL}: run
 hub:
   config:                    # the dev login: the users below, one shared password (printed), groups as listed
 {config_yaml}

@@ -40,8 +40,8 @@ class Installed:
 
     @property
     def nodes(self) -> dict[str, dict]:
-        """'system' and 'gpu' → the real node's record (name, ip, ...)."""
-        return {("gpu" if n["gpu"] else "system"): n for n in realnodes.recorded(self.cluster.layout)}
+        """'system', 'gpu' and 'agent' (the dev agent's host) → its record (name, ip, ...)."""
+        return {n["kind"]: n for n in realnodes.recorded(self.cluster.layout)}
 
     @property
     def homes(self) -> Path:

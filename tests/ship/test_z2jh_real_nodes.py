@@ -7,6 +7,7 @@ as SIGTERM. Then `helm upgrade` with a changed profiles file reaches the running
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 from pathlib import Path
@@ -180,6 +181,24 @@ def test_helm_upgrade_with_a_changed_profiles_file_reaches_the_running_hub(z2jh_
     session, _ = z2jh_install.login("admin")  # in every group; no server of its own (the spawn page, not a redirect)
     wait(lambda: "Shared T4 for class" in session.get(f"{url}/hub/spawn", timeout=60).text, 180,
          "the spawn page to show the changed profiles file")
+
+
+def test_a_kwok_pools_server_runs_under_the_dev_agent_and_answers_through_proxy_public(z2jh_install):
+    """The file's other GPU pools stay KWOK pools: the dev agent (SIMULATOR) runs their pods as local processes
+    in its own namespace, on pod IPs the real nodes route to, and they reach the hub's Service by name."""
+    _, token = z2jh_install.login("admin")
+    server = z2jh_install.start_server("admin", token, "a100-mig-1g10gb")
+    kube = z2jh_install.kube()
+    try:
+        pod = kube.read("v1", "Pod", "jupyter-admin", "jhub")
+    finally:
+        kube.close()
+    assert pod["spec"]["nodeName"].startswith("aks-gpumig-")  # a KWOK node, not a real one
+    agent = z2jh_install.nodes["agent"]
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(agent["pod_cidr"])
+    r = requests.get(f"{z2jh_install.url}{server['url']}api/status", headers={"Authorization": f"token {token}"},
+                     timeout=60)
+    assert r.status_code == 200 and "last_activity" in r.json()
 
 
 def test_ctrl_c_stops_every_container_mount_and_the_nodes_network(z2jh_install):

@@ -278,7 +278,7 @@ def test_rbac_objects_bind_nodes_to_system_node():
 
 # ------------------------------------------------------------------------------------------------ real_nodes
 def test_real_nodes_for_the_example_profiles(pools, tmp_path):
-    system, gpu = rc.real_nodes(pools, "gput4", tmp_path)
+    system, gpu, _ = rc.real_nodes(pools, "gput4", tmp_path)
     assert (system.pool_name, system.index, system.root) == ("system", 1, tmp_path / "node1")
     assert (gpu.pool_name, gpu.index, gpu.root) == ("gput4", 2, tmp_path / "node2")
     assert system.pool is pools["system"] and gpu.pool is pools["gput4"]
@@ -290,7 +290,7 @@ def test_real_nodes_for_the_example_profiles(pools, tmp_path):
 
 @pytest.mark.parametrize("pool", GPU_POOLS)
 def test_real_nodes_for_each_gpu_pool(pools, tmp_path, pool):
-    _, gpu = rc.real_nodes(pools, pool, tmp_path)
+    _, gpu, _ = rc.real_nodes(pools, pool, tmp_path)
     assert gpu.pool_name == pool and gpu.gpu is not None
 
 
@@ -315,7 +315,7 @@ profiles:
   - {slug: t4, display_name: T4, pool: t4, gpu: {kind: full, count: 1}}
 """)
     pools = with_system_pool(load_profiles(f))
-    system, gpu = rc.real_nodes(pools, "t4", tmp_path)
+    system, gpu, _ = rc.real_nodes(pools, "t4", tmp_path)
     assert not system.pool.is_gpu and system.node_labels()[AGENTPOOL] == system.pool_name
     assert gpu.gpu == ("nvidia.com/gpu", 1)
 
@@ -343,3 +343,13 @@ def test_a_mixed_mig_pool_with_several_slice_kinds_is_refused_up_front(tmp_path)
     assert len(pools["a100"].slots_per_node()) > 1
     with pytest.raises(ValueError, match="'a100' offers several GPU resources"):
         rc.real_nodes(pools, "a100", tmp_path)
+
+
+def test_the_dev_agents_host_is_a_node_address_without_a_kubelet(tmp_path):
+    pools = with_system_pool(load_profiles(EXAMPLE_PROFILES))
+    system, gpu, agent = rc.real_nodes(pools, "gput4", tmp_path)
+    assert agent.pool is None and agent.gpu is None and agent.name == "gpuhub-dev-agent"
+    assert len({system.pod_cidr, gpu.pod_cidr, agent.pod_cidr}) == 3
+    assert ipaddress.ip_network(agent.pod_cidr).subnet_of(ipaddress.ip_network(rc.POD_NETWORK))
+    text = rc.agent_resolv_conf("jhub")
+    assert f"nameserver {rc.CLUSTER_DNS_IP}" in text and "search jhub.svc.cluster.local svc.cluster.local" in text

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devcluster import z2jh, z2jh_dev
+from devcluster.simulator_keys import DEV_AGENT_LABEL
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 USERS = {"alice": ["data-science"], "bob": ["ml-research", "data-science"], "carol": []}
@@ -37,7 +38,7 @@ def merged(users=USERS, password="s3cret") -> dict:
 # ------------------------------------------------------------------------------------------------ overlay
 def test_overlay_parses_and_only_touches_known_sections():
     over = yaml.safe_load(z2jh_dev.overlay(USERS, "pw"))
-    assert set(over) == {"proxy", "prePuller", "scheduling", "hub"}
+    assert set(over) == {"proxy", "prePuller", "scheduling", "singleuser", "hub"}
     assert set(over) <= set(values())  # each merges onto a section deploy/values.yaml has
 
 
@@ -61,7 +62,9 @@ def test_overlay_keeps_the_values_files_hub():
     base, m = values(), merged()
     for key in ("image", "extraVolumes", "extraVolumeMounts", "extraEnv", "extraConfig", "service", "networkPolicy"):
         assert m["hub"][key] == base["hub"][key], key
-    assert m["singleuser"] == base["singleuser"] and m["cull"] == base["cull"]
+    assert {k: v for k, v in m["singleuser"].items() if k != "extraLabels"} == base["singleuser"]
+    assert m["singleuser"]["extraLabels"] == {DEV_AGENT_LABEL: "run"}  # for the KWOK pools' servers (dev agent)
+    assert m["cull"] == base["cull"]
 
 
 def test_overlay_dummy_login_with_groups():
@@ -94,7 +97,7 @@ def test_overlay_explains_itself():
     assert text.splitlines()[0].startswith("#")  # what the file is
     blocks = re.split(r"^(?=[A-Za-z])", text, flags=re.M)
     top = [b for b in blocks if b and not b.startswith("#")]
-    assert [b.split(":", 1)[0] for b in top] == ["proxy", "prePuller", "scheduling", "hub"]
+    assert [b.split(":", 1)[0] for b in top] == ["proxy", "prePuller", "scheduling", "singleuser", "hub"]
     for block in top:
         assert "#" in block, f"the top-level block {block.splitlines()[0]!r} has no comment"
     # every top-level line is a comment or a key of the overlay
@@ -144,7 +147,7 @@ def test_any_names_survive_the_yaml_round_trip(users, password):
     assert config["JupyterHub"]["load_groups"] == expected_groups(users)
     assert config["DummyAuthenticator"]["password"] == password
     over = yaml.safe_load(z2jh_dev.overlay(users, password))
-    assert set(over) == {"proxy", "prePuller", "scheduling", "hub"} and set(over["hub"]) == {"config"}
+    assert set(over) == {"proxy", "prePuller", "scheduling", "singleuser", "hub"} and set(over["hub"]) == {"config"}
 
 
 # ------------------------------------------------------------------------------------------------ hub database
