@@ -55,6 +55,11 @@ CULLER_SERVICE = "gpu-culler"
 #: The showback page (a hub service) and the usage collector (a hub-managed process, no page).
 USAGE_SERVICE = "gpu-usage"
 USAGE_COLLECTOR_SERVICE = "gpu-usage-collector"
+#: The ports the services listen on (the NetworkPolicies and the gpu-jobs Service open exactly these):
+#: gpu-jobs, the culler and the showback page (the last two in the hub pod).
+JOBS_PORT = 10101
+CULLER_PORT = 10102
+USAGE_PORT = 10103
 #: What a user's token (and the server token a kernel sees) needs to call gpu-jobs.
 JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE}"
 #: Hub API scopes of gpu-jobs' own token: none. It learns who calls from the caller's own token

@@ -224,10 +224,3 @@ def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         },
     }
     return [job, parts.config_map]
-
-
-def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
-    """An ownerReference to a created Job or JobSet (needs its uid): its ConfigMap goes away with it."""
-    return {"apiVersion": job.get("apiVersion") or "batch/v1", "kind": job.get("kind") or "Job",
-            "name": job["metadata"]["name"], "uid": job["metadata"]["uid"], "controller": False,
-            "blockOwnerDeletion": False}

@@ -14,8 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 
-from gpu_spawner.builders.deploy import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
+from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 from gpu_spawner.model import quantities, quota

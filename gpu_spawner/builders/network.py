@@ -26,20 +26,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gpu_spawner.builders.jobs import owner_reference
-from gpu_spawner.contract import JOB_LABEL, JOBS_SERVICE, JOBSET_NAME_LABEL, MANAGED_BY
+from gpu_spawner.builders.metadata import owner_reference
+from gpu_spawner.builders.names import GPU_JOBS_POD
+from gpu_spawner.contract import CULLER_PORT, JOB_LABEL, JOBS_PORT, JOBSET_NAME_LABEL, MANAGED_BY, USAGE_PORT
 from gpu_spawner.model.profiles import ProfilesConfig
 
 #: Addresses from which a pod can read the node's cloud identity: Azure IMDS (also AWS/GCP's metadata
 #: address) and the Azure WireServer.
 METADATA_CIDRS = ("169.254.169.254/32", "168.63.129.16/32")
-JOBS_PORT = 10101
-CULLER_PORT = 10102
-USAGE_PORT = 10103  # the showback page (services/usage/hub.py), in the hub pod too
 #: z2jh's pod roles, by the `component` label.
 HUB, PROXY, SINGLEUSER = ({"component": c} for c in ("hub", "proxy", "singleuser-server"))
-#: The labels of the gpu-jobs pods (`workloads.render_gpu_jobs`).
-GPU_JOBS_POD = {"app.kubernetes.io/name": JOBS_SERVICE, "app.kubernetes.io/part-of": "jupyterhub-gpu"}
 
 
 def _policy(name: str, namespace: str, selector: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

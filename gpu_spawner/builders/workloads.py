@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_spawner.builders.hardening import container_security_context, pod_security_context
-from gpu_spawner.builders.network import GPU_JOBS_POD, JOBS_PORT
-from gpu_spawner.contract import ENV_PROFILES, JOBS_SERVICE, MANAGED_BY
+from gpu_spawner.builders.names import DEVICE_PLUGIN_CONFIG, GPU_JOBS_POD, JOBS_ACCOUNT, MIG_PARTED_CONFIG
+from gpu_spawner.contract import ENV_PROFILES, JOBS_PORT, JOBS_SERVICE, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, ProfilesConfig
 
-JOBS_ACCOUNT = JOBS_SERVICE
 #: The Secret holding the service's hub API token (key `token`); the hub reads it too (deploy/values.yaml).
 JOBS_TOKEN_SECRET = "gpu-jobs-api-token"
 PROFILES_CONFIGMAP = "gpuhub-profiles"
@@ -94,8 +93,6 @@ def render_gpu_operator_values(cfg: ProfilesConfig) -> dict[str, Any]:
     - mig-manager reboots cloud VMs when a MIG mode change needs it (`WITH_REBOOT=true`; Azure VMs have
       no way to reset the GPU otherwise).
     """
-    from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG, MIG_PARTED_CONFIG
-
     tolerations = gpu_taint_tolerations(cfg)
     values: dict[str, Any] = {
         "daemonsets": {"tolerations": tolerations},

@@ -84,9 +84,9 @@ def cmd_render_kueue(args) -> int:
 
 
 def cmd_render_deploy(args) -> int:
-    from gpu_spawner.builders.deploy import write
+    from gpu_spawner.tools.render_deploy import write
 
-    return write(args)  # the same as python -m gpu_spawner.builders.deploy
+    return write(args)  # the same as python -m gpu_spawner.tools.render_deploy
 
 
 def cmd_render_storage(args) -> int:
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd = rsub.add_parser("deploy", help="write the deploy files: RBAC, NetworkPolicies per team, the gpu-jobs "
                                         "Deployment, GPU operator values, device plugin and MIG configs, AKS pools")
     rd.add_argument("file")
-    from gpu_spawner.builders.deploy import add_arguments as deploy_arguments
+    from gpu_spawner.tools.render_deploy import add_arguments as deploy_arguments
 
     deploy_arguments(rd)
     rd.set_defaults(run=cmd_render_deploy)

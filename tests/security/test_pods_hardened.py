@@ -177,7 +177,8 @@ def calls_in_code() -> set[tuple[str, str, str, str]]:
 
 
 def test_gpu_jobs_account_has_exactly_the_verbs_its_code_uses(cfg):
-    from gpu_spawner.builders.deploy import JOBS_ACCOUNT, jobs_permissions
+    from gpu_spawner.builders.deploy import jobs_permissions
+    from gpu_spawner.builders.names import JOBS_ACCOUNT
 
     granted = {(p.group, p.resource, "cluster" if p.namespace is None else "team", v)
                for p in jobs_permissions(cfg) for v in p.verbs}
@@ -205,6 +206,7 @@ def test_gpu_jobs_runs_under_its_own_hardened_account():
 
 def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
     """NFD's worker labels the NVIDIA PCI device the operator keys on: it must tolerate every GPU taint too."""
+    from gpu_spawner.builders.names import DEVICE_PLUGIN_CONFIG
     from gpu_spawner.builders.workloads import render_gpu_operator_values
 
     values = render_gpu_operator_values(cfg)
@@ -213,7 +215,7 @@ def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
             "effect": "NoSchedule"} in want
     assert values["daemonsets"]["tolerations"] == want
     assert values["node-feature-discovery"]["worker"]["tolerations"] == want
-    assert values["devicePlugin"]["config"] == {"name": deploy.DEVICE_PLUGIN_CONFIG, "default": "default"}
+    assert values["devicePlugin"]["config"] == {"name": DEVICE_PLUGIN_CONFIG, "default": "default"}
     assert {"name": "WITH_REBOOT", "value": "true"} in values["migManager"]["env"]
 
 

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 
 from kubernetes_asyncio import client
 
-from gpu_spawner.builders.jobs import owner_reference
+from gpu_spawner.builders.metadata import owner_reference
 from gpu_spawner.builders.network import jobset_ranks_policy
 from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.cache import JOBSET
