@@ -1,4 +1,4 @@
-"""Benchmark: the queue ETA estimator (gpu_spawner/services/usage/eta.py) replayed over a queue's history.
+"""Benchmark: the queue ETA estimator (gpu_spawner/model/eta.py) replayed over a queue's history.
 
     python bench/queue_eta.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--raw] [--json]
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_spawner.services.usage import eta  # noqa: E402
-from gpu_spawner.services.usage.eta import Admission, estimate  # noqa: E402
+from gpu_spawner.model import eta  # noqa: E402
+from gpu_spawner.model.eta import Admission, estimate  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

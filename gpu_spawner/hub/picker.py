@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.model.choices import default_choice_for
+from gpu_spawner.model.eta import ETA, frees_text
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
-from gpu_spawner.services.usage.eta import ETA, frees_text
 
 
 def _duration(seconds: int) -> str:
@@ -74,22 +75,6 @@ def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:
                 "kubespawner_override": unlisted.kubespawner_override.traits()}
         out[name] = entry
     return out
-
-
-def hourly_cost(cfg: ProfilesConfig, profile: Profile) -> float:
-    """This profile's share of its node's price: its GPUs' share on GPU pools, CPU or memory share otherwise."""
-    pool = cfg.pool_of(profile)
-    if pool is None or not pool.cost_per_node_hour:
-        return 0.0
-    if profile.gpu is not None:
-        slots = sum(pool.slots_per_node().values()) or 1
-        share = profile.gpu.count / slots
-    else:
-        shape = pool.shape()
-        if shape is None:  # node size unknown to the file: no share, no made-up price
-            return 0.0
-        share = max(float(profile.cpu / shape.cpu), float(profile.memory_limit / shape.memory))
-    return round(pool.cost_per_node_hour * share, 3)
 
 
 def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,

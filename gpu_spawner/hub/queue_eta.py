@@ -6,7 +6,7 @@ a slot frees. So a pod's "admission" is its binding (its PodScheduled condition)
 pool is the (created, scheduled) pairs of the pods that asked for its GPU resource — anyone's: servers,
 Jobs, other workloads all take the slots. `PoolHistory` keeps that history per (pool, GPU resource) as a
 view of the hub's one pod watch (informers.py; no API call of its own, nothing per page render), and
-`usage/eta.estimate` turns it into p50/p90 for a position (1 + the pods waiting ahead). In memory and
+`model/eta.estimate` turns it into p50/p90 for a position (1 + the pods waiting ahead). In memory and
 bounded (`MAX_HISTORY` per pool): after a hub restart the history is the pods that still exist, and the
 picker says "no estimate yet" until enough have queued.
 """
@@ -16,13 +16,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
+from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.hub.capacity import pod_requests
+from gpu_spawner.model.eta import ETA, Admission, estimate, frees_text
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
-from gpu_spawner.services.culler.decide import parse_time
-from gpu_spawner.services.usage.eta import ETA, Admission, estimate, frees_text
 
-#: Bindings kept per (pool, resource): more than the estimator samples (usage/eta.HISTORY), bounded.
+#: Bindings kept per (pool, resource): more than the estimator samples (model/eta.HISTORY), bounded.
 MAX_HISTORY = 1000
 #: An estimate is reused for this many seconds (the picker renders often; the history changes slowly).
 MEMO_S = 15.0
@@ -95,7 +95,7 @@ class PoolHistory:
         return sum(1 for k, _ in self.waiting.values() if k == key)
 
     def eta(self, key: Key, position: int) -> ETA:
-        """The estimate for the pod at `position` of this pool's line (usage/eta.py)."""
+        """The estimate for the pod at `position` of this pool's line (model/eta.py)."""
         now = time.monotonic()
         memo = self._memo.get((key, position))
         if memo and now - memo[0] < MEMO_S:

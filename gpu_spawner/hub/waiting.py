@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable
 
+from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE
+from gpu_spawner.model.eta import ETA, estimate
 from gpu_spawner.model.kueue_words import QueueContext, flavor_usage, quota_limit
-from gpu_spawner.services.jobs.status import _pending as pending, _queue_key as queue_key
-from gpu_spawner.services.usage.eta import ETA, admissions, estimate
 
 #: What a user can do instead of waiting, said once in every queue and timeout message.
 ALTERNATIVES = ("pick a profile the picker shows as free, run the notebook as a job with %gpu_submit "
@@ -69,7 +69,7 @@ def queue_place(workloads: Iterable[dict[str, Any]], namespace: str, queue: str,
     mine = [wl for wl in workloads if wl["metadata"].get("namespace", "") == namespace
             and (wl.get("spec") or {}).get("queueName", "") == queue]
     history = admissions(mine).get((namespace, queue), [])
-    waiting = sorted((wl for wl in mine if pending(wl)), key=queue_key)
+    waiting = sorted((wl for wl in mine if is_pending(wl)), key=queue_key)
     in_queue = ((cluster_queue or {}).get("status") or {}).get("pendingWorkloads")
     in_queue = in_queue if isinstance(in_queue, int) else None
     usage = flavor_usage(cluster_queue, flavor)

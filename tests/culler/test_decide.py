@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC
+from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
 from gpu_spawner.services.culler import SCOPES, culler_service
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.model.profiles import load_profiles
@@ -14,8 +16,8 @@ from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)
-RULES = D.rules_from_profiles(CFG, default_idle_timeout=3600, default_max_age=None)
-DEFAULT = D.default_rule(3600, None)
+RULES = rules_from_profiles(CFG, default_idle_timeout=3600, default_max_age=None)
+DEFAULT = default_rule(3600, None)
 T4 = RULES["t4-shared"]  # idle 30m, max_age 12h, GPU
 CPU = RULES["cpu"]  # idle 8h, CPU
 
@@ -30,7 +32,7 @@ def server(profile="t4-shared", idle=0.0, age=3600.0, name="", user="alice", las
     }
 
 
-def ev(max_activity, samples=120, metric=D.PROF_METRIC, pod="jupyter-alice"):
+def ev(max_activity, samples=120, metric=PROF_METRIC, pod="jupyter-alice"):
     return D.GPUEvidence(namespace="jhub", pod=pod, max_activity=max_activity, samples=samples, metric=metric)
 
 
@@ -54,7 +56,7 @@ def test_rules_come_from_the_profiles_file():
 
 
 def test_rule_cost_reuses_the_picker():
-    from gpu_spawner.hub.picker import hourly_cost
+    from gpu_spawner.cluster.prices import hourly_cost
     assert T4.hourly_cost == hourly_cost(CFG, CFG.profile("t4-shared")) > 0
     assert RULES["h100-full"].hourly_cost == pytest.approx(6.98)
 
@@ -68,8 +70,8 @@ def test_unknown_or_missing_profile_gets_the_default():
 
 def test_profile_without_idle_timeout_takes_the_default():
     cfg = CFG.model_copy(update={"profiles": [CFG.profiles[0].model_copy(update={"idle_timeout": None})]})
-    assert D.rules_from_profiles(cfg, 999, 7)["cpu"].idle_timeout == 999
-    assert D.rules_from_profiles(cfg, 999, 7)["cpu"].max_age == 7
+    assert rules_from_profiles(cfg, 999, 7)["cpu"].idle_timeout == 999
+    assert rules_from_profiles(cfg, 999, 7)["cpu"].max_age == 7
 
 
 def test_server_names():
@@ -110,18 +112,18 @@ def test_query_names_both_metrics_and_the_window():
 def test_full_gpu_is_busy_when_either_metric_says_so():
     e = D.parse_evidence([series("prof_max", 0.02), series("prof_count", 100),
                           series("util_max", 0.9), series("util_count", 100)])[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.samples, e.metric) == (0.9, 100, D.UTIL_METRIC)
+    assert (e.max_activity, e.samples, e.metric) == (0.9, 100, UTIL_METRIC)
     e = D.parse_evidence([series("prof_max", 0.6), series("prof_count", 100),
                           series("util_max", 0.0), series("util_count", 40)])[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.samples, e.metric) == (0.6, 100, D.PROF_METRIC)
+    assert (e.max_activity, e.samples, e.metric) == (0.6, 100, PROF_METRIC)
     e = D.parse_evidence([series("prof_max", 0.01), series("prof_count", 100),
                           series("util_max", 0.0), series("util_count", 100)])[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.metric) == (0.01, D.PROF_METRIC) and e.state(0.05, 120, 0.8) == "idle"
+    assert (e.max_activity, e.metric) == (0.01, PROF_METRIC) and e.state(0.05, 120, 0.8) == "idle"
 
 
 def test_util_is_the_fallback():
     e = D.parse_evidence([series("util_max", 0.3), series("util_count", 50)])[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.samples, e.metric) == (0.3, 50, D.UTIL_METRIC)
+    assert (e.max_activity, e.samples, e.metric) == (0.3, 50, UTIL_METRIC)
 
 
 def test_exported_labels_win():
@@ -216,7 +218,7 @@ def test_no_data_at_all_is_kept():
 
 
 def test_rule_without_idle_timeout_never_idles():
-    r = D.Rule("x", None, None)
+    r = Rule("x", None, None)
     assert D.decide(server(idle=10**7), r, ACT, NOW).reason == "no-idle-timeout"
 
 
@@ -305,7 +307,7 @@ def test_decision_log_is_flat_json():
     import json
     d = D.decide(server(idle=0), T4, GPU, NOW, view(ev(0.01)))
     line = json.loads(json.dumps(d.as_log()))
-    assert line["action"] == "cull" and line["evidence"]["metric"] == D.PROF_METRIC
+    assert line["action"] == "cull" and line["evidence"]["metric"] == PROF_METRIC
     assert "cull_in_s" not in line
 
 

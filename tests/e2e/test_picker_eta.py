@@ -15,7 +15,7 @@ from .test_hub import SKU, cards, hog
 pytestmark = pytest.mark.cluster
 
 POOL = "kubernetes.azure.com/agentpool"
-#: Each queued pod must wait longer than usage/eta.QUEUED_S (5 s) to count as queue history.
+#: Each queued pod must wait longer than model/eta.QUEUED_S (5 s) to count as queue history.
 QUEUED_FOR = 6.5
 
 

@@ -8,11 +8,13 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from gpu_spawner.cluster.dcgm import PROF_METRIC
+from gpu_spawner.cluster.rules import Rule
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.services.culler.service import user_url
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-T4 = D.Rule("t4", idle_timeout=1800, max_age=None, is_gpu=True, gpus=1, hourly_cost=0.5)
+T4 = Rule("t4", idle_timeout=1800, max_age=None, is_gpu=True, gpus=1, hourly_cost=0.5)
 GPU = D.Settings(policy="gpu", scrape_interval=15, warn_before=600)
 HOSTILE = ["a?b", "a#b", "a/b", "%2e%2e", "..", "with space", "ünïcødé", "用户", "UPPER", "a%2fb", "a--b", "-a-",
            "x" * 70, "a&b=c", "a;b", "a\\b", "a\"b"]
@@ -25,7 +27,7 @@ def server(idle: float = 0.0, age: float = 3600.0, last_offset: float | None = N
 
 
 def ev(max_activity: float, samples: int = 120) -> D.GPUEvidence:
-    return D.GPUEvidence("jhub", "jupyter-alice", max_activity, samples, D.PROF_METRIC)
+    return D.GPUEvidence("jhub", "jupyter-alice", max_activity, samples, PROF_METRIC)
 
 
 # ------------------------------------------------------------------ names
@@ -175,5 +177,5 @@ def test_full_gpu_busy_by_util_alone_is_busy_mig_slice_is_not():
     assert (d.action, d.reason, d.gpu_state) == ("keep", "gpu-busy", "busy")
     mig = [dict(s, metric={**s["metric"], "GPU_I_ID": "3", "GPU_I_PROFILE": "1g.10gb"}) for s in full]
     e = D.parse_evidence(mig)[("jhub", "jupyter-alice")]
-    assert (e.max_activity, e.metric) == (0.01, D.PROF_METRIC)
+    assert (e.max_activity, e.metric) == (0.01, PROF_METRIC)
     assert D.decide(server(idle=0), T4, GPU, NOW, D.GPUView(True, True, e, e)).reason == "gpu-idle"

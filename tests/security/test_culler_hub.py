@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 import requests
 
 from culler.fixtures import GPU_IDLE, SCRAPE, exporter, fresh, hub, prometheus  # noqa: F401 (fixtures)
-from gpu_spawner.services.culler import decide as D
+from gpu_spawner.cluster.dcgm import UTIL_METRIC
+from gpu_spawner.cluster.times import parse_time
 
 #: Hostile user names (the hub accepts these; it refuses "/" and names of only dots) and the users whose
 #: servers a badly built URL would reach instead (`a?b` → `a`, `x%2e%2e` → `x..`, `with space` → `with`).
@@ -43,7 +44,7 @@ def wait_gone(hub, *users: str, timeout: float = 30) -> None:
 
 
 def age_of(hub, user: str) -> float:
-    return (datetime.now(timezone.utc) - D.parse_time(hub.server(user)["started"])).total_seconds()
+    return (datetime.now(timezone.utc) - parse_time(hub.server(user)["started"])).total_seconds()
 
 
 def test_exempt_admins_keeps_the_admin_and_culls_a_lookalike(fresh):
@@ -116,7 +117,7 @@ def test_full_gpu_busy_by_gpu_util_is_kept(fresh, exporter, prometheus):
     run = hub.cull("--gpu-idle-policy=gpu", prometheus=prometheus)
     busy, idle = run.decision("util-busy"), run.decision("util-idle")
     assert (busy["action"], busy["reason"], busy["gpu_state"]) == ("keep", "gpu-busy", "busy"), busy
-    assert busy["evidence"]["metric"] == D.UTIL_METRIC and busy["evidence"]["max_activity"] == 0.85
+    assert busy["evidence"]["metric"] == UTIL_METRIC and busy["evidence"]["max_activity"] == 0.85
     assert (idle["action"], idle["reason"]) == ("cull", "gpu-idle"), idle
     wait_gone(hub, "util-idle")
     assert hub.server("util-busy")["ready"]
@@ -133,7 +134,7 @@ def test_activity_from_the_future_counts_as_now(fresh, exporter, prometheus):
     wait_samples(prometheus, "jupyter-ahead", GPU_IDLE)
     idle_for(GPU_IDLE + 2 * SCRAPE + 1, t0)
     hub.touch("ahead", "ahead-cpu", at=datetime.now(timezone.utc) + timedelta(minutes=50))
-    assert D.parse_time(hub.server("ahead")["last_activity"]) > datetime.now(timezone.utc) + timedelta(minutes=49)
+    assert parse_time(hub.server("ahead")["last_activity"]) > datetime.now(timezone.utc) + timedelta(minutes=49)
     run = hub.cull("--gpu-idle-policy=gpu", prometheus=prometheus)
     gpu, cpu = run.decision("ahead"), run.decision("ahead-cpu")
     assert (gpu["action"], gpu["reason"]) == ("cull", "gpu-idle") and gpu["inactive_s"] == 0, gpu

@@ -11,10 +11,6 @@ import import_graph as ig  # beside this file (pytest puts the folder on sys.pat
 
 #: Cycles still there (their modules), upward imports, service→service imports and private names across packages.
 KNOWN_CYCLES: list[list[str]] = [
-    ["gpu_spawner.builders.deploy", "gpu_spawner.builders.jobs", "gpu_spawner.builders.kueue",
-     "gpu_spawner.builders.network", "gpu_spawner.builders.workloads"],
-    ["gpu_spawner.hub.picker", "gpu_spawner.services.culler.decide", "gpu_spawner.services.jobs.status",
-     "gpu_spawner.services.usage.accounting", "gpu_spawner.services.usage.eta"],
     ["gpu_spawner.model.multinode", "gpu_spawner.model.profiles", "gpu_spawner.model.quota",
      "gpu_spawner.model.validation"],
     ["gpu_spawner.services.culler.service", "gpu_spawner.services.culler.web"],
@@ -23,7 +19,6 @@ KNOWN_CYCLES: list[list[str]] = [
     ["gpu_spawner.tools.doctor", "gpu_spawner.tools.doctor_quota", "gpu_spawner.tools.doctor_storage"],
 ]
 KNOWN_UPWARD = {
-    ("gpu_spawner.services.culler.decide", "gpu_spawner.hub.picker"),
     ("gpu_spawner.services.jobs.app", "gpu_spawner.hub.informers"),
     ("gpu_spawner.services.jobs.cache", "gpu_spawner.hub.informers"),
     ("gpu_spawner.services.jobs.kube", "gpu_spawner.hub.informers"),
@@ -32,26 +27,11 @@ KNOWN_UPWARD = {
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.
 COMPOSITION_ROOTS = {("gpu_spawner.services.jobs.app", "notify")}
 KNOWN_SERVICE_TO_SERVICE = {
-    ("gpu_spawner.services.jobs.index", "gpu_spawner.services.culler.decide"),
-    ("gpu_spawner.services.jobs.index", "gpu_spawner.services.usage.accounting"),
-    ("gpu_spawner.services.jobs.index", "gpu_spawner.services.usage.eta"),
     ("gpu_spawner.services.jobs.options", "gpu_spawner.services.notify.options"),
-    ("gpu_spawner.services.jobs.status", "gpu_spawner.services.usage.eta"),
     ("gpu_spawner.services.notify.web", "gpu_spawner.services.jobs.app"),
     ("gpu_spawner.services.notify.web", "gpu_spawner.services.jobs.auth"),
-    ("gpu_spawner.services.usage.accounting", "gpu_spawner.services.culler.decide"),
-    ("gpu_spawner.services.usage.accounting", "gpu_spawner.services.jobs.status"),
-    ("gpu_spawner.services.usage.eta", "gpu_spawner.services.culler.decide"),
-    ("gpu_spawner.services.usage.metrics", "gpu_spawner.services.culler.decide"),
-    ("gpu_spawner.services.usage.metrics", "gpu_spawner.services.jobs.status"),
-    ("gpu_spawner.services.usage.store", "gpu_spawner.services.culler.decide"),
 }
-KNOWN_PRIVATE = {
-    ("gpu_spawner.hub.waiting", "gpu_spawner.services.jobs.status", "_pending"),
-    ("gpu_spawner.hub.waiting", "gpu_spawner.services.jobs.status", "_queue_key"),
-    ("gpu_spawner.services.usage.accounting", "gpu_spawner.services.culler.decide", "_device_of"),
-    ("gpu_spawner.services.usage.accounting", "gpu_spawner.services.culler.decide", "_pod_of"),
-}
+KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 
 
 @pytest.fixture(scope="module")

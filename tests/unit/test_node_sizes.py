@@ -10,7 +10,8 @@ import yaml
 
 from devcluster.nodes import build_nodes
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.hub import picker, progress
+from gpu_spawner.cluster.prices import hourly_cost
+from gpu_spawner.hub import progress
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.model.fit import fit_warnings
 from gpu_spawner.model.validation import parse_profiles_text
@@ -62,7 +63,7 @@ def test_kueue_quota_of_an_unknown_pool_follows_its_largest_profile(unknown):
 
 
 def test_picker_shows_no_made_up_price_for_an_unknown_size(unknown):
-    assert picker.hourly_cost(unknown, unknown.by_slug["wide"]) == 0.0
+    assert hourly_cost(unknown, unknown.by_slug["wide"]) == 0.0
 
 
 def test_known_vm_sizes_count_as_aks_allocates_them():

@@ -153,7 +153,7 @@ def test_eta_from_the_queues_history():
     wls = [workload(f"pod-{i}", 100 * i, f"jupyter-{i}", admitted_s=100 * i + 120) for i in range(10)]
     wls.append(workload("pod-me", 1000, "jupyter-me"))
     place = waiting.queue_place(wls, "jhub", "ds", "jupyter-me", cq(1), now=T0 + timedelta(seconds=1001))
-    assert place.position == 1 and place.eta.known  # usage/eta.py's estimator over the servers' history
+    assert place.position == 1 and place.eta.known  # model/eta.py's estimator over the servers' history
     assert f"Estimated wait: about {waiting.duration(place.eta.p50_s)}" in waiting.queue_message("ds", place)
 
 

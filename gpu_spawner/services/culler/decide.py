@@ -1,4 +1,5 @@
-"""Pure culling decisions: per-profile rules, DCGM evidence from Prometheus results, one decision per server.
+"""Pure culling decisions: the per-profile rule a server falls under (cluster/rules.py), DCGM evidence from
+Prometheus results (its series read by cluster/dcgm.py), one decision per server.
 
 No I/O here. The service (`service.py`) fetches the hub's server models (through jupyterhub-idle-culler's
 loop) and Prometheus results, and calls these functions; everything they decide is unit-tested.
@@ -20,56 +21,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable, Literal
 
-from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.rules import Rule
+from gpu_spawner.cluster.times import parse_time
 
 Policy = Literal["activity", "gpu", "both"]
 POLICIES = ("activity", "gpu", "both")
 
-#: DCGM's graphics-engine activity (0..1) works on MIG instances; GPU_UTIL (0..100) is whole-GPU only.
-PROF_METRIC = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 #: DCGM reports ~0.01 of activity on an idle GPU; 0.05 is safely above that noise floor.
 DEFAULT_THRESHOLD = 0.05
 
 
 # ---------------------------------------------------------------- rules
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What the culler applies to servers of one profile (or the default for unknown profiles)."""
-
-    profile: str  # slug, or "unknown" for the default rule
-    idle_timeout: int | None  # seconds; None: never culled for inactivity
-    max_age: int | None  # seconds; None: no age limit
-    is_gpu: bool = False
-    gpus: int = 0  # GPUs (or MIG slices / time-sliced shares) the server holds
-    hourly_cost: float = 0.0  # $/h of the server's share of its node (picker.hourly_cost)
-
-
-def rules_from_profiles(cfg: ProfilesConfig, default_idle_timeout: int | None = None,
-                        default_max_age: int | None = None) -> dict[str, Rule]:
-    """One rule per profile slug; a profile without idle_timeout / max_age takes the default."""
-    from gpu_spawner.hub.picker import hourly_cost
-
-    rules = {}
-    for p in cfg.profiles:
-        rules[p.slug] = Rule(
-            profile=p.slug,
-            idle_timeout=p.idle_timeout or default_idle_timeout or None,
-            max_age=p.max_age or default_max_age or None,
-            is_gpu=p.is_gpu,
-            gpus=p.gpu.count if p.gpu else 0,
-            hourly_cost=hourly_cost(cfg, p),
-        )
-    return rules
-
-
-def default_rule(idle_timeout: int | None, max_age: int | None) -> Rule:
-    return Rule(profile="unknown", idle_timeout=idle_timeout or None, max_age=max_age or None)
 
 
 def profile_of(server: dict[str, Any]) -> str | None:
@@ -143,7 +109,7 @@ def _promql_string(value: str) -> str:
 
 
 def pod_evidence_query(window: int, pod: str, namespace: str | None) -> str:
-    """`evidence_query` for one pod, matched as `_pod_of` does: `exported_pod`, else `pod`."""
+    """`evidence_query` for one pod, matched as `dcgm.pod_of` does: `exported_pod`, else `pod`."""
     parts = []
     for pod_label, ns_label in (("exported_pod", "exported_namespace"), ("pod", "namespace")):
         matchers = [f"{pod_label}={_promql_string(pod)}"]
@@ -188,24 +154,6 @@ class GPUEvidence:
         return "unknown"
 
 
-def _pod_of(labels: dict[str, str]) -> tuple[str, str] | None:
-    """(namespace, pod): `exported_*` when Prometheus renamed clashing labels, else `pod`/`namespace`."""
-    if labels.get("exported_pod"):
-        return labels.get("exported_namespace", ""), labels["exported_pod"]
-    if labels.get("pod"):
-        return labels.get("namespace", ""), labels["pod"]
-    return None
-
-
-def _device_of(labels: dict[str, str]) -> str:
-    dev = f"gpu{labels['gpu']}" if "gpu" in labels else labels.get("UUID") or labels.get("device") or "gpu"
-    if labels.get("GPU_I_ID") not in (None, ""):
-        dev += f"/mig{labels['GPU_I_ID']}"
-        if labels.get("GPU_I_PROFILE"):
-            dev += f"({labels['GPU_I_PROFILE']})"
-    return dev
-
-
 def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GPUEvidence]:
     """Prometheus vector result of `evidence_query` → evidence per (namespace, pod).
 
@@ -220,7 +168,7 @@ def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GP
     for series in result:
         labels = series.get("metric") or {}
         stat = labels.get("gpuhub_stat")
-        key = _pod_of(labels)
+        key = pod_of(labels)
         if key is None or stat is None:
             continue
         try:
@@ -229,7 +177,7 @@ def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GP
             continue
         if value != value:  # NaN
             continue
-        dev = _device_of(labels)
+        dev = device_of(labels)
         devices.setdefault(key, {}).setdefault(dev, {})[stat] = value
         mig.setdefault(key, {})[dev] = labels.get("GPU_I_ID") not in (None, "")
     out = {}
@@ -313,19 +261,6 @@ class Decision:
 
 
 _DECISION_FIELDS = [f for f in Decision.__dataclass_fields__ if f != "extra"]
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """The hub's ISO 8601 timestamps ('2026-01-01T12:00:00.123456Z'); naive ones are UTC."""
-    if not value:
-        return None
-    try:
-        dt = datetime.fromisoformat(value)  # fast; Python 3.11 reads the hub's format, 'Z' included
-    except ValueError:
-        from dateutil.parser import isoparse
-
-        dt = isoparse(value)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
 def _seconds(now: datetime, then: datetime | None) -> float | None:

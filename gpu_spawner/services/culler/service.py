@@ -34,6 +34,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
+from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import ENV_PROFILES
 from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
@@ -46,7 +48,7 @@ decision_log = logging.getLogger("gpuhub.culler.decisions")
 # jupyterhub-idle-culler parses each server's two timestamps with dateutil's general parser, which is
 # the slowest step of a cycle over thousands of servers; the hub writes ISO 8601, which
 # datetime.fromisoformat reads ~20x faster (same result; anything unusual still goes to dateutil).
-jupyterhub_idle_culler.parse_date = D.parse_time
+jupyterhub_idle_culler.parse_date = parse_time
 # jupyterhub-idle-culler builds its DELETE URLs with quote()'s default safe="/". The hub refuses "/" in
 # user and server names today; quoting every character keeps a name from ever becoming a second path
 # segment (another user's server) if that changes.
@@ -195,14 +197,14 @@ class GPUCuller(IdleCuller):
                           gpu_window=self.gpu_window or None, warn_before=self.warn_before,
                           exempt_admins=self.exempt_admins)
 
-    def rules(self) -> tuple[dict[str, D.Rule], D.Rule]:
-        default = D.default_rule(self.timeout, self.max_age)
+    def rules(self) -> tuple[dict[str, Rule], Rule]:
+        default = default_rule(self.timeout, self.max_age)
         if not self.profiles_file:
             return {}, default
         from gpu_spawner.model.profiles_file import cached_profiles
 
         cfg = cached_profiles(self.profiles_file)
-        return D.rules_from_profiles(cfg, self.timeout, self.max_age), default
+        return rules_from_profiles(cfg, self.timeout, self.max_age), default
 
     # ------------------------------------------------------------------ prometheus
 
@@ -294,13 +296,13 @@ class GPUCuller(IdleCuller):
                 result = await self.prometheus_query(prometheus, D.pod_evidence_query(seconds, pod, namespace))
             return D.lookup_evidence(D.parse_evidence(result), pod, namespace)
 
-        async def gpu_view(user: str, sname: str, server: dict, rule: D.Rule) -> D.GPUView:
+        async def gpu_view(user: str, sname: str, server: dict, rule: Rule) -> D.GPUView:
             view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
             w = settings.window(rule)
             if not (gpu_on and evidence is not None and rule.is_gpu and w):
                 return view
             pod = D.pod_name(user, sname, self.pod_name_template)
-            started = D.parse_time(server.get("started"))
+            started = parse_time(server.get("started"))
             views, own = [], {}
             for window in (w, max(w - settings.warn_before, 1)):
                 seconds = D.lookback(window, started, now, settings.scrape_interval)
@@ -319,7 +321,7 @@ class GPUCuller(IdleCuller):
         def activity_seen(user: str, sname: str, server: dict) -> datetime | None:
             """When this culler first saw the server's last_activity, if that lies in the future."""
             raw = server.get("last_activity")
-            last = D.parse_time(raw)
+            last = parse_time(raw)
             if last is None or last <= now:
                 return None
             key = (user, sname)
@@ -490,7 +492,7 @@ class GPUCuller(IdleCuller):
             exit_now()
 
 
-def _warning_text(sname: str, rule: D.Rule, d: D.Decision) -> str:
+def _warning_text(sname: str, rule: Rule, d: D.Decision) -> str:
     what = f"server {sname!r}" if sname else "server"
     minutes = max(1, round((d.cull_in_s or 0) / 60))
     why = {"idle-soon": "it has been idle", "max-age-soon": "it reaches its maximum age"}.get(

@@ -12,9 +12,10 @@ import re
 from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError
+from gpu_spawner.cluster.conditions import condition, is_true
 from gpu_spawner.contract import (ADMITTED, FAILED, FINISHED, JOBSET_JOB_INDEX, QUEUED, RESUMED, RUNNING,
                                   RunnerExit)
-from gpu_spawner.services.jobs.status import _runner_exit, condition, derive_status, is_true
+from gpu_spawner.services.jobs.status import _runner_exit, derive_status
 
 
 def check_rank(value: str | None, nodes: int) -> int | None:

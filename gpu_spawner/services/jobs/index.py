@@ -9,11 +9,11 @@ import bisect
 from datetime import datetime
 from typing import Any, Callable
 
+from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.cluster.workloads import admitted_at, is_pending, queue_key
 from gpu_spawner.contract import USER_ANNOTATION
-from gpu_spawner.services.culler.decide import parse_time
-from gpu_spawner.services.jobs.status import _pending, _queue_key, job_name_of, workload_owner
-from gpu_spawner.services.usage.accounting import admitted_at
-from gpu_spawner.services.usage.eta import Admission, estimate
+from gpu_spawner.model.eta import Admission, estimate
+from gpu_spawner.services.jobs.status import job_name_of, workload_owner
 
 
 def job_user(job: dict) -> str | None:
@@ -64,8 +64,8 @@ class QueueIndex:
 
     def add(self, wl: dict) -> None:
         queue = self._queue(wl)
-        if _pending(wl):
-            bisect.insort(self.pending.setdefault(queue, []), _queue_key(wl))
+        if is_pending(wl):
+            bisect.insort(self.pending.setdefault(queue, []), queue_key(wl))
         created, admitted = parse_time(wl["metadata"].get("creationTimestamp")), admitted_at(wl)
         if created and admitted:
             self.admitted.setdefault(queue, {})[wl["metadata"]["name"]] = Admission(created, admitted)
@@ -73,8 +73,8 @@ class QueueIndex:
 
     def remove(self, wl: dict) -> None:
         queue = self._queue(wl)
-        if _pending(wl) and (waiting := self.pending.get(queue)) is not None:
-            key = _queue_key(wl)
+        if is_pending(wl) and (waiting := self.pending.get(queue)) is not None:
+            key = queue_key(wl)
             if (i := bisect.bisect_left(waiting, key)) < len(waiting) and waiting[i] == key:
                 del waiting[i]
             if not waiting:
@@ -97,10 +97,10 @@ class QueueIndex:
 
     def position(self, wl: dict) -> dict[str, Any] | None:
         """As `status.queue_positions` gives it for this Workload's job: place, queue length and ETA."""
-        if not _pending(wl):
+        if not is_pending(wl):
             return None
         waiting = self.pending.get(self._queue(wl))
-        key = _queue_key(wl)
+        key = queue_key(wl)
         place = bisect.bisect_left(waiting or [], key) + 1
         if not waiting or place > len(waiting) or waiting[place - 1] != key:
             return None

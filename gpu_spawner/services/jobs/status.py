@@ -13,21 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_spawner.builders.jobs import RUNNER_CONTAINER
+from gpu_spawner.cluster.conditions import condition, is_true
+from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
 from gpu_spawner.contract import (ADMITTED, FAILED, JOB_LABEL, JOB_NAME_LABEL, NOTEBOOK_ANNOTATION,
                                   PRIORITY_LABEL, PROFILE_LABEL, PROGRESS_RE, QUEUE_LABEL, QUEUED, RESUMED,
                                   RUNNING, SUCCEEDED, UNKNOWN, USER_ANNOTATION, RunnerExit)
-
-
-def condition(obj: dict | None, kind: str) -> dict | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return c
-    return None
-
-
-def is_true(obj: dict | None, kind: str) -> bool:
-    c = condition(obj, kind)
-    return bool(c) and c.get("status") == "True"
+from gpu_spawner.model.eta import estimate
 
 
 def current_cell(log: str) -> dict | None:
@@ -58,35 +49,19 @@ def workload_owner(workload: dict) -> str | None:
     return None
 
 
-def _pending(workload: dict) -> bool:
-    return not (is_true(workload, "QuotaReserved") or is_true(workload, "Admitted") or is_true(workload, "Finished"))
-
-
-def _queue_key(workload: dict) -> tuple:
-    """Kueue's BestEffortFIFO/StrictFIFO order: higher priority first, then the queue timestamp (the
-    last eviction's time for a requeued workload, else creation)."""
-    spec = workload.get("spec") or {}
-    evicted = condition(workload, "Requeued") or condition(workload, "Evicted")
-    stamp = (evicted or {}).get("lastTransitionTime") if evicted and evicted.get("status") == "True" else None
-    stamp = stamp or workload["metadata"].get("creationTimestamp") or ""
-    return (-(spec.get("priority") or 0), stamp, workload["metadata"].get("name", ""))
-
-
 def queue_positions(workloads: list[dict]) -> dict[str, dict[str, int]]:
     """Job name → {"position": 1-based place among the pending workloads of its LocalQueue, "of": how
-    many are pending there, and the queue ETA (usage/eta.py: eta_p50_s, eta_p90_s, None when history is
+    many are pending there, and the queue ETA (model/eta.py: eta_p50_s, eta_p90_s, None when history is
     thin, eta_samples)}; only pending (not quota-reserved) workloads get one."""
     by_queue: dict[tuple[str, str], list[dict]] = {}
     for wl in workloads:
-        if _pending(wl):
+        if is_pending(wl):
             key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
             by_queue.setdefault(key, []).append(wl)
-    from gpu_spawner.services.usage.eta import admissions, estimate  # usage imports this module
-
     history = admissions(workloads)
     out = {}
     for key, pending in by_queue.items():
-        pending.sort(key=_queue_key)
+        pending.sort(key=queue_key)
         for i, wl in enumerate(pending, 1):
             if owner := workload_owner(wl):
                 out[owner] = {"position": i, "of": len(pending),

@@ -3,7 +3,8 @@ profiles file, Kueue Workloads → queue waits and evictions.
 
 A "GPU" here is what a pod holds of one: a whole GPU, a MIG slice or a time-sliced share each count as one
 device, like the culler's `Rule.gpus`; the $ figure already prices a slice or share as its part of the
-node (`picker.hourly_cost`, through the culler's rules), so cost is the figure to compare across kinds.
+node (`cluster/prices.hourly_cost`, through the rules of cluster/rules.py), so cost is the figure to compare
+across kinds.
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
+from gpu_spawner.cluster.conditions import condition
+from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.rules import Rule, rules_from_profiles
+from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.cluster.workloads import admitted_at
 from gpu_spawner.contract import JOB_LABEL, PROFILE_LABEL, TEAM_LABEL, USER_ANNOTATION, USER_LABEL
-from gpu_spawner.services.culler.decide import (PROF_METRIC, UTIL_METRIC, Rule, _device_of, _pod_of,
-                                                parse_time, rules_from_profiles)
-from gpu_spawner.services.jobs.status import condition, is_true
 
 #: KubeSpawner's annotation with the unescaped user name (servers carry no gpu-jobs annotations).
 KUBESPAWNER_USER_ANNOTATION = "hub.jupyter.org/username"
@@ -176,7 +179,7 @@ def parse_used(result: Iterable[dict[str, Any]], scrape_interval: float) -> dict
     mig: dict[tuple[str, str, str], bool] = {}
     for series in result:
         labels = series.get("metric") or {}
-        key, stat = _pod_of(labels), labels.get("gpuhub_stat")
+        key, stat = pod_of(labels), labels.get("gpuhub_stat")
         if key is None or stat is None:
             continue
         try:
@@ -185,7 +188,7 @@ def parse_used(result: Iterable[dict[str, Any]], scrape_interval: float) -> dict
             continue
         if value != value:
             continue
-        dev = _device_of(labels)
+        dev = device_of(labels)
         stats.setdefault(key, {}).setdefault(dev, {})[stat] = value
         mig[(*key, dev)] = labels.get("GPU_I_ID") not in (None, "")
     out = {}
@@ -268,14 +271,6 @@ def aggregate(lifetimes: Iterable[Lifetime], since: datetime, until: datetime, b
 
 
 # ------------------------------------------------------------------ Kueue: waits and evictions
-
-
-def admitted_at(workload: dict[str, Any]) -> datetime | None:
-    """When Kueue reserved quota for it (QuotaReserved, else Admitted), if it did."""
-    for kind in ("QuotaReserved", "Admitted"):
-        if is_true(workload, kind):
-            return parse_time(condition(workload, kind).get("lastTransitionTime"))
-    return None
 
 
 def queue_waits(workloads: Iterable[dict[str, Any]], since: datetime, until: datetime) -> list[float]:

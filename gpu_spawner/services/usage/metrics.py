@@ -9,10 +9,11 @@ from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpu_spawner.services.culler.decide import parse_time
-from gpu_spawner.services.jobs.status import is_true
+from gpu_spawner.cluster.conditions import is_true
+from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.cluster.workloads import admissions, admitted_at
+from gpu_spawner.model.eta import estimate
 from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.eta import admissions, estimate
 
 LABELS = ("kind", "user", "team", "profile")
 #: A LocalQueue is (namespace, name); not `namespace`: Prometheus' own target label would rename it.
@@ -77,7 +78,7 @@ class UsageMetrics:
         current: set[str] = set()
         for wl in workloads:
             key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
-            admitted = acc.admitted_at(wl)
+            admitted = admitted_at(wl)
             if admitted is None and not is_true(wl, "Finished"):
                 pending[key] = pending.get(key, 0) + 1
             uid = wl["metadata"].get("uid") or f"{key}/{wl['metadata'].get('name')}"

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from gpu_spawner.services.culler.decide import parse_time
+from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.services.usage.accounting import Lifetime
 
 

@@ -1,5 +1,6 @@
 """Queue ETA (pure): how long until the job at position k of a queue is admitted, from that queue's recent
-admissions.
+admissions (a LocalQueue's from its Kueue Workloads, cluster/workloads.py; a full pool's from its pods'
+bindings, hub/queue_eta.py), and the picker's words for it.
 
 The estimator is empirical, with no model of run times. It replays the recent history from the moments
 jobs arrived to a full queue: from each past job's creation time t (only jobs that had to queue), the time
@@ -22,10 +23,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
-
-from gpu_spawner.services.culler.decide import parse_time
-from gpu_spawner.services.usage.accounting import admitted_at
+from typing import Any
 
 #: Fewer backlogged spans than this and the answer is "no estimate yet".
 MIN_SPANS = 5
@@ -62,19 +60,6 @@ class ETA:
         """The gpu-jobs status fields: eta_p50_s, eta_p90_s (None: no estimate yet), eta_samples."""
         return {"eta_p50_s": None if self.p50_s is None else round(self.p50_s),
                 "eta_p90_s": None if self.p90_s is None else round(self.p90_s), "eta_samples": self.samples}
-
-
-def admissions(workloads: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[Admission]]:
-    """(namespace, LocalQueue) → its admitted workloads, oldest admission first."""
-    out: dict[tuple[str, str], list[Admission]] = {}
-    for wl in workloads:
-        created, admitted = parse_time(wl.get("metadata", {}).get("creationTimestamp")), admitted_at(wl)
-        if created and admitted:
-            key = (wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", ""))
-            out.setdefault(key, []).append(Admission(created, admitted))
-    for hist in out.values():
-        hist.sort(key=lambda a: (a.admitted, a.created))  # a total order: the same history whatever the list order
-    return out
 
 
 def _spans(hist: list[Admission], admitted: list[datetime], upto: int, position: int) -> list[float]:
@@ -143,14 +128,6 @@ def estimate(history: list[Admission], position: int, now: datetime | None = Non
     if calibrate:
         p90 *= _calibrated(history, admitted, upto, min_spans)
     return ETA(p50, max(p90, p50), len(spans))
-
-
-def eta_fields(workloads: list[dict[str, Any]], namespace: str, queue: str, position: int | None,
-               now: datetime | None = None) -> dict[str, Any]:
-    """The status fields for one queued job (all None when it has no position)."""
-    if not position:
-        return ETA(None, None, 0).as_fields()
-    return estimate(admissions(workloads).get((namespace, queue), []), position, now).as_fields()
 
 
 def approx(seconds: float) -> str:
