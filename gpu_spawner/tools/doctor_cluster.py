@@ -8,11 +8,10 @@ jhub/hub, z2jh's), or with SelfSubjectAccessReviews for the kubeconfig's own ide
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
+from gpu_spawner.kubeio.clients import api_client
 from gpu_spawner.tools.doctor import DEVICE_PLUGIN_NAME, KUEUE_CRDS, KUEUE_VERSION, Snapshot, access_requests
 
 KUEUE_PLURALS = {"WorkloadPriorityClass": "workloadpriorityclasses", "ResourceFlavor": "resourceflavors",
@@ -21,27 +20,6 @@ KUEUE_PLURALS = {"WorkloadPriorityClass": "workloadpriorityclasses", "ResourceFl
 
 class DoctorError(Exception):
     """The cluster could not be reached at all (not a check result)."""
-
-
-def api_client(kubeconfig: str | None):
-    from kubernetes import client, config
-
-    if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise FileNotFoundError(f"kubeconfig {kubeconfig!r} does not exist")
-        return config.new_client_from_config(config_file=kubeconfig)
-    env = os.environ.get("KUBECONFIG")
-    if env:  # may list several files (merged, like kubectl does)
-        if not any(Path(p).is_file() for p in env.split(os.pathsep) if p):
-            raise FileNotFoundError(f"kubeconfig {env!r} ($KUBECONFIG) does not exist")
-        return config.new_client_from_config()
-    if Path(os.path.expanduser("~/.kube/config")).is_file():
-        return config.new_client_from_config()
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        raise FileNotFoundError("no kubeconfig: set $KUBECONFIG or pass --kubeconfig") from None
-    return client.ApiClient()
 
 
 def _raw(call, *args, **kw) -> Any:

@@ -82,7 +82,7 @@ def run(args) -> int:
     from gpu_spawner.model.profiles import load_profiles
     from gpu_spawner.services.usage import collect
     from gpu_spawner.services.usage.store import UsageStore
-    from gpu_spawner.tools.doctor_cluster import api_client
+    from gpu_spawner.kubeio.clients import api_client
 
     now = datetime.now(timezone.utc)
     since = since_of(args.since, now)

@@ -18,12 +18,7 @@ KNOWN_CYCLES: list[list[str]] = [
     ["gpu_spawner.services.jobs.kube", "gpu_spawner.services.jobs.lifecycle"],
     ["gpu_spawner.tools.doctor", "gpu_spawner.tools.doctor_quota", "gpu_spawner.tools.doctor_storage"],
 ]
-KNOWN_UPWARD = {
-    ("gpu_spawner.services.jobs.app", "gpu_spawner.hub.informers"),
-    ("gpu_spawner.services.jobs.cache", "gpu_spawner.hub.informers"),
-    ("gpu_spawner.services.jobs.kube", "gpu_spawner.hub.informers"),
-    ("gpu_spawner.services.usage.__main__", "gpu_spawner.tools.doctor_cluster"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.
 COMPOSITION_ROOTS = {("gpu_spawner.services.jobs.app", "notify")}
 KNOWN_SERVICE_TO_SERVICE = {

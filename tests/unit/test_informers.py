@@ -14,7 +14,9 @@ from kubernetes_asyncio import client
 
 from gpu_spawner.hub import picker
 from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.hub.informers import CapacityInformers, Informer, TimeoutApiClient, WatchSettings
+from gpu_spawner.hub.informers import CapacityInformers
+from gpu_spawner.kubeio.clients import TimeoutApiClient
+from gpu_spawner.kubeio.informer import Informer, WatchSettings
 from gpu_spawner.model.profiles import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 

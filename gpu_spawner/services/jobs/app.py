@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
@@ -34,7 +34,7 @@ from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.hub.informers import TimeoutApiClient
+from gpu_spawner.kubeio.clients import timeout_api_client
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
@@ -345,12 +345,7 @@ async def serve(opts) -> None:
         raise SystemExit("gpu-jobs: no profiles file; pass --profiles FILE or set $GPUHUB_PROFILES")
     cfg = cached_profiles(str(path))
     job_settings = opts.job_settings()
-    kubeconfig = os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig)
-    else:
-        config.load_incluster_config()
-    api = TimeoutApiClient()  # every call of the service has a timeout
+    api = await timeout_api_client()  # every call of the service has a timeout
     logs = opts.log_source_class(api=api, parent=opts)
     namespaces = [t.namespace for t in cfg.teams.values()]
     jobsets = any(p.max_nodes for p in cfg.profiles)  # multi-node jobs: the JobSet CRD must be installed

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.contract import JOB_LABEL, JOBSET_JOB_INDEX, USER_ANNOTATION, USER_LABEL
-from gpu_spawner.hub.informers import read_json
+from gpu_spawner.kubeio.informer import read_json
 from gpu_spawner.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.gang import derive_gang_status, is_jobset
 from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, unreadable, workload_owner

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         p.error(f"--metrics-token-file / ${ENV_TOKEN}: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from gpu_spawner.tools.doctor_cluster import api_client
+    from gpu_spawner.kubeio.clients import api_client
 
     cfg, store, metrics = load_profiles(args.profiles_file), UsageStore(args.store), UsageMetrics()
     LoopGuard(metrics.registry).start_in_thread()  # no event loop here: the GIL stalls its /metrics thread
