@@ -52,7 +52,7 @@ async def test_cache_follows_labelled_jobs_and_serves_reads_without_the_api(clus
         assert await cache.wait_for(lambda: cache.get("jobs", namespace, "gpu-alice-a") is None)
         assert [j["metadata"]["name"] for j in await kube.jobs()] == ["gpu-bob-b"]
         # an unsynced cache (or a namespace it does not cover) falls back to the API
-        assert not Kube(unreachable, [namespace, "elsewhere"], cache=cache)._cached([namespace, "elsewhere"])
+        assert not Kube(unreachable, [namespace, "elsewhere"], cache=cache).cached([namespace, "elsewhere"])
     finally:
         await cache.stop()
         await unreachable.close()

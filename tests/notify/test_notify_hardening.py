@@ -15,7 +15,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.contract import CULLER_SERVICE, FAILED, JOBS_ACCESS_SCOPE, NOTIFY_CULL_PATH, RUNNING
-from gpu_spawner.services.jobs.auth import TokenAuth
+from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.notify import web as notify_web
 from gpu_spawner.services.notify.events import cull_event, job_events
 from gpu_spawner.services.notify.payloads import slack_payload

@@ -9,14 +9,12 @@ from traitlets.config import Config
 
 from gpu_spawner.config import configure
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.jobs.options import GPUJobs
+from gpu_spawner.services.jobs.app import configured
 from gpu_spawner.services.notify.options import Notifications
 
 
 def settings(argv: list[str]) -> Notifications:
-    app = GPUJobs()
-    app.initialize(argv)
-    return Notifications(parent=app)
+    return Notifications(parent=configured(argv))
 
 
 def test_configure_options_reach_the_service(tmp_path, monkeypatch):

@@ -14,18 +14,13 @@ KNOWN_CYCLES: list[list[str]] = [
     ["gpu_spawner.model.multinode", "gpu_spawner.model.profiles", "gpu_spawner.model.quota",
      "gpu_spawner.model.validation"],
     ["gpu_spawner.services.culler.service", "gpu_spawner.services.culler.web"],
-    ["gpu_spawner.services.jobs.app", "gpu_spawner.services.notify.web"],
-    ["gpu_spawner.services.jobs.kube", "gpu_spawner.services.jobs.lifecycle"],
     ["gpu_spawner.tools.doctor", "gpu_spawner.tools.doctor_quota", "gpu_spawner.tools.doctor_storage"],
 ]
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.
 COMPOSITION_ROOTS = {("gpu_spawner.services.jobs.app", "notify")}
-KNOWN_SERVICE_TO_SERVICE = {
-    ("gpu_spawner.services.jobs.options", "gpu_spawner.services.notify.options"),
-    ("gpu_spawner.services.notify.web", "gpu_spawner.services.jobs.app"),
-    ("gpu_spawner.services.notify.web", "gpu_spawner.services.jobs.auth"),
-}
+#: What several services share (services/web.py: the handler base; services/auth.py: TokenAuth) is no service.
+KNOWN_SERVICE_TO_SERVICE: set[tuple[str, str]] = set()
 KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 
 

@@ -306,20 +306,20 @@ def test_stale_capacity_is_unknown_in_the_picker_not_zero():
 # ---------------------------------------------------------------------------------------------- gpu-jobs side
 async def test_gpu_jobs_says_503_when_the_cluster_does_not_answer_and_keeps_real_refusals(api):
     from gpu_spawner.services.jobs.cache import ClusterUnavailable
-    from gpu_spawner.services.jobs.kube import _json
+    from gpu_spawner.services.jobs.kube import api_json
 
     dead = client.Configuration()
     dead.host = "http://127.0.0.1:9"  # nothing listens: connection refused
     async with TimeoutApiClient(dead, request_timeout=2) as unreachable:
         with pytest.raises(ClusterUnavailable) as no_answer:
-            await _json(client.CoreV1Api(unreachable).list_pod_for_all_namespaces(_preload_content=False))
+            await api_json(client.CoreV1Api(unreachable).list_pod_for_all_namespaces(_preload_content=False))
     assert no_answer.value.status_code == 503 and "try again" in no_answer.value.log_message
     for status in (429, 500, 503):
         api.list_answer = (status, json.dumps({"message": "etcdserver: request timed out"}))
         with pytest.raises(ClusterUnavailable) as busy:
-            await _json(api.core.list_pod_for_all_namespaces(_preload_content=False))
+            await api_json(api.core.list_pod_for_all_namespaces(_preload_content=False))
         assert "etcdserver: request timed out" in busy.value.log_message
     api.list_answer = (404, json.dumps({"message": "jobs.batch \"x\" not found"}))
     with pytest.raises(client.ApiException) as missing:  # an answer, not an outage: the caller decides
-        await _json(api.core.list_pod_for_all_namespaces(_preload_content=False))
+        await api_json(api.core.list_pod_for_all_namespaces(_preload_content=False))
     assert missing.value.status == 404 and not isinstance(missing.value, ClusterUnavailable)

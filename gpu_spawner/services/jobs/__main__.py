@@ -4,7 +4,7 @@ from gpu_spawner.contract import adopt_hub_api_url
 
 adopt_hub_api_url()  # the hub API where the hub listens, when the hub runs this service in its own pod
 
-from gpu_spawner.services.jobs.options import main  # noqa: E402
+from gpu_spawner.services.jobs.app import main  # noqa: E402
 
 try:
     sys.exit(main())

@@ -37,13 +37,16 @@ from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.kubeio.clients import timeout_api_client
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
-from gpu_spawner.services.jobs.lifecycle import StorageNotReady, reconcile_forever
+from gpu_spawner.services.jobs.lifecycle import StorageNotReady, create_submission, reconcile_forever
 from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs import gang, limits, words
-from gpu_spawner.services.jobs.auth import Caller, TokenAuth
 from gpu_spawner.services.jobs.planner import Planner
 from gpu_spawner.services.jobs.submission import ServiceSettings
+from gpu_spawner.services.auth import TokenAuth
+from gpu_spawner.services.jobs.options import GPUJobs
 from gpu_spawner.services.loopguard import LoopGuard
+from gpu_spawner.services.notify.options import Notifications
+from gpu_spawner.services.web import Base
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -96,8 +99,9 @@ class SubmitGate:
         return Counter([*listed.values(), *(slug for slug, _ in recent.values())])
 
 
-class Base(web.RequestHandler):
-    who: Caller
+class JobsBase(Base):
+    """The jobs endpoints' handlers: the shared base (identity, query bounds, JSON; services/web.py) with the
+    service's profiles and cluster."""
 
     @property
     def cfg(self) -> ProfilesConfig:
@@ -106,33 +110,6 @@ class Base(web.RequestHandler):
     @property
     def kube(self) -> Kube:
         return self.settings["kube"]
-
-    def check_xsrf_cookie(self):  # token-authenticated JSON API: no cookies, no XSRF
-        return
-
-    async def prepare(self):
-        try:
-            limits.check_query(self.request.query_arguments)
-        except JobRequestError as e:
-            raise refusal(e) from None
-        who = await self.settings["auth"].caller(self.request.headers.get("Authorization"))
-        if who is None:
-            raise web.HTTPError(403, "a JupyterHub token with access to the gpu-jobs service is required, in the "
-                                     "Authorization header (Authorization: token <token>)")
-        self.who = who
-
-    def write_error(self, status_code, **kwargs):
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = getattr(exc, "log_message", None) or self._reason
-        self.set_header("Content-Type", "application/json")
-        if status_code == 429:  # the in-flight limit: free again as soon as the user's others are answered
-            self.set_header("Retry-After", "2")
-        self.finish(json.dumps({"status": status_code, "message": message}))
-
-    def send(self, obj, status: int = 200):
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(obj))
 
     def explained(self, statuses: list[dict]) -> list[dict]:
         """Queued jobs' Kueue reasons in plain words (Kueue's own stay in `kueue_message`)."""
@@ -155,7 +132,7 @@ def refusal(e: JobRequestError) -> web.HTTPError:
 
 
 @web.stream_request_body  # prepare() runs before the body is read: the in-flight limit first, then the body
-class JobsHandler(Base):
+class JobsHandler(JobsBase):
     _slot: str | None = None
     _body: list[bytes]
     _size = 0
@@ -229,7 +206,7 @@ class JobsHandler(Base):
 
     async def create(self, user: str, objs: list[dict]) -> dict:
         try:
-            job = await self.kube.create(objs, self.settings["service"].job.home.claim)
+            job = await create_submission(self.kube, objs, self.settings["service"].job.home.claim)
         except StorageNotReady as e:
             raise web.HTTPError(503, str(e)) from None
         except client.ApiException as e:
@@ -242,7 +219,7 @@ class JobsHandler(Base):
         return job
 
 
-class JobHandler(Base):
+class JobHandler(JobsBase):
     async def get(self, name):
         job = await self.own_job(name)
         (status,) = self.explained(await self.kube.statuses([job]))
@@ -256,7 +233,7 @@ class JobHandler(Base):
         self.send({"name": name, "cancelled": True})
 
 
-class LogsHandler(Base):
+class LogsHandler(JobsBase):
     async def get(self, name):
         job = await self.own_job(name)
         try:
@@ -268,7 +245,7 @@ class LogsHandler(Base):
         self.finish(await self.kube.job_logs(job, tail, rank))
 
 
-class ProfilesHandler(Base):
+class ProfilesHandler(JobsBase):
     async def get(self):
         groups = list(self.who.groups)
         team = self.cfg.team_for(groups)
@@ -306,7 +283,7 @@ class MetricsHandler(web.RequestHandler):
 
 def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
              prefix: str = "/", notifier=None, hub_url: str = "") -> web.Application:
-    from gpu_spawner.services.notify import web as notify_web  # it builds on Base, above
+    from gpu_spawner.services.notify import web as notify_web  # notify's endpoints, hosted here
 
     p = prefix.rstrip("/")
     return web.Application([
@@ -337,7 +314,6 @@ def listen_address(host: str | None) -> str:
 async def serve(opts) -> None:
     """Run the service with `options.GPUJobs` settings until stopped."""
     from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
-    from gpu_spawner.services.notify.options import Notifications
     from gpu_spawner.services.notify.watch import watch_jobs
 
     path = opts.profiles_file or profiles_path()
@@ -379,3 +355,20 @@ async def serve(opts) -> None:
         await asyncio.Event().wait()
     finally:  # the hub's SIGINT (or any end): no planner worker outlives the service
         app.settings["planner"].stop_now()
+
+
+def configured(argv: list[str] | None = None) -> GPUJobs:
+    """gpu-jobs' settings from its command line, with those of the notification service it hosts
+    (--Notifications.<trait>=...: e-mail and webhooks, services/notify/options.py)."""
+    app = GPUJobs()
+    app.classes = [*app.classes, Notifications]  # [GPUJobs, Notifications]
+    app.initialize(argv)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpu_spawner.services.jobs`: the service, until stopped."""
+    opts = configured(argv)
+    logging.basicConfig(level=logging.INFO, format="[gpu-jobs %(levelname)1.1s %(asctime)s] %(message)s")
+    asyncio.run(serve(opts))
+    return 0

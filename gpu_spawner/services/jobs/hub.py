@@ -16,7 +16,7 @@ from gpu_spawner.contract import ENV_PROFILES, JOBS_ACCESS_SCOPE, JOBS_SERVICE a
 DEFAULT_PORT = 10101
 #: The service's own role and scopes (what its token may do in the hub).
 ROLE = f"{SERVICE_NAME}-service"
-SCOPES = list(JOBS_SERVICE_SCOPES)  # none: identity comes from the caller's own token (services/jobs/auth.py)
+SCOPES = list(JOBS_SERVICE_SCOPES)  # none: identity comes from the caller's own token (services/auth.py)
 #: What a user's token (and their server's token) needs to call the service.
 ACCESS = JOBS_ACCESS_SCOPE
 

@@ -47,7 +47,7 @@ class PodLogs(LoggingConfigurable):
             raise
 
 
-async def _json(coro) -> dict[str, Any]:
+async def api_json(coro) -> dict[str, Any]:
     """The response as JSON, ApiException on an error status (with `_preload_content=False` kubernetes_asyncio
     does not raise on its own); no answer, 429 or 5xx is ClusterUnavailable (a 503 to the caller)."""
     try:
@@ -76,7 +76,7 @@ class Kube:
         self.cache = cache
         self.jobsets = jobsets
 
-    def _cached(self, namespaces: list[str], kind: str = "jobs") -> bool:
+    def cached(self, namespaces: list[str], kind: str = "jobs") -> bool:
         return self.cache is not None and self.cache.synced and self.cache.holds(kind) \
             and all(self.cache.covers(ns) for ns in namespaces)
 
@@ -93,12 +93,12 @@ class Kube:
 
     async def gangs(self, user: str | None = None) -> list[dict]:
         """The JobSets of multi-node jobs (one user's, or everyone's)."""
-        if self._cached(self.namespaces, "jobsets"):
+        if self.cached(self.namespaces, "jobsets"):
             if user:
                 return self.cache.indexed("jobsets", self.namespaces, user)
             found = self.cache.objects("jobsets", self.namespaces)
         else:
-            lists = await asyncio.gather(*(_json(self.custom.list_namespaced_custom_object(
+            lists = await asyncio.gather(*(api_json(self.custom.list_namespaced_custom_object(
                 *JOBSET, ns, "jobsets", label_selector=JOB_LABEL, _preload_content=False)) for ns in self.namespaces))
             found = [j for lst in lists for j in lst.get("items", [])]
         return [j for j in found if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
@@ -107,12 +107,12 @@ class Kube:
     async def single_jobs(self, user: str | None = None) -> list[dict]:
         from kubespawner.slugs import safe_slug
 
-        if self._cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
+        if self.cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
             return self.cache.indexed("jobs", self.namespaces, user) if user else \
                 self.cache.objects("jobs", self.namespaces)
         selector = f"{USER_LABEL}={safe_slug(user, max_length=63)},{JOB_LABEL}" if user else JOB_LABEL
-        lists = await asyncio.gather(*(_json(self.batch.list_namespaced_job(ns, label_selector=selector,
-                                                                              _preload_content=False))
+        lists = await asyncio.gather(*(api_json(self.batch.list_namespaced_job(ns, label_selector=selector,
+                                                                                 _preload_content=False))
                                        for ns in self.namespaces))
         jobs = [j for lst in lists for j in lst.get("items", [])]
         if user:  # the label is a slug: check the exact name too
@@ -125,35 +125,35 @@ class Kube:
 
     async def _one(self, name: str, kind: str) -> dict | None:
         for ns in self.namespaces:
-            if self._cached([ns], kind):
+            if self.cached([ns], kind):
                 if found := self.cache.get(kind, ns, name):
                     return found
                 continue
             try:
                 if kind == "jobsets":
-                    found = await _json(self.custom.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name,
-                                                                                 _preload_content=False))
+                    found = await api_json(self.custom.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name,
+                                                                                    _preload_content=False))
                     return found if (found["metadata"].get("labels") or {}).get(JOB_LABEL) else None
-                return await _json(self.batch.read_namespaced_job(name, ns, _preload_content=False))
+                return await api_json(self.batch.read_namespaced_job(name, ns, _preload_content=False))
             except client.ApiException as e:
                 if e.status != 404:
                     raise
         return None
 
     async def workloads(self, namespaces: list[str]) -> list[dict]:
-        if self._cached(namespaces):
+        if self.cached(namespaces):
             return self.cache.objects("workloads", sorted(set(namespaces)))
-        lists = await asyncio.gather(*(_json(self.custom.list_namespaced_custom_object(
+        lists = await asyncio.gather(*(api_json(self.custom.list_namespaced_custom_object(
             *KUEUE, ns, "workloads", _preload_content=False)) for ns in sorted(set(namespaces))))
         return [w for lst in lists for w in lst.get("items", [])]
 
     async def pods(self, namespaces: list[str], job: str | None = None) -> list[dict]:
-        if self._cached(namespaces):
+        if self.cached(namespaces):
             namespaces = sorted(set(namespaces))
             return self.cache.indexed("pods", namespaces, job) if job else self.cache.objects("pods", namespaces)
         selector = f"{JOB_LABEL}={job}" if job else JOB_LABEL
-        lists = await asyncio.gather(*(_json(self.core.list_namespaced_pod(ns, label_selector=selector,
-                                                                           _preload_content=False))
+        lists = await asyncio.gather(*(api_json(self.core.list_namespaced_pod(ns, label_selector=selector,
+                                                                              _preload_content=False))
                                        for ns in sorted(set(namespaces))))
         return [p for lst in lists for p in lst.get("items", [])]
 
@@ -163,12 +163,12 @@ class Kube:
         if not jobs:
             return []
         namespaces = sorted({j["metadata"]["namespace"] for j in jobs})
-        stale = self._cached(namespaces) and self.cache.stale
+        stale = self.cached(namespaces) and self.cache.stale
         if stale:  # the last known state, said so; no log reads while the cluster does not answer
             with_logs = False
             seen = self.cache.last_seen
             marks = {"stale": True, "as_of": datetime.fromtimestamp(seen, timezone.utc).isoformat() if seen else None}
-        if self._cached(namespaces):  # from the cache's indexes: O(these jobs), whatever the cluster holds
+        if self.cached(namespaces):  # from the cache's indexes: O(these jobs), whatever the cluster holds
             wl_of, pods_of, positions = self._cached_parts(jobs)
         else:
             wl_of, pods_of, positions = await self._listed_parts(namespaces)
@@ -245,11 +245,11 @@ class Kube:
         `<flavor>/<resource>` (a flavor lists every resource of its group, most with quota 0)."""
         out: dict[str, Any] = {"pending": None, "free": {}}
         try:
-            lq = await _json(self.custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", queue,
-                                                                      _preload_content=False))
+            lq = await api_json(self.custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", queue,
+                                                                         _preload_content=False))
             out["pending"] = (lq.get("status") or {}).get("pendingWorkloads")
-            cq = await _json(self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue,
-                                                                   _preload_content=False))
+            cq = await api_json(self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue,
+                                                                      _preload_content=False))
         except client.ApiException:
             return out
         usage = {(f["name"], r["name"]): r.get("total", 0) for f in (cq.get("status") or {}).get("flavorsUsage") or []
@@ -264,11 +264,7 @@ class Kube:
                         out["free"][f"{flavor['name']}/{r['name']}"] = max(free, 0)
         return out
 
-    # ------------------------------------------------------------------ writing: see lifecycle.py
-    async def create(self, objs: list[dict], home_claim: str | None = None) -> dict:
-        from gpu_spawner.services.jobs.lifecycle import create_submission
-        return await create_submission(self, objs, home_claim)
-
+    # ------------------------------------------------------------------ writing (creating a submission: lifecycle.py)
     def delete_call(self, job: dict, grace: int | None = None):
         """The API call that deletes a Job or a JobSet (its Jobs and pods go with it)."""
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -285,9 +281,9 @@ class Kube:
         for call in (lambda: self.delete_call(job, 30),
                      lambda: self.core.delete_namespaced_config_map(name, ns, _preload_content=False)):
             try:
-                await _json(call())
+                await api_json(call())
             except client.ApiException as e:
                 if e.status != 404:
                     raise
-        if self._cached([ns], kind):
+        if self.cached([ns], kind):
             await self.cache.wait_for(lambda: self.cache.get(kind, ns, name) is None)

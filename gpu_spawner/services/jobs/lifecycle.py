@@ -30,6 +30,7 @@ from gpu_spawner.builders.metadata import owner_reference
 from gpu_spawner.builders.network import jobset_ranks_policy
 from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
 from gpu_spawner.services.jobs.cache import JOBSET
+from gpu_spawner.services.jobs.kube import api_json
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -57,11 +58,11 @@ def _ours(obj: dict) -> bool:
 
 async def check_home_claim(kube, namespace: str, claim: str) -> None:
     """The claim a Job will mount: present, Bound, ReadWriteMany, labelled as the home share."""
-    from gpu_spawner.services.jobs.kube import _json
 
     fix = "ask an admin to create it (`gpuhub render storage`; `gpuhub doctor` checks it)"
     try:
-        pvc = await _json(kube.core.read_namespaced_persistent_volume_claim(claim, namespace, _preload_content=False))
+        pvc = await api_json(kube.core.read_namespaced_persistent_volume_claim(claim, namespace,
+                                                                             _preload_content=False))
     except client.ApiException as e:
         if e.status == 404:
             raise StorageNotReady(f"your team's home-share claim {namespace}/{claim} does not exist; {fix}") from None
@@ -80,7 +81,6 @@ async def check_home_claim(kube, namespace: str, claim: str) -> None:
 
 async def create_submission(kube, objs: list[dict], home_claim: str | None = None) -> dict:
     """[Job, ConfigMap] → created all or nothing (see the module). Returns the created Job."""
-    from gpu_spawner.services.jobs.kube import _json
 
     job = next(o for o in objs if o["kind"] in ("Job", "JobSet"))
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
@@ -88,26 +88,26 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if home_claim:
         await check_home_claim(kube, ns, home_claim)
-    await _json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
+    await api_json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
     try:
         if kind == "jobsets":
-            created = await _json(kube.custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", job,
-                                                                              _preload_content=False))
+            created = await api_json(kube.custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", job,
+                                                                                 _preload_content=False))
             await _gang_policy(kube, created)  # the ranks reach each other, and nothing else reaches them
         else:
-            created = await _json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
+            created = await api_json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
     except BaseException:
         try:  # the Job was refused: no ConfigMap without it (if this fails too, reconcile removes it)
-            await _json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
+            await api_json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
         except Exception as e:  # noqa: BLE001 - the original error is the one to report
             log.warning("rollback of ConfigMap %s/%s failed (%s); the reconcile loop will remove it", ns, name, e)
         raise
     try:
-        await _json(kube.core.patch_namespaced_config_map(
+        await api_json(kube.core.patch_namespaced_config_map(
             name, ns, {"metadata": {"ownerReferences": [owner_reference(created)]}}, _preload_content=False))
     except Exception as e:  # noqa: BLE001 - the Job can run; reconcile adopts the ConfigMap later
         log.warning("could not make ConfigMap %s/%s owned by its Job (%s); the reconcile loop will", ns, name, e)
-    if kube._cached([ns], kind):
+    if kube.cached([ns], kind):
         await kube.cache.wait_for(lambda: kube.cache.get(kind, ns, name) is not None)
     return created
 
@@ -115,11 +115,11 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
 async def _gang_policy(kube, jobset: dict) -> None:
     """Create the JobSet's own NetworkPolicy; if that fails, delete the JobSet (its policy, if the create
     did happen despite the error, goes with it: it is owned) and re-raise."""
-    from gpu_spawner.services.jobs.kube import _json
 
     ns = jobset["metadata"]["namespace"]
     try:
-        await _json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset), _preload_content=False))
+        await api_json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset),
+                                                                 _preload_content=False))
     except BaseException:
         try:
             await _ignore_404(kube.delete_call(jobset))
@@ -159,20 +159,19 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None,
                     policies_known: set | None = None) -> list[str]:
     """One pass over the team namespaces (read from the API, not the cache); returns what it did.
     `policies_known`: JobSet uids whose NetworkPolicy exists, kept from pass to pass (grown here)."""
-    from gpu_spawner.services.jobs.kube import _json
 
     now = now or datetime.now(timezone.utc)
     known = set() if policies_known is None else policies_known
     done: list[str] = []
     present: set = set()  # the JobSets that exist: `known` keeps no others
     for ns in kube.namespaces:
-        jobs = (await _json(kube.batch.list_namespaced_job(ns, label_selector=JOB_LABEL,
-                                                           _preload_content=False))).get("items", [])
+        jobs = (await api_json(kube.batch.list_namespaced_job(ns, label_selector=JOB_LABEL,
+                                                              _preload_content=False))).get("items", [])
         if kube.jobsets:
-            jobs += (await _json(kube.custom.list_namespaced_custom_object(
+            jobs += (await api_json(kube.custom.list_namespaced_custom_object(
                 *JOBSET, ns, "jobsets", label_selector=JOB_LABEL, _preload_content=False))).get("items", [])
-        cms = (await _json(kube.core.list_namespaced_config_map(ns, label_selector=JOB_LABEL,
-                                                                _preload_content=False))).get("items", [])
+        cms = (await api_json(kube.core.list_namespaced_config_map(ns, label_selector=JOB_LABEL,
+                                                                   _preload_content=False))).get("items", [])
         present |= {j["metadata"].get("uid") for j in jobs if j.get("kind") == "JobSet"}
         for action, name, *job in plan_reconcile(jobs, cms, now, grace_seconds, known):
             if action == "ensure-policy":
@@ -182,7 +181,7 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None,
                 await _ignore_404(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
                 done.append(f"deleted ConfigMap {ns}/{name}: its Job was never created")
             elif action == "own-configmap":
-                await _json(kube.core.patch_namespaced_config_map(
+                await api_json(kube.core.patch_namespaced_config_map(
                     name, ns, {"metadata": {"ownerReferences": [owner_reference(job[0])]}}, _preload_content=False))
                 done.append(f"ConfigMap {ns}/{name} now owned by its Job")
             else:
@@ -198,11 +197,11 @@ async def reconcile(kube, grace_seconds: float, now: datetime | None = None,
 
 async def _ensure_policy(kube, jobset: dict, known: set) -> str | None:
     """Create the JobSet's NetworkPolicy if it is missing (409: it is there), else delete the JobSet."""
-    from gpu_spawner.services.jobs.kube import _json
 
     ns, name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
     try:
-        await _json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset), _preload_content=False))
+        await api_json(kube.net.create_namespaced_network_policy(ns, jobset_ranks_policy(jobset),
+                                                                 _preload_content=False))
         said = f"created the missing NetworkPolicy of JobSet {ns}/{name} (its ranks could not reach each other)"
     except client.ApiException as e:
         if e.status != 409:
@@ -215,10 +214,9 @@ async def _ensure_policy(kube, jobset: dict, known: set) -> str | None:
 
 
 async def _ignore_404(coro) -> None:
-    from gpu_spawner.services.jobs.kube import _json
 
     try:
-        await _json(coro)
+        await api_json(coro)
     except client.ApiException as e:
         if e.status != 404:
             raise

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError
 
@@ -21,8 +21,6 @@ HARD_BODY_BYTES = 4 * MAX_BODY_BYTES
 MAX_JSON_VALUES = 250_000
 #: Nesting of the JSON body (a notebook is ~6 deep; cell metadata adds a few).
 MAX_DEPTH = 64
-MAX_QUERY_ARGS = 16
-MAX_QUERY_VALUE = 256
 MAX_PARAMETERS = 64
 #: One parameter value as JSON; all of them travel in one environment variable, which Linux caps at 128 KiB.
 MAX_PARAMETER_BYTES = 16 * 1024
@@ -88,16 +86,6 @@ def check_structure(data: Any) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 raise JobRequestError("the request body contains invalid Unicode (a lone surrogate)") from None
-
-
-def check_query(arguments: Mapping[str, list[bytes]]) -> None:
-    """At most MAX_QUERY_ARGS query values, each at most MAX_QUERY_VALUE bytes."""
-    count = sum(len(v) for v in arguments.values())
-    if count > MAX_QUERY_ARGS:
-        raise JobRequestError(f"{count} query parameters; the limit is {MAX_QUERY_ARGS}")
-    for name, values in arguments.items():
-        if len(name) > MAX_QUERY_VALUE or any(len(v) > MAX_QUERY_VALUE for v in values):
-            raise JobRequestError(f"query parameter {name[:40]!r} is too long; the limit is {MAX_QUERY_VALUE} bytes")
 
 
 def log_tail(value: str | None) -> int:

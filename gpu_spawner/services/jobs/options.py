@@ -1,4 +1,5 @@
-"""`python -m gpu_spawner.services.jobs`: the gpu-jobs service's settings, as traitlets with help text.
+"""`python -m gpu_spawner.services.jobs`: the gpu-jobs service's settings, as traitlets with help text
+(with the notification service's it hosts: services/jobs/app.py `configured`).
 
 The hub starts it (`gpu_spawner.config.configure`, via services/jobs/hub.py); an admin sets options in
 `jupyterhub_config.py`:
@@ -11,8 +12,6 @@ sets them on the hub pod.
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 
 from traitlets import Dict, Int, Type, Unicode, default
@@ -22,7 +21,6 @@ from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, ephemeral_stor
 from gpu_spawner.builders.jobs import JobSettings
 from gpu_spawner.builders.storage import HomeStorage, StorageError, home_subpath
 from gpu_spawner.model.profiles import duration_seconds
-from gpu_spawner.services.notify.options import Notifications
 
 
 class GPUJobs(Application):
@@ -77,8 +75,6 @@ class GPUJobs(Application):
                                      "non-memory emptyDirs); a pod that writes more is evicted instead of filling "
                                      f"the node's disk. At most {MAX_EPHEMERAL_STORAGE}.").tag(config=True)
 
-    classes = [Notifications]  # --Notifications.<trait>=... (e-mail and webhooks: services/notify/options.py)
-
     aliases = {"profiles": "GPUJobs.profiles_file", "url": "GPUJobs.url", "runner-image": "GPUJobs.runner_image",
                "home-claim": "GPUJobs.home_claim", "home-subpath": "GPUJobs.home_subpath",
                "home-mount-path": "GPUJobs.home_mount_path", "home-slug-scheme": "GPUJobs.home_slug_scheme",
@@ -125,16 +121,3 @@ class GPUJobs(Application):
 
     def orphan_grace_seconds(self) -> int:
         return duration_seconds(self.orphan_grace)
-
-    def start(self) -> None:
-        from gpu_spawner.services.jobs.app import serve
-
-        logging.basicConfig(level=logging.INFO, format="[gpu-jobs %(levelname)1.1s %(asctime)s] %(message)s")
-        asyncio.run(serve(self))
-
-
-def main(argv: list[str] | None = None) -> int:
-    app = GPUJobs()
-    app.initialize(argv)
-    app.start()
-    return 0

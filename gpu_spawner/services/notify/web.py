@@ -20,11 +20,11 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from gpu_spawner.contract import CULLER_SERVICE, JOBS_ACCESS_SCOPE, NOTIFY_CULL_PATH, NOTIFY_EVENTS
-from gpu_spawner.services.jobs.app import Base
-from gpu_spawner.services.jobs.auth import TokenAuth
+from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.notify.events import cull_event
 from gpu_spawner.services.notify.prefs import MAX_BODY, PreferencesError, validate
 from gpu_spawner.services.notify.send import Notifier
+from gpu_spawner.services.web import Base
 
 log = logging.getLogger("gpuhub.notify")
 MAX_WARNINGS_BODY = 512 * 1024
