@@ -14,7 +14,6 @@ on the dev cluster exactly as on a real one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissions
@@ -24,9 +23,10 @@ from gpu_spawner.model.node_facts import gpu_labels
 from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
 from gpu_spawner.model.quantities import parse_or_none
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
-
-OK, FAIL, SIMULATED = "ok", "fail", "simulated"
-SYMBOL = {OK: "✓", FAIL: "✗", SIMULATED: "~"}
+# The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
+from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
+from gpu_spawner.tools.doctor_quota import check_quota_usable
+from gpu_spawner.tools.doctor_storage import check_storage
 
 KUEUE_VERSION = KUEUE_API.split("/")[1]
 KUEUE_CRDS = ("resourceflavors", "clusterqueues", "localqueues", "workloads", "workloadpriorityclasses")
@@ -39,44 +39,11 @@ STRICT_GPU_LABELS = ("nvidia.com/gpu.count", "nvidia.com/gpu.replicas", "nvidia.
                      "nvidia.com/mig.strategy")
 #: Taints a node carries for a while by itself (not ready, unreachable, being drained).
 TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "ToBeDeletedByClusterAutoscaler")
-APPLY_KUEUE = "gpuhub render kueue {file} | kubectl apply --server-side -f -"
 INSTALL_KUEUE = ("install Kueue v0.19 (kubectl apply --server-side -f "
                  "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml), "
                  f"then: {APPLY_KUEUE}")
 INSTALL_OPERATOR = ("install the NVIDIA GPU operator with the device plugin config "
                     "(docs/admin-guide.md, deploy/nvidia-device-plugin-config.yaml)")
-
-
-@dataclass(frozen=True)
-class Check:
-    section: str  # "pool gput4", "kueue", "rbac"
-    name: str     # "nodes", "taints", "ClusterQueue team-ds", ...
-    status: str
-    detail: str
-    fix: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
-
-@dataclass
-class Snapshot:
-    """What the live shell fetched. `None` for a part means it could not be read (`errors` says why)."""
-
-    nodes: list[dict[str, Any]] | None = None
-    daemonsets: list[dict[str, Any]] | None = None          # device plugin DaemonSets (any namespace)
-    device_plugin_pods: list[dict[str, Any]] | None = None  # their pods
-    crds: dict[str, dict[str, Any]] | None = None           # Kueue CRDs by name; missing ones absent
-    kueue: dict[str, list[dict[str, Any]]] | None = None     # kind → live objects
-    access: dict[tuple[str, str, str, str | None], bool] = field(default_factory=dict)  # (verb, group, res, ns)
-    identity: str = "the kubeconfig's user"
-    #: Whose rights were reviewed, per account of `deploy.Permission` ("hub", "gpu-jobs"); else `identity`.
-    identities: dict[str, str] = field(default_factory=dict)
-    #: The home-share claim per namespace (hub + teams; None: absent) and the PVs they are bound to.
-    home_claims: dict[str, dict[str, Any] | None] | None = None
-    home_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -415,13 +382,9 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
                 out.append(dp)
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
-    from gpu_spawner.tools.doctor_quota import check_quota_usable
-
     out += check_quota_usable(cfg, snap, file)  # per team and pool: can the live quota be used in full?
     if hub_namespace is not None:
         out += check_rbac(cfg, snap, hub_namespace)
-    from gpu_spawner.tools.doctor_storage import check_storage
-
     if snap.home_claims is not None or "storage" in snap.errors:  # fetched (doctor_cluster always does)
         out += check_storage(cfg, snap.home_claims, snap.home_volumes, hub_namespace or "jhub", file,
                              snap.errors.get("storage", ""))

@@ -15,7 +15,7 @@ from gpu_spawner.model import quota
 from gpu_spawner.model.kueue_words import flavor_usage
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 from gpu_spawner.model.quantities import human_bytes, parse
-from gpu_spawner.tools.doctor import APPLY_KUEUE, FAIL, OK, Check, Snapshot
+from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, Check, Snapshot
 
 
 def _cpu(value: Decimal) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from gpu_spawner.builders.storage import HOME_CLAIM
 from gpu_spawner.contract import HOME_SHARE_LABEL
 from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.tools.doctor_checks import FAIL, OK, Check
 
 RENDER = "gpuhub render storage {file} --nfs SERVER:/EXPORT (or --azure-files ...) | kubectl apply -f -"
 
@@ -33,10 +34,8 @@ def share_of(pv: dict[str, Any]) -> tuple | None:
 
 
 def check_storage(cfg: ProfilesConfig, claims: dict[str, dict | None] | None, volumes: dict[str, dict] | None,
-                  hub_namespace: str, file: str = "FILE", error: str = "", claim: str = HOME_CLAIM) -> list:
+                  hub_namespace: str, file: str = "FILE", error: str = "", claim: str = HOME_CLAIM) -> list[Check]:
     """One row per namespace, and one for "all on one share". `claims`: namespace → claim (None: absent)."""
-    from gpu_spawner.tools.doctor import FAIL, OK, Check
-
     sec = "storage"
     if claims is None:
         return [Check(sec, "home share", FAIL, f"cannot read the claims: {error}",

@@ -14,7 +14,6 @@ KNOWN_CYCLES: list[list[str]] = [
     ["gpu_spawner.model.multinode", "gpu_spawner.model.profiles", "gpu_spawner.model.quota",
      "gpu_spawner.model.validation"],
     ["gpu_spawner.services.culler.service", "gpu_spawner.services.culler.web"],
-    ["gpu_spawner.tools.doctor", "gpu_spawner.tools.doctor_quota", "gpu_spawner.tools.doctor_storage"],
 ]
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.

@@ -1,0 +1,43 @@
+"""`gpuhub doctor`'s rows and statuses, and what the live shell fetched (pure): the types doctor.py,
+doctor_quota.py and doctor_storage.py share, so that none of them imports another's for them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+OK, FAIL, SIMULATED = "ok", "fail", "simulated"
+SYMBOL = {OK: "✓", FAIL: "✗", SIMULATED: "~"}
+
+APPLY_KUEUE = "gpuhub render kueue {file} | kubectl apply --server-side -f -"
+
+
+@dataclass(frozen=True)
+class Check:
+    section: str  # "pool gput4", "kueue", "rbac"
+    name: str     # "nodes", "taints", "ClusterQueue team-ds", ...
+    status: str
+    detail: str
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+@dataclass
+class Snapshot:
+    """What the live shell fetched. `None` for a part means it could not be read (`errors` says why)."""
+
+    nodes: list[dict[str, Any]] | None = None
+    daemonsets: list[dict[str, Any]] | None = None          # device plugin DaemonSets (any namespace)
+    device_plugin_pods: list[dict[str, Any]] | None = None  # their pods
+    crds: dict[str, dict[str, Any]] | None = None           # Kueue CRDs by name; missing ones absent
+    kueue: dict[str, list[dict[str, Any]]] | None = None     # kind → live objects
+    access: dict[tuple[str, str, str, str | None], bool] = field(default_factory=dict)  # (verb, group, res, ns)
+    identity: str = "the kubeconfig's user"
+    #: Whose rights were reviewed, per account of `deploy.Permission` ("hub", "gpu-jobs"); else `identity`.
+    identities: dict[str, str] = field(default_factory=dict)
+    #: The home-share claim per namespace (hub + teams; None: absent) and the PVs they are bound to.
+    home_claims: dict[str, dict[str, Any] | None] | None = None
+    home_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
