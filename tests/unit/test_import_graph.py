@@ -13,7 +13,6 @@ import import_graph as ig  # beside this file (pytest puts the folder on sys.pat
 KNOWN_CYCLES: list[list[str]] = [
     ["gpu_spawner.model.multinode", "gpu_spawner.model.profiles", "gpu_spawner.model.quota",
      "gpu_spawner.model.validation"],
-    ["gpu_spawner.services.culler.service", "gpu_spawner.services.culler.web"],
 ]
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.

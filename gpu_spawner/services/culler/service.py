@@ -5,6 +5,7 @@ DCGM evidence, then run jupyterhub-idle-culler's `cull_idle` (paginated `GET /us
 `cull_arbiter_hook` bound to `decide()`. Its own global `max_age` is not used: each profile's `max_age`
 is part of the decision. The culls' DELETEs are issued by `stops.Stopper` in the background (at most
 `concurrency` at a time), so the hub's time to stop servers does not stretch the cycle.
+One cycle is `cycle.CullCycle`; this module holds the options, the Prometheus queries and each decision's record.
 
 Also serves (web.py), under its hub prefix (`/services/gpu-culler/`):
   GET warnings/<user>   that user's pending warnings and recent culls (the user's own token, or an admin's)
@@ -21,13 +22,12 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
 import jupyterhub_idle_culler
-from jupyterhub_idle_culler import IdleCuller, cull_idle, utcnow
+from jupyterhub_idle_culler import IdleCuller, utcnow
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -37,13 +37,11 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import ENV_PROFILES
-from gpu_spawner.services.culler import banner
 from gpu_spawner.services.culler import decide as D
+from gpu_spawner.services.culler.cycle import CullCycle, CycleResult, decision_log, user_url  # noqa: F401
 from gpu_spawner.services.culler.forward import Forwarder
 from gpu_spawner.services.culler.stops import Stopper
 from gpu_spawner.services.loopguard import LoopGuard
-
-decision_log = logging.getLogger("gpuhub.culler.decisions")
 
 # jupyterhub-idle-culler parses each server's two timestamps with dateutil's general parser, which is
 # the slowest step of a cycle over thousands of servers; the hub writes ISO 8601, which
@@ -53,11 +51,6 @@ jupyterhub_idle_culler.parse_date = parse_time
 # user and server names today; quoting every character keeps a name from ever becoming a second path
 # segment (another user's server) if that changes.
 jupyterhub_idle_culler.quote = functools.partial(quote, safe="")
-
-
-def user_url(api_url: str, user: str) -> str:
-    """The hub API URL of one user: the name is one path segment whatever it contains (`?`, `#`, `/`, `%`)."""
-    return f"{api_url}/users/{quote(user, safe='')}"
 
 
 def _json_logger() -> None:
@@ -93,13 +86,6 @@ class Metrics:
         self.cycle_seconds = Histogram("gpuhub_culler_cycle_seconds", "Wall time of one cull cycle", registry=r)
         self.prometheus_up = Gauge("gpuhub_culler_prometheus_up", "1 if Prometheus answered last cycle",
                                    registry=r)
-
-
-@dataclass
-class CycleResult:
-    decisions: list[dict[str, Any]]
-    prometheus_reachable: bool | None
-    seconds: float
 
 
 class GPUCuller(IdleCuller):
@@ -241,143 +227,8 @@ class GPUCuller(IdleCuller):
     # ------------------------------------------------------------------ one cycle
 
     async def cycle(self) -> CycleResult:
-        t0 = time.perf_counter()
-        settings = self.settings()
-        rules, default = self.rules()
-        gpu_on = bool(self.prometheus_url) and settings.policy != "activity"
-        evidence: dict[int, dict] | None = {}
-        if gpu_on:
-            windows = set()
-            for r in rules.values():
-                if r.is_gpu and settings.window(r):
-                    w = settings.window(r)
-                    windows |= {w, max(w - settings.warn_before, 1)}
-            evidence = await self.gpu_evidence(windows) if windows else {}
-            self.metrics.prometheus_up.set(0 if evidence is None else 1)
-        now = utcnow()
-        decisions: list[dict[str, Any]] = []
-        warnings: dict[str, dict[str, dict[str, Any]]] = {}
-        admins: dict[str, bool] = {}
-        token = os.environ["JUPYTERHUB_API_TOKEN"]
-        namespace = self.namespace or None
-        prometheus = AsyncHTTPClient(force_instance=True)
-        if self.stopper is None:
-            self.stopper = Stopper(self.url, token, self.concurrency, self.remove_named_servers, self.log)
-        young_queries = asyncio.Semaphore(max(self.concurrency, 1))
-        future_seen, self.future_seen = self.future_seen, {}
-
-        async def is_admin(user: str) -> bool:
-            """The user's admin flag (`list:users` implies `read:users:name`, whose model carries it)."""
-            if user not in admins:
-                client = AsyncHTTPClient(force_instance=True)
-                try:
-                    resp = await client.fetch(HTTPRequest(user_url(self.url, user),
-                                                          headers={"Authorization": f"token {token}"}))
-                    model = json.loads(resp.body)
-                    flag = D.admin_flag(model)
-                    if flag is None:
-                        raise ValueError("the hub's answer has no admin flag (the culler's scopes are too narrow)")
-                    if model.get("name") != user:
-                        raise ValueError(f"the hub answered for {model.get('name')!r}")
-                    admins[user] = flag
-                except Exception as e:  # unknown → treat as admin: never cull on missing data
-                    self.log.warning("Could not tell whether %s is an admin (%s); not culling", user, e)
-                    admins[user] = True
-                finally:
-                    client.close()
-            return admins[user]
-
-        async def young_evidence(pod: str, seconds: int) -> D.GPUEvidence | None:
-            """Evidence from only this server's own samples (the last `seconds`), for a server younger than
-            its window; None when there are none. Raises when Prometheus does not answer."""
-            if seconds <= 0:
-                return None
-            async with young_queries:
-                result = await self.prometheus_query(prometheus, D.pod_evidence_query(seconds, pod, namespace))
-            return D.lookup_evidence(D.parse_evidence(result), pod, namespace)
-
-        async def gpu_view(user: str, sname: str, server: dict, rule: Rule) -> D.GPUView:
-            view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
-            w = settings.window(rule)
-            if not (gpu_on and evidence is not None and rule.is_gpu and w):
-                return view
-            pod = D.pod_name(user, sname, self.pod_name_template)
-            started = parse_time(server.get("started"))
-            views, own = [], {}
-            for window in (w, max(w - settings.warn_before, 1)):
-                seconds = D.lookback(window, started, now, settings.scrape_interval)
-                if seconds >= window:  # old enough: the cycle's shared query holds only its own samples
-                    views.append(D.lookup_evidence(evidence.get(window, {}), pod, namespace))
-                    continue
-                try:
-                    if seconds not in own:
-                        own[seconds] = await young_evidence(pod, seconds)
-                except Exception as e:
-                    self.log.warning("Prometheus did not answer for %s (%s): judged by activity", pod, e)
-                    return D.GPUView(prometheus=True, reachable=False)
-                views.append(own[seconds])
-            return D.GPUView(True, True, *views)
-
-        def activity_seen(user: str, sname: str, server: dict) -> datetime | None:
-            """When this culler first saw the server's last_activity, if that lies in the future."""
-            raw = server.get("last_activity")
-            last = parse_time(raw)
-            if last is None or last <= now:
-                return None
-            key = (user, sname)
-            previous = future_seen.get(key)
-            self.future_seen[key] = previous if previous and previous[0] == raw else (raw, now)
-            return self.future_seen[key][1]
-
-        async def arbiter(inactive, inactive_limit, server, **kwargs):
-            user, sname = D.server_names(server)
-            rule = D.rule_for(server, rules, default)
-            if not (self.cull_named_servers if sname else self.cull_default_servers):
-                d = D.Decision("keep", "excluded-server-kind", rule.profile, None, None)
-                return self.record(user, sname, rule, d, warnings, decisions, now)
-            if self.stopper.stopping(user, sname):  # culled last cycle, its DELETE not answered yet
-                return self.record(user, sname, rule, D.Decision("keep", "stopping", rule.profile, None, None),
-                                   warnings, decisions, now)
-            view = await gpu_view(user, sname, server, rule)
-            seen = activity_seen(user, sname, server)
-            d = D.decide(server, rule, settings, now, view, activity_seen=seen)
-            if d.future_s:
-                self.log.warning("%s/%s reports activity or a start %.0f s in the future (clock skew?); "
-                                 "counted as of %s", user, sname, d.future_s, (seen or now).isoformat())
-            if d.action != "keep" and settings.exempt_admins and await is_admin(user):
-                d = D.decide(server, rule, settings, now, view, admin=True, activity_seen=seen)
-            if self.record(user, sname, rule, d, warnings, decisions, now):
-                self.stopper.stop(user, sname)  # sent once the cycle's pages are read
-            return False  # cull_idle sends no DELETE of its own
-
-        try:
-            await cull_idle(url=self.url, api_token=token, inactive_limit=self.timeout, logger=self.log,
-                            cull_users=False, remove_named_servers=self.remove_named_servers, max_age=0,
-                            concurrency=self.concurrency, ssl_enabled=self.ssl_enabled,
-                            internal_certs_location=self.internal_certs_location,
-                            api_page_size=self.api_page_size, cull_default_servers=self.cull_default_servers,
-                            cull_named_servers=self.cull_named_servers, cull_arbiter=arbiter)
-            self.metrics.cycles.labels("ok").inc()
-        except Exception:
-            self.metrics.cycles.labels("error").inc()
-            self.log.exception("Cull cycle failed")
-        finally:
-            prometheus.close()
-            self.stopper.release()  # the pages are read: the culls' DELETEs go now, the cycle does not wait
-        self.warnings = warnings
-        if self.warnings_file:
-            banner.write_warnings(self.warnings_file, warnings)
-        if self.notify_url and not self.dry_run:
-            await self.forwarder.cycle(warnings)
-        dt = time.perf_counter() - t0
-        self.metrics.cycle_seconds.observe(dt)
-        self.last_cycle = CycleResult(decisions, None if not gpu_on else evidence is not None, dt)
-        decision_log.info(json.dumps({"event": "cull-cycle", "ts": now.isoformat(), "servers": len(decisions),
-                                      "culls": sum(d["action"] == "cull" for d in decisions),
-                                      "warnings": sum(d["action"] == "warn" for d in decisions),
-                                      "dry_run": self.dry_run, "seconds": round(dt, 3),
-                                      "stops_in_flight": len(self.stopper.pending)}))
-        return self.last_cycle
+        """One cull cycle (cycle.py)."""
+        return await CullCycle(self).run()
 
     async def once_and_drain(self) -> CycleResult:
         """`--once`: one cycle, then wait for its DELETEs, logged apart (`cull-stops`: the hub's time)."""

@@ -1,20 +1,38 @@
 """The culler's small web server, under its hub prefix (`/services/gpu-culler/`): each user's warnings,
-Prometheus metrics, health. The culler itself is in service.py."""
+Prometheus metrics, health. The culler itself is in service.py; this module knows only what it reads of it
+(`CullerState`), so service.py imports web.py and not the other way round."""
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 
-if TYPE_CHECKING:
-    from gpu_spawner.services.culler.service import GPUCuller
+
+class _HasRegistry(Protocol):
+    registry: CollectorRegistry
 
 
-def make_app(culler: GPUCuller) -> web.Application:
+class _HasSeconds(Protocol):
+    seconds: float
+
+
+class CullerState(Protocol):
+    """What the web server reads of the culler (service.GPUCuller): its hub API URL, its last cycle's
+    warnings, its recent culls, whether it runs dry, its metrics and its last cycle."""
+
+    url: str
+    warnings: dict[str, dict[str, dict[str, Any]]]
+    culled: dict[str, list[dict[str, Any]]]
+    dry_run: bool
+    metrics: _HasRegistry
+    last_cycle: _HasSeconds | None
+
+
+def make_app(culler: CullerState) -> web.Application:
     from jupyterhub.services.auth import HubAuth
 
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-culler/")
@@ -30,7 +48,7 @@ def make_app(culler: GPUCuller) -> web.Application:
 
 
 class _Base(web.RequestHandler):
-    def initialize(self, culler: GPUCuller, hub_auth) -> None:
+    def initialize(self, culler: CullerState, hub_auth) -> None:
         self.culler = culler
         self.hub_auth = hub_auth
 
