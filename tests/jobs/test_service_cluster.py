@@ -239,11 +239,13 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
     final = wait_final(widget, 180)
     assert final["state"] == "Succeeded", (final, widget.status)
     assert "total 6" in (jobs_hub.process.share / "alice" / "gpu-jobs" / widget.name / "magic run.ipynb").read_text()
-    assert "output notebook" in widget.head.value and "cell" in widget.log.value
+    # the widget shows the log's last lines (the runner's own ends it; a kernel's shutdown noise may come before)
+    assert "output notebook" in widget.head.value and "[gpuhub-runner]" in widget.log.value
     assert shell.run_line_magic("gpu_jobs", "") is None
     assert [j["name"] for j in magics.last_jobs] == [widget.name]
     shell.run_line_magic("gpu_logs", widget.name)
-    assert "[gpuhub-runner]" in capsys.readouterr().out
+    logs = capsys.readouterr().out
+    assert "[gpuhub-runner]" in logs and "cell" in logs
     # refused: a profile alice may not use; the message comes from the service
     magics.last_widget = None
     assert shell.run_line_magic("gpu_submit", "--profile h100-full") is None
