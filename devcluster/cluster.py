@@ -16,7 +16,6 @@ import shutil
 import socket
 import ssl
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from . import binaries, components, jobset_setup, kueue_setup, leftovers, nodes,
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
+from .procs import probe  # noqa: F401 (cluster.probe, as before)
 
 START_TIMEOUT = 90.0
 LOG_TAIL_LINES = 25
@@ -132,15 +132,6 @@ def _ssl_context(pki: PKI) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
     ctx.load_cert_chain(str(pki.client_cert("admin")), str(pki.client_key("admin")))
     return ctx
-
-
-def probe(url: str, ctx: ssl.SSLContext | None, timeout: float = 2.0) -> bool:
-    """True when a health endpoint answers 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout, context=ctx if url.startswith("https") else None) as r:
-            return r.status == 200
-    except (OSError, ValueError):
-        return False
 
 
 def _failure(comp: Component, why: str) -> ClusterError:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -91,6 +93,15 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def probe(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    """True when a health endpoint answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx if url.startswith("https") else None) as r:
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
 
 
 def spawn(name: str, argv: list[str], log: Path, cwd: Path, health_url: str,

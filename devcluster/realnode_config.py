@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,9 +268,6 @@ def real_nodes(pools: dict[str, Pool], gpu_pool: str, root: Path) -> list[RealNo
     return [RealNode(system, pools[system], 1, root / "node1"), RealNode(gpu_pool, pools[gpu_pool], 2, root / "node2"),
             agent_host(root)]
 
-
-def safe_resource(resource: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", resource)
 
 
 __all__ = ["RealNode", "real_nodes", "NODE_BRIDGE", "HOST_IP", "AGENTPOOL"]

@@ -12,14 +12,19 @@ cgroups (the containers), unmounts what the kubelet mounted, and removes its nam
 """
 from __future__ import annotations
 
+import hashlib
+import io
+import ipaddress
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -27,6 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from . import pki as pki_mod
 from . import procs, storage
+from .procs import probe
 from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from .components import Layout, SetupError
 from .kube import Kube, condition_true, wait_for
@@ -183,8 +189,6 @@ def _issue(pki: pki_mod.PKI, dest: Path, stem: str, cn: str, org: str | None, us
 
 def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str, proxy_hostname: str | None = None) -> dict[str, Path]:
     """Certificates, kubeconfigs and configs of one node, under its folder; returns their paths."""
-    import ipaddress
-
     d = node.root
     for sub in ("pki", "cni", "ipam"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -236,16 +240,6 @@ def _wait(check: Callable[[], bool], what: str, proc: subprocess.Popen, log: Pat
         time.sleep(0.2)
 
 
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 def ctr(bins: Path, node: RealNode, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(bins / "ctr"), "-a", str(node.socket), "-n", "k8s.io", *args],
                           capture_output=True, text=True)
@@ -270,8 +264,6 @@ def import_images(bins: Path, node: RealNode, images: dict[Path, list[str]], say
 
 def _archive_tag(archive: Path) -> str:
     """The tag inside a docker-archive (`podman save` writes RepoTags in manifest.json)."""
-    import tarfile
-
     with tarfile.open(archive) as tar:
         manifest = json.load(tar.extractfile("manifest.json"))
     return manifest[0]["RepoTags"][0]
@@ -282,10 +274,9 @@ def start_node(layout: Layout, bins: Path, node: RealNode, pki: pki_mod.PKI, ser
     """containerd → images → kubelet → kube-proxy (→ device plugin); returns once the Node is registered."""
     files = write_node_files(node, pki, server)
     cgroups_up(node)
-    env_path = f"{bins}:{os.environ.get('PATH', '')}"
-    os.environ["PATH"] = env_path  # the shim is found on containerd's PATH
-    p = _spawn(layout, f"{node.netns}-containerd", _in_netns(node, [str(bins / "containerd"), "--config",
-                                                                     str(files["containerd"])]))
+    p = _spawn(layout, f"{node.netns}-containerd", _in_netns(node, [  # containerd finds its shim on its PATH
+        "env", f"PATH={bins}:{os.environ.get('PATH', '')}", str(bins / "containerd"), "--config",
+        str(files["containerd"])]))
     _wait(lambda: ctr(bins, node, "version").returncode == 0, f"{node.name}'s containerd", p,
           layout.log(f"{node.netns}-containerd"), 30)
     import_images(bins, node, images, say)
@@ -297,12 +288,12 @@ def start_node(layout: Layout, bins: Path, node: RealNode, pki: pki_mod.PKI, ser
         kubelet.append(f"--register-with-taints={taints}")
     p = _spawn(layout, f"{node.netns}-kubelet", _in_netns(node, kubelet),
                f"http://{node.ip}:{KUBELET_HEALTH_PORT}/healthz")
-    _wait(lambda: _http_ok(f"http://{node.ip}:{KUBELET_HEALTH_PORT}/healthz"), f"{node.name}'s kubelet", p,
+    _wait(lambda: probe(f"http://{node.ip}:{KUBELET_HEALTH_PORT}/healthz"), f"{node.name}'s kubelet", p,
           layout.log(f"{node.netns}-kubelet"))
     p = _spawn(layout, f"{node.netns}-kube-proxy", _in_netns(node, [str(bins / "kube-proxy"),
                                                                      f"--config={files['proxy']}"]),
                f"http://{node.ip}:{PROXY_HEALTH_PORT}/healthz")
-    _wait(lambda: _http_ok(f"http://{node.ip}:{PROXY_HEALTH_PORT}/healthz"), f"{node.name}'s kube-proxy", p,
+    _wait(lambda: probe(f"http://{node.ip}:{PROXY_HEALTH_PORT}/healthz"), f"{node.name}'s kube-proxy", p,
           layout.log(f"{node.netns}-kube-proxy"))
     if node.gpu:
         resource, count = node.gpu
@@ -324,7 +315,7 @@ def start_dns(layout: Layout, bins: Path, pki: pki_mod.PKI, server: str, kube: K
         kube.apply(obj)
     p = _spawn(layout, "coredns", [str(bins / "coredns"), "-conf", str(d / "Corefile")],
                f"http://{HOST_IP}:{DNS_READY_PORT}/ready")
-    _wait(lambda: _http_ok(f"http://{HOST_IP}:{DNS_READY_PORT}/ready"), "CoreDNS", p, layout.log("coredns"))
+    _wait(lambda: probe(f"http://{HOST_IP}:{DNS_READY_PORT}/ready"), "CoreDNS", p, layout.log("coredns"))
 
 
 def start_agent_host(layout: Layout, bins: Path, pki: pki_mod.PKI, server: str, host: RealNode, kube: Kube) -> None:
@@ -338,7 +329,7 @@ def start_agent_host(layout: Layout, bins: Path, pki: pki_mod.PKI, server: str, 
     p = _spawn(layout, f"{host.netns}-kube-proxy", _in_netns(host, [str(bins / "kube-proxy"),
                                                                      f"--config={files['proxy']}"]),
                f"http://{host.ip}:{PROXY_HEALTH_PORT}/healthz")
-    _wait(lambda: _http_ok(f"http://{host.ip}:{PROXY_HEALTH_PORT}/healthz"), "the dev agent's kube-proxy", p,
+    _wait(lambda: probe(f"http://{host.ip}:{PROXY_HEALTH_PORT}/healthz"), "the dev agent's kube-proxy", p,
           layout.log(f"{host.netns}-kube-proxy"))
     (host.root / "agent.kubeconfig").write_text(kubeconfig(server, pki.ca_cert, pki.client_cert("admin"),
                                                            pki.client_key("admin")))
@@ -422,8 +413,6 @@ def stop_nodes(layout: Layout, say: Callable[[str], None] = lambda m: None) -> N
 
 def shim_processes(roots: list[Path]) -> list:
     """The runc shims serving these nodes' containerd sockets (found by their -address argument)."""
-    import psutil
-
     sockets = {str(root / "containerd.sock") for root in roots}
     out = []
     for p in psutil.process_iter(["cmdline"]):
@@ -456,10 +445,6 @@ def teardown(layout: Layout, say: Callable[[str], None] = lambda m: None) -> Non
 def pause_archive(bins: Path, dest: Path) -> Path:
     """The pod sandbox image as a docker-archive (one layer: the gpuhub-pause binary as /pause), made here:
     no registry serves registry.k8s.io/pause, and containerd needs one image for every pod's sandbox."""
-    import hashlib
-    import io
-    import tarfile
-
     binary = (bins / "gpuhub-pause").read_bytes()
     archive = dest / f"pause-{hashlib.sha256(binary).hexdigest()[:12]}.tar"
     if archive.is_file():

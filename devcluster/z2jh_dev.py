@@ -7,6 +7,7 @@ The images `make images` built are on the nodes already, under the names the dep
 """
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -112,8 +113,6 @@ def hub_db_volume(folder: Path) -> dict:
 
 def _mkdir_owned(path: Path, uid: int, gid: int) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    import os
-
     os.chown(path, uid, gid)
 
 

@@ -320,10 +320,6 @@ profiles:
     assert gpu.gpu == ("nvidia.com/gpu", 1)
 
 
-def test_safe_resource():
-    assert rc.safe_resource("nvidia.com/mig-1g.10gb") == "nvidia.com-mig-1g.10gb"
-    assert "/" not in rc.safe_resource("nvidia.com/gpu.shared")
-
 
 MIXED_MIG = """pools:
   a100:
