@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.nodes import SIMULATED_LABEL, node_manifest  # noqa: E402
-from gpu_spawner.model.profiles import load_profiles  # noqa: E402
+from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
 from gpu_spawner.contract import JOBS_ACCESS_SCOPE  # noqa: E402
-from gpu_spawner.model.profiles import load_profiles  # noqa: E402
+from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 

@@ -43,7 +43,7 @@ from devcluster.nodes import build_nodes  # noqa: E402
 from gpu_spawner.hub.capacity import ClusterState  # noqa: E402
 from gpu_spawner.hub.informers import CapacityInformers  # noqa: E402
 from gpu_spawner.hub.render_pod import make_spawner  # noqa: E402
-from gpu_spawner.model.profiles import load_profiles  # noqa: E402
+from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from gpu_spawner.hub.spawner import GPUSpawner  # noqa: E402
 

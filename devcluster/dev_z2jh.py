@@ -61,7 +61,7 @@ def start(profiles: Path, users: dict[str, list[str]], root: Path, chart: Path |
           say=_say, started: list | None = None) -> tuple[cluster.Cluster, str, str]:
     """Cluster with real nodes and the dev agent (appended to `started`), then the chart; returns (cluster,
     proxy-public URL, password)."""
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
 
     cfg = load_profiles(profiles)
     chart = chart or z2jh.chart_dir()
@@ -89,7 +89,7 @@ def summary(url: str, password: str, users: dict[str, list[str]], pool: str, say
 
 
 def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_pool: str | None) -> int:
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
     path = Path(profiles or EXAMPLE_PROFILES).resolve()

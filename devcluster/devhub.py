@@ -182,7 +182,7 @@ class DevHub:
         (s.state_dir / "cookie_secret").write_text(secrets.token_hex(32))
         (s.state_dir / "cookie_secret").chmod(0o600)
         ensure_namespace(s.kubeconfig)
-        from gpu_spawner.model.profiles import load_profiles
+        from gpu_spawner.model.profiles_file import load_profiles
 
         ensure_home_share(s.kubeconfig, home_namespaces(load_profiles(s.profiles), NAMESPACE), self.share)
         config_path = write_config(s)

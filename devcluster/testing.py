@@ -293,7 +293,7 @@ def write_profiles(cluster: DevCluster, path: Path, edit: Callable[[dict], Any] 
     objects applied (new teams' namespaces and queues)."""
     import yaml
 
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
 
     data = yaml.safe_load(cluster.profiles.read_text())
     if edit:

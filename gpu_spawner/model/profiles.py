@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from functools import cached_property
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
@@ -437,17 +436,3 @@ class ProfilesConfig(_Strict):
 
 def slice_memory_gb(slice_name: str) -> int:
     return int(MIG_PROFILE_RE.match(slice_name)["mem"])
-
-
-def load_profiles(path: str | Path) -> ProfilesConfig:
-    """Read and validate a profiles file; raises `ProfilesError` listing every problem."""
-    from gpu_spawner.model.validation import parse_profiles_text
-
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        from gpu_spawner.model.validation import ProfilesError, Problem
-
-        raise ProfilesError([Problem("", f"cannot read profiles file {str(path)!r}: {e.strerror}")], str(path))
-    return parse_profiles_text(text, source=str(path))

@@ -1,5 +1,6 @@
-"""The admin's profiles file on disk: where it is, and one parsed model per file version, shared by
-every spawner of the hub and by the services (which must not import the spawner, and KubeSpawner with it).
+"""The admin's profiles file on disk: where it is, how it is read (the model's only I/O), and one parsed
+model per file version, shared by every spawner of the hub and by the services (which must not import the
+spawner, and KubeSpawner with it).
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 from pathlib import Path
 
 from gpu_spawner.contract import ENV_PROFILES
-from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.validation import Problem, ProfilesError, parse_profiles_text
 
 #: The bundled example: for `gpuhub dev`, the tests and the docs only (never a default for a real hub).
 EXAMPLE_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles.yaml"
@@ -18,6 +20,16 @@ _loaded: dict[tuple[str, float], ProfilesConfig] = {}
 _recent: dict[str, tuple[float, ProfilesConfig]] = {}
 #: How often a spawner looks at the profiles file's mtime (spawns come in bursts; stat once, not per call).
 RECHECK_SECONDS = 2.0
+
+
+def load_profiles(path: str | Path) -> ProfilesConfig:
+    """Read and validate a profiles file; raises `ProfilesError` listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ProfilesError([Problem("", f"cannot read profiles file {str(path)!r}: {e.strerror}")], str(path)) from None
+    return parse_profiles_text(text, source=str(path))
 
 
 def profiles_path() -> Path | None:

@@ -57,7 +57,7 @@ def jobs_options(items: list[str]) -> dict[str, str]:
 
 
 def write(args: argparse.Namespace) -> int:
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.model.validation import ProfilesError
 
     try:

@@ -79,7 +79,7 @@ def render(rep: dict[str, Any], fmt: str) -> str:
 
 
 def run(args) -> int:
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.services.usage import collect
     from gpu_spawner.services.usage.store import UsageStore
     from gpu_spawner.kubeio.clients import api_client

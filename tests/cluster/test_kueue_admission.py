@@ -11,7 +11,7 @@ import yaml
 from devcluster import cluster as dc
 from gpu_spawner.builders.hardening import harden
 from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from gpu_spawner.contract import PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 
 pytestmark = pytest.mark.cluster
 

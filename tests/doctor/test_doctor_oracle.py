@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.tools.doctor import FAIL, OK, check_pool
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},

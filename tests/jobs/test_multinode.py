@@ -13,7 +13,7 @@ from gpu_spawner.builders.jobsets import JOBSET_NAME_LIMIT, build_jobset, master
 from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NODE_RANK,
                                   ENV_NPROC_PER_NODE, ENV_OUTPUT_DIR, ENV_RANK, ENV_WORLD_SIZE, JOB_LABEL,
                                   JOBSET_JOB_INDEX, QUEUE_LABEL)
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
 from gpu_spawner.services.jobs.gang import check_rank, derive_gang_status

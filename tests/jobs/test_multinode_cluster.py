@@ -213,7 +213,7 @@ async def test_a_jobset_left_without_its_networkpolicy_is_repaired_or_removed(cl
     from kubernetes import client as sync_client
     from kubernetes_asyncio import client, config
 
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.services.jobs.kube import Kube
     from gpu_spawner.services.jobs.lifecycle import reconcile
     from gpu_spawner.services.jobs.submission import plan_submission

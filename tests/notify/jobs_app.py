@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.contract import FAILED, JOBS_ACCESS_SCOPE, RUNNING
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.services.jobs.app import make_app
 from gpu_spawner.services.auth import TokenAuth

@@ -21,7 +21,7 @@ from devcluster.testing import hub_with_agent, wait_until
 from gpu_spawner.builders.kueue import cluster_queue, render_kueue
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.model import quantities
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 pytestmark = pytest.mark.cluster

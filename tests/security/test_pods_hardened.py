@@ -16,7 +16,7 @@ from gpu_spawner.builders import deploy
 from gpu_spawner.builders.hardening import JOB_GID, JOB_UID, MAX_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.jobs import JobSettings, build_job
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.contract import JOBS_ACCESS_SCOPE
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.services.jobs import limits
 from gpu_spawner.services.jobs.app import make_app

@@ -7,7 +7,7 @@ from devcluster.nodes import build_nodes
 from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub import picker
 from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 

@@ -14,7 +14,7 @@ from gpu_spawner.services.culler import SCOPES as CULLER_SCOPES
 from gpu_spawner.services.culler import SERVICE_NAME as CULLER
 from gpu_spawner.services.jobs import SERVICE_NAME as GPU_JOBS
 from gpu_spawner.services.jobs.hub import DEFAULT_PORT as JOBS_PORT
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from gpu_spawner.builders.jobsets import build_jobset
 from gpu_spawner.builders.network import NAME_LIMIT, jobset_ranks_policy, ranks_policy_name, render_network_policies
 from gpu_spawner.contract import JOBSET_API, JOBSET_NAME_LABEL
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}

@@ -91,7 +91,7 @@ async def test_the_nodes_own_signal_confirms_one_users_report_for_everyone():
     from devcluster.nodes import build_nodes
     from gpu_spawner.hub.capacity import ClusterState
     from gpu_spawner.hub.gpu_faults import GPUFaults, gpu_gone
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     state = ClusterState(cfg)

@@ -17,7 +17,7 @@ from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.kubeio.clients import TimeoutApiClient
 from gpu_spawner.kubeio.informer import Informer, WatchSettings
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 FAST = WatchSettings(request_timeout=1, watch_seconds=30, silent_after=0.6, backoff_base=0.05, backoff_max=0.1)

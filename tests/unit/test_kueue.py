@@ -5,7 +5,8 @@ from hypothesis import given, strategies as st
 
 from gpu_spawner.builders.kueue import render_kueue, server_queue_labels
 from gpu_spawner.contract import PRIORITY_LABEL
-from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 

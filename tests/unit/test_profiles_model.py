@@ -10,7 +10,8 @@ import yaml
 
 import gpu_spawner
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
-from gpu_spawner.model.profiles import SPOT_TAINT, load_profiles
+from gpu_spawner.model.profiles import SPOT_TAINT
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.validation import parse_profiles_text
 
 EXAMPLE = Path(gpu_spawner.__file__).parent / "examples" / "profiles.yaml"

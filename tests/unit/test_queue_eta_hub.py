@@ -8,7 +8,7 @@ from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.picker import profile_entry
 from gpu_spawner.hub.queue_eta import PoolHistory, pod_key, progress_line
 from gpu_spawner.model.eta import ETA, frees_text
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)

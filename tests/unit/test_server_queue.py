@@ -13,7 +13,8 @@ from gpu_spawner.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LAB
 from gpu_spawner.hub import waiting
 from gpu_spawner.hub.queued import QueuedSpawnMixin, SpawnFailed, is_patience, merged
 from gpu_spawner.model.kueue_words import context_for
-from gpu_spawner.model.profiles import ProfilesConfig, load_profiles
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)

@@ -18,7 +18,7 @@ from devcluster.testing import wait_until
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.model.profiles import load_profiles
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.usage.store import UsageStore
 
 pytestmark = pytest.mark.cluster

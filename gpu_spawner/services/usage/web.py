@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-usage/")
     hinter = None
     if a.prometheus_url:
-        from gpu_spawner.model.profiles import load_profiles
+        from gpu_spawner.model.profiles_file import load_profiles
 
         hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
     # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
