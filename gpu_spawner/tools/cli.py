@@ -1,4 +1,5 @@
-"""`gpuhub`: validate and render the profiles file, run the dev cluster and the whole product locally.
+"""`gpuhub`: validate and render the profiles file, check a cluster against it, report GPU use (a development
+checkout adds `gpuhub dev` and `gpuhub cluster` through COMMANDS_GROUP).
 
 Contract: results on stdout; on bad input exit 2 with every error on stderr and
 nothing on stdout.
@@ -9,11 +10,14 @@ import argparse
 import json
 import os
 import sys
-from typing import Callable
+from importlib.metadata import entry_points
 
 import yaml
 
 EXIT_BAD_INPUT = 2
+#: Where other distributions add `gpuhub` commands: each entry point is a callable given the subparsers
+#: (the development checkout adds `gpuhub dev` and `gpuhub cluster` this way, so the CLI never imports them).
+COMMANDS_GROUP = "gpuhub.commands"
 
 
 class CLIError(Exception):
@@ -21,7 +25,7 @@ class CLIError(Exception):
 
 
 def _load(path: str):
-    from gpu_spawner.model.profiles import load_profiles
+    from gpu_spawner.model.profiles_file import load_profiles
 
     return load_profiles(path)
 
@@ -152,52 +156,6 @@ def cmd_render_job(args) -> int:
     return 0
 
 
-def _interval(value: str) -> int:
-    """An argparse type: `--activity-interval 30s` (the one duration parser), 1 s to JupyterHub's 300 s."""
-    from gpu_spawner.model.activity import DEFAULT_ACTIVITY_INTERVAL
-    from gpu_spawner.model.durations import parse
-
-    try:
-        seconds = parse(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if not 1 <= seconds <= DEFAULT_ACTIVITY_INTERVAL or seconds != int(seconds):
-        raise argparse.ArgumentTypeError(f"{value!r}: give whole seconds from 1 s to {DEFAULT_ACTIVITY_INTERVAL} s "
-                                         "(JupyterHub's default), e.g. 30s")
-    return int(seconds)
-
-
-def cmd_dev(args) -> int:
-    from devcluster import dev
-    from devcluster.devsetup import UsersError, load_users
-    from gpu_spawner.model.activity import DEFAULT_ACTIVITY_INTERVAL, idle_timeout_problems
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-    from gpu_spawner.model.validation import ProfilesError
-
-    # a bad file, or an idle_timeout the hub would refuse: exit 2 before anything starts
-    path = args.profiles or str(EXAMPLE_PROFILES)
-    interval = args.activity_interval or DEFAULT_ACTIVITY_INTERVAL
-    if problems := idle_timeout_problems(_load(path), interval):
-        raise CLIError(f"{ProfilesError(problems, path)}\nto try a short idle_timeout with gpuhub dev, shorten the "
-                       "hub's and the servers' interval together: gpuhub dev --activity-interval 30s")
-    if args.users:
-        try:
-            load_users(args.users)
-        except UsersError as e:
-            raise CLIError(str(e)) from None
-    if not 0 < args.port < 65536:
-        raise CLIError(f"--port {args.port} is not a TCP port (1-65535)")
-    if not 1 <= args.nodes_per_pool <= 50:
-        raise CLIError(f"--nodes-per-pool {args.nodes_per_pool}: give 1 to 50")
-    if args.z2jh:
-        from devcluster import dev_z2jh
-
-        return dev_z2jh.run(args.profiles, args.users, args.chart, args.gpu_pool)
-    if args.chart or args.gpu_pool:
-        raise CLIError("--chart and --gpu-pool go with --z2jh")
-    return dev.run(args.profiles, args.port, args.nodes_per_pool, args.users, args.activity_interval)
-
-
 def cmd_doctor(args) -> int:
     from gpu_spawner.tools.doctor_cluster import DoctorError, run
 
@@ -301,46 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     report_arguments(rep)
     rep.set_defaults(run=cmd_report)
 
-    c = sub.add_parser("cluster", help="the dev cluster: real control plane, Kueue and KWOK GPU pools")
-    csub = c.add_subparsers(dest="action", required=True, metavar="ACTION")
-    cu = csub.add_parser("up", help="start it in the background; prints KUBECONFIG=<path> last")
-    cu.add_argument("--profiles", help="profiles file whose pools become nodes (default: the example)")
-    cu.add_argument("--nodes-per-pool", type=int, default=2)
-    cu.set_defaults(run=_cluster("up"))
-    csub.add_parser("status", help="what runs, and its kubeconfig").set_defaults(run=_cluster("status"))
-    csub.add_parser("down", help="stop everything `up` started").set_defaults(run=_cluster("down"))
-
-    dev = sub.add_parser("dev", help="dev cluster + dev node agent (simulator) + JupyterHub on this machine")
-    dev.add_argument("--profiles", help="profiles file (default: the example)")
-    dev.add_argument("--port", type=int, default=8000, help="the hub's port (default 8000)")
-    dev.add_argument("--nodes-per-pool", type=int, default=2)
-    dev.add_argument("--users", metavar="FILE", help="YAML mapping of user name to groups, e.g. "
-                     "`research-user: [research]` (default: one `<group>-user` per team and group of the "
-                     "profiles file, and `admin` in all of them)")
-    dev.add_argument("--activity-interval", type=_interval, metavar="DURATION",
-                     help="JupyterHub's activity interval for the hub and the servers together (default 300s, "
-                          "JupyterHub's), e.g. 30s to try a profile's short idle_timeout and see culling soon")
-    dev.add_argument("--z2jh", action="store_true",
-                     help="install the product as a platform team does: real kubelet nodes (containerd, kube-proxy, "
-                          "CoreDNS) for the system pool and one GPU pool, the images of `make images` on them, and "
-                          "the zero-to-jupyterhub chart with deploy/values.yaml; prints proxy-public's URL (needs root)")
-    dev.add_argument("--chart", metavar="DIR", help="with --z2jh: the z2jh 4.4.0 chart folder (default: "
-                     "$GPUHUB_Z2JH_CHART, else shared/z2jh/jupyterhub beside the checkout)")
-    dev.add_argument("--gpu-pool", metavar="POOL", help="with --z2jh: the GPU pool on the real node (default: the "
-                     "file's first time-sliced pool)")
-    dev.set_defaults(run=cmd_dev)
+    for add_commands in entry_points(group=COMMANDS_GROUP):
+        add_commands.load()(sub)
     return p
-
-
-def _cluster(action: str) -> Callable[[argparse.Namespace], int]:
-    def run(args) -> int:
-        try:
-            from devcluster import cli as cluster_cli
-        except ImportError:
-            raise CLIError("`gpuhub cluster` is not built yet: it comes with the dev-cluster issue.") from None
-        return cluster_cli.run(action, args)
-
-    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,4 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # through the imported module, so that commands added by entry points raise the CLIError `main` catches
+    from gpu_spawner.tools import cli
+
+    sys.exit(cli.main())

@@ -2,6 +2,7 @@
 in the repository points at files outside it."""
 from __future__ import annotations
 
+import argparse
 import ast
 import subprocess
 from pathlib import Path
@@ -12,15 +13,11 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("gpu_spawner", "extension", "runner")
 
 
-#: `gpuhub dev` / `gpuhub cluster` start the simulator, so the CLI may import it inside those commands.
-DISPATCHES_TO_THE_SIMULATOR = {"gpu_spawner/tools/cli.py"}
-
-
-def imported_modules(path: Path, module_level_only: bool) -> set[str]:
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute import, function-local ones too."""
     tree = ast.parse(path.read_text(), str(path))
-    nodes = tree.body if module_level_only else ast.walk(tree)
     found = set()
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -44,7 +41,7 @@ def test_the_product_never_imports_the_simulator():
     offenders = {}
     for p in product_files():
         name = str(p.relative_to(REPO))
-        modules = imported_modules(p, module_level_only=name in DISPATCHES_TO_THE_SIMULATOR)
+        modules = imported_modules(p)
         bad = sorted(m for m in modules if m == "devcluster" or m.startswith("devcluster."))
         if bad:
             offenders[name] = bad
@@ -63,3 +60,15 @@ def test_nothing_points_outside_the_repository():
     offenders = [str(p.relative_to(REPO)) for p in texts if p != here  # this file names what it looks for
                  and any(ref in p.read_text(errors="replace") for ref in ("DESIGN.md", "../shared/"))]
     assert not offenders
+
+
+def test_gpuhub_reaches_the_simulator_only_through_its_entry_point():
+    """`gpuhub dev` and `gpuhub cluster` come from the checkout's `gpuhub.commands` entry point (setup.cfg)."""
+    from importlib.metadata import entry_points
+
+    from gpu_spawner.tools.cli import COMMANDS_GROUP, build_parser
+
+    assert {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)} == {
+        "devcluster": "devcluster.commands:add_commands"}
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"validate", "render", "doctor", "report", "dev", "cluster"} <= set(commands)
