@@ -34,7 +34,9 @@ TIER_FIXTURES = {
     "cluster": {"cluster"},                 # the dev cluster (devcluster/testing.py): real control plane
     "services": {"prometheus", "exporter", "hub", "fresh"},  # a real hub (+ Prometheus), e.g. tests/culler
     "browser": {"browser", "hub_page"},      # headless Chromium
-    "ship": {"built_images", "z2jh_install"},  # the images `make images` built, as containers (podman; real kubelets)
+    # the way it ships: the z2jh chart rendered by the real helm (a Go build), the images `make images` built,
+    # run as containers (podman; real kubelets)
+    "ship": {"chart", "built_images", "z2jh_install"},
 }
 
 
