@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from gpu_spawner.cluster.conditions import condition, is_true
 from gpu_spawner.cluster.times import parse_time
-from gpu_spawner.model.eta import ETA, Admission, estimate
+from gpu_spawner.model.wait_estimate import ETA, Admission, estimate
 
 
 def admitted_at(workload: dict[str, Any]) -> datetime | None:

@@ -11,7 +11,7 @@ from gpu_spawner.builders import pods as podspec
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.model.choices import default_choice_for
-from gpu_spawner.model.eta import ETA, frees_text
+from gpu_spawner.model.wait_estimate import ETA, frees_text
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
 

@@ -28,8 +28,8 @@ from gpu_spawner.builders.kueue import server_queue_labels
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
-from gpu_spawner.hub.queued import QueuedSpawnMixin, is_patience, merged
-from gpu_spawner.hub.queue_eta import PoolHistory, progress_line
+from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
+from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
 from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, read_store_and_prometheus
 from gpu_spawner.services.usage import hub as usage_env
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS

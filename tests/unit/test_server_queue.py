@@ -10,8 +10,8 @@ from hypothesis import given, strategies as st
 
 from gpu_spawner.builders.kueue import queues_servers, server_queue, server_queue_labels
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.hub import waiting
-from gpu_spawner.hub.queued import QueuedSpawnMixin, SpawnFailed, is_patience, merged
+from gpu_spawner.hub import wait_messages
+from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, SpawnFailed, is_patience, merged
 from gpu_spawner.model.kueue_words import context_for
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import load_profiles
@@ -93,10 +93,10 @@ def test_place_among_the_teams_waiting_servers_and_the_queues_count(cfg):
            workload("pod-me", 30, "jupyter-me"),
            workload("pod-late", 40, "jupyter-late"),
            workload("other-team", 5, "jupyter-x", queue="mlr")]     # another team's queue
-    place = waiting.queue_place(wls, "jhub", "ds", "jupyter-me", cq(5), now=T0 + timedelta(seconds=60))
+    place = wait_messages.queue_place(wls, "jhub", "ds", "jupyter-me", cq(5), now=T0 + timedelta(seconds=60))
     assert (place.position, place.servers_waiting, place.in_queue) == (2, 3, 5)
     assert not place.eta.known  # one admission is no history
-    text = waiting.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
+    text = wait_messages.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
     assert "yours is the 2nd of the team's 3 waiting servers (1 ahead of you); 5 servers and jobs wait" in text
     # Kueue has said nothing yet: no resource is named that it did not name
     assert "Your team's quota on the T4 pool is in use" in text and "No wait estimate yet" in text
@@ -111,8 +111,8 @@ def pending(wl, message):
 def test_a_gpu_bound_wait_names_the_gpus(cfg):
     wl = pending(workload("pod-me", 0, "jupyter-me"), "couldn't assign flavors to pod set main: insufficient "
                  "unused quota for nvidia.com/gpu in flavor gput4, 1 more needed")
-    place = waiting.queue_place([wl], "jhub", "ds", "jupyter-me", cq(1), flavor="gput4")
-    text = waiting.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
+    place = wait_messages.queue_place([wl], "jhub", "ds", "jupyter-me", cq(1), flavor="gput4")
+    text = wait_messages.queue_message("data-science", place, context_for(cfg, "team-ds", "t4-shared"))
     assert "Your team's 8 T4 slots are in use; you start as soon as one of the team's servers or jobs" in text
 
 
@@ -126,8 +126,8 @@ def test_a_cpu_bound_wait_names_cpu_with_the_live_queues_numbers_and_the_free_sl
                  {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 2}]}]}]},
              "status": {"pendingWorkloads": 1, "flavorsReservation": [{"name": "gpumig", "resources": [
                  {"name": "cpu", "total": "3"}, {"name": "nvidia.com/mig-1g.10gb", "total": "1"}]}]}}
-    place = waiting.queue_place([wl], "jhub", "mlr", "jupyter-me", queue, flavor="gpumig")
-    text = waiting.queue_message("ml-research", place, context_for(cfg, "team-mlr", "a100-mig-1g10gb"))
+    place = wait_messages.queue_place([wl], "jhub", "mlr", "jupyter-me", queue, flavor="gpumig")
+    text = wait_messages.queue_message("ml-research", place, context_for(cfg, "team-mlr", "a100-mig-1g10gb"))
     assert ("Your team's CPU quota on the A100 80GB pool is used up: 3 of 3.43 CPUs in use, 0.572 CPUs more "
             "needed; 1 of 2 A100 80GB MIG slices is free; you start as soon as") in text, text
     assert "slices are in use" not in text and "GPU" not in text
@@ -135,65 +135,65 @@ def test_a_cpu_bound_wait_names_cpu_with_the_live_queues_numbers_and_the_free_sl
 
 def test_higher_priority_goes_first():
     wls = [workload("pod-me", 0, "jupyter-me"), workload("pod-urgent", 50, "jupyter-u", priority=10000)]
-    assert waiting.queue_place(wls, "jhub", "ds", "jupyter-me").position == 2
+    assert wait_messages.queue_place(wls, "jhub", "ds", "jupyter-me").position == 2
 
 
 def test_only_waiting_server_not_found_yet_and_unreadable():
     wls = [workload("pod-me", 0, "jupyter-me")]
-    place = waiting.queue_place(wls, "jhub", "ds", "jupyter-me", None)
+    place = wait_messages.queue_place(wls, "jhub", "ds", "jupyter-me", None)
     assert place.in_queue is None
-    assert "yours is the team's only waiting server." in waiting.queue_message("ds", place)
-    missing = waiting.queue_place(wls, "jhub", "ds", "jupyter-other", cq(1))
+    assert "yours is the team's only waiting server." in wait_messages.queue_message("ds", place)
+    missing = wait_messages.queue_place(wls, "jhub", "ds", "jupyter-other", cq(1))
     assert missing.position is None
-    assert "being added" in waiting.queue_message("ds", missing)
-    assert "cannot be read right now" in waiting.queue_message("ds", None)
+    assert "being added" in wait_messages.queue_message("ds", missing)
+    assert "cannot be read right now" in wait_messages.queue_message("ds", None)
 
 
 def test_eta_from_the_queues_history():
     # ten past arrivals to a busy queue, each admitted 120 s after it came, 20 s after the one before it left
     wls = [workload(f"pod-{i}", 100 * i, f"jupyter-{i}", admitted_s=100 * i + 120) for i in range(10)]
     wls.append(workload("pod-me", 1000, "jupyter-me"))
-    place = waiting.queue_place(wls, "jhub", "ds", "jupyter-me", cq(1), now=T0 + timedelta(seconds=1001))
+    place = wait_messages.queue_place(wls, "jhub", "ds", "jupyter-me", cq(1), now=T0 + timedelta(seconds=1001))
     assert place.position == 1 and place.eta.known  # model/eta.py's estimator over the servers' history
-    assert f"Estimated wait: about {waiting.duration(place.eta.p50_s)}" in waiting.queue_message("ds", place)
+    assert f"Estimated wait: about {wait_messages.duration(place.eta.p50_s)}" in wait_messages.queue_message("ds", place)
 
 
 def test_gated_reads_kueues_admission_gate():
-    assert waiting.gated({"spec": {"schedulingGates": [{"name": KUEUE_ADMISSION_GATE}]}})
-    assert not waiting.gated({"spec": {"schedulingGates": [{"name": "example.com/other"}]}})
-    assert not waiting.gated({"spec": {}}) and not waiting.gated(None)
+    assert wait_messages.gated({"spec": {"schedulingGates": [{"name": KUEUE_ADMISSION_GATE}]}})
+    assert not wait_messages.gated({"spec": {"schedulingGates": [{"name": "example.com/other"}]}})
+    assert not wait_messages.gated({"spec": {}}) and not wait_messages.gated(None)
 
 
 @pytest.mark.parametrize("seconds,text", [(0, "0 s"), (59.6, "1 min"), (61, "1 min"), (3600, "1 h"),
                                           (3900, "1 h 5 min")])
 def test_duration(seconds, text):
-    assert waiting.duration(seconds) == text
+    assert wait_messages.duration(seconds) == text
 
 
 # ---------------------------------------------------------------------- failures in plain words
 def test_every_failure_message_says_what_to_do_next():
-    for message in (waiting.queue_limit_message("data-science", 7200, "Shared T4"),
-                    waiting.start_timeout_message(600, "Shared T4", "A node was found: placed on gput4-0."),
-                    waiting.unexplained_message(RuntimeError(""))):
+    for message in (wait_messages.queue_limit_message("data-science", 7200, "Shared T4"),
+                    wait_messages.start_timeout_message(600, "Shared T4", "A node was found: placed on gput4-0."),
+                    wait_messages.unexplained_message(RuntimeError(""))):
         assert "What next" in message
-    assert "%gpu_submit" in waiting.queue_limit_message("data-science", 7200, "Shared T4")
-    assert "2 h in the data-science team's queue" in waiting.queue_limit_message("data-science", 7200, "Shared T4")
-    assert "last thing that happened: A node was found: placed on gput4-0." in waiting.start_timeout_message(
+    assert "%gpu_submit" in wait_messages.queue_limit_message("data-science", 7200, "Shared T4")
+    assert "2 h in the data-science team's queue" in wait_messages.queue_limit_message("data-science", 7200, "Shared T4")
+    assert "last thing that happened: A node was found: placed on gput4-0." in wait_messages.start_timeout_message(
         600, "Shared T4", "A node was found: placed on gput4-0.")
-    assert "RuntimeError" in waiting.unexplained_message(RuntimeError(""))  # never an empty reason
+    assert "RuntimeError" in wait_messages.unexplained_message(RuntimeError(""))  # never an empty reason
 
 
 def test_failure_record_round_trip_and_bad_state_is_ignored():
-    rec = waiting.failure_record("x" * 5000, "Shared T4", T0)
+    rec = wait_messages.failure_record("x" * 5000, "Shared T4", T0)
     assert len(rec["message"]) == 2000 and rec["when"] == "2026-01-05 09:00 UTC"
-    assert waiting.valid_record(rec) == rec
+    assert wait_messages.valid_record(rec) == rec
     for bad in (None, "text", {"message": ""}, {"message": 3}, ["message"]):
-        assert waiting.valid_record(bad) is None
+        assert wait_messages.valid_record(bad) is None
 
 
 @given(st.dictionaries(st.text(max_size=10), st.one_of(st.text(max_size=50), st.integers(), st.none())))
 def test_valid_record_takes_any_saved_state(value):
-    rec = waiting.valid_record(value)
+    rec = wait_messages.valid_record(value)
     assert rec is None or (set(rec) == {"message", "profile", "when"} and rec["message"])
 
 
@@ -209,7 +209,7 @@ class Clock:
 @pytest.fixture
 def spawn(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("gpu_spawner.hub.queued.time.monotonic", clock)
+    monkeypatch.setattr("gpu_spawner.hub.queued_spawn.time.monotonic", clock)
     s = QueuedSpawnMixin(queue_wait_limit=300)
     s._base_start_timeout, s._spawn_began, s._queue = 60, clock.now, ("data-science", None)
     return s, clock
@@ -281,7 +281,7 @@ def test_more_than_the_whole_quota_is_said_at_once(spawn):
     wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
                                    "message": "couldn't assign flavors to pod set main: insufficient quota for "
                                               "nvidia.com/gpu in flavor gput4, request > maximum capacity (2 > 1)"}]
-    place = waiting.queue_place([wl], "jhub", "ds", "jupyter-me")
+    place = wait_messages.queue_place([wl], "jhub", "ds", "jupyter-me")
     assert place.never and "maximum capacity" in place.never
     s, _ = spawn
     s._never = place.never
@@ -299,7 +299,7 @@ def test_last_failure_banner_is_escaped_and_only_for_a_stopped_server():
 
     banner = Environment(loader=FileSystemLoader(HUB_PAGES), autoescape=True).get_template(
         "gpuhub_last_failure.html")
-    record = waiting.failure_record("<script>x</script> can never start", "H200 (retired pool)", T0)
+    record = wait_messages.failure_record("<script>x</script> can never start", "H200 (retired pool)", T0)
     html = banner.render(server=SimpleNamespace(active=False, gpuhub_last_failure=record))
     assert 'role="alert"' in html and "(H200 (retired pool), 2026-01-05 09:00 UTC)" in html
     assert "&lt;script&gt;x&lt;/script&gt; can never start" in html and "<script>" not in html

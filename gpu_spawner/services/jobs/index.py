@@ -12,7 +12,7 @@ from typing import Any, Callable
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admitted_at, is_pending, queue_key
 from gpu_spawner.contract import USER_ANNOTATION
-from gpu_spawner.model.eta import Admission, estimate
+from gpu_spawner.model.wait_estimate import Admission, estimate
 from gpu_spawner.services.jobs.status import job_name_of, workload_owner
 
 

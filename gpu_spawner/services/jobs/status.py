@@ -18,7 +18,7 @@ from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
 from gpu_spawner.contract import (ADMITTED, FAILED, JOB_LABEL, JOB_NAME_LABEL, NOTEBOOK_ANNOTATION,
                                   PRIORITY_LABEL, PROFILE_LABEL, PROGRESS_RE, QUEUE_LABEL, QUEUED, RESUMED,
                                   RUNNING, SUCCEEDED, UNKNOWN, USER_ANNOTATION, RunnerExit)
-from gpu_spawner.model.eta import estimate
+from gpu_spawner.model.wait_estimate import estimate
 
 
 def current_cell(log: str) -> dict | None:

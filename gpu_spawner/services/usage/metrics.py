@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gpu_spawner.cluster.conditions import is_true
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admissions, admitted_at
-from gpu_spawner.model.eta import estimate
+from gpu_spawner.model.wait_estimate import estimate
 from gpu_spawner.services.usage import accounting as acc
 
 LABELS = ("kind", "user", "team", "profile")

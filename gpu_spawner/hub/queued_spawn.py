@@ -17,7 +17,7 @@ from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name, server_queue
 from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
-from gpu_spawner.hub import waiting
+from gpu_spawner.hub import wait_messages
 from gpu_spawner.model.choices import ChoiceError
 from gpu_spawner.model.kueue_words import QueueContext, context_for
 
@@ -124,9 +124,9 @@ class QueuedSpawnMixin(LoggingConfigurable):
         except asyncio.CancelledError:
             raise  # the user pressed Stop (our deadlines fire before the hub's own)
         except Exception as e:
-            message = getattr(e, "jupyterhub_message", None) or waiting.unexplained_message(e)
+            message = getattr(e, "jupyterhub_message", None) or wait_messages.unexplained_message(e)
             profile = getattr(self, "gpu_profile", None)
-            self._last_failure = waiting.failure_record(message, profile.display_name if profile else None)
+            self._last_failure = wait_messages.failure_record(message, profile.display_name if profile else None)
             raise
         finally:
             self._spawn_began = None
@@ -141,22 +141,22 @@ class QueuedSpawnMixin(LoggingConfigurable):
         now = time.monotonic()
         profile = getattr(self, "gpu_profile", None)
         name = profile.display_name if profile else "GPU"
-        if waiting.gated(pod):
+        if wait_messages.gated(pod):
             if self._never:
-                raise SpawnFailed(waiting.over_quota_message(self._queue[0], name, self._never))
+                raise SpawnFailed(wait_messages.over_quota_message(self._queue[0], name, self._never))
             if self.queue_wait_limit and now - began > self.queue_wait_limit:
                 team = self._queue[0] if self._queue else "your"
-                raise SpawnFailed(waiting.queue_limit_message(team, now - began, name))
+                raise SpawnFailed(wait_messages.queue_limit_message(team, now - began, name))
             return
         if pod is None and self._queue:
             return  # not seen yet: it may still be gated
         if self._admitted_at is None:
             self._admitted_at = now
         if now - self._admitted_at > self._base_start_timeout:
-            raise SpawnFailed(waiting.start_timeout_message(now - self._admitted_at, name, self._headline))
+            raise SpawnFailed(wait_messages.start_timeout_message(now - self._admitted_at, name, self._headline))
 
     # ------------------------------------------------------------------ progress while queued
-    async def queue_place(self, pod_name: str) -> waiting.QueuePlace | None:
+    async def queue_place(self, pod_name: str) -> wait_messages.QueuePlace | None:
         """This server's place in its team's queue (None: the Workloads cannot be read now): the servers'
         Workloads in the hub namespace and the ClusterQueue's pending count (the hub reads nothing in team
         namespaces)."""
@@ -173,7 +173,7 @@ class QueuedSpawnMixin(LoggingConfigurable):
             self.log.warning("queue position of %s: %s", pod_name, e)
             return None
         profile = getattr(self, "gpu_profile", None)
-        return waiting.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq,
+        return wait_messages.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq,
                                    flavor=profile.pool if profile else None)
 
     async def queue_events(self) -> AsyncIterator[dict[str, Any]]:
@@ -184,13 +184,13 @@ class QueuedSpawnMixin(LoggingConfigurable):
         last = None
         while self._spawn_began is not None:
             pod = self.pod_reflector.pods.get(self._pod_key()) if self.pod_reflector else None
-            if pod is not None and not waiting.gated(pod):
-                yield {"message": waiting.admitted_message(team), "gpuhub": {"queued": False}}
+            if pod is not None and not wait_messages.gated(pod):
+                yield {"message": wait_messages.admitted_message(team), "gpuhub": {"queued": False}}
                 return
             if pod is not None:
                 place = await self.queue_place(pod["metadata"]["name"])
                 self._never = place.never if place else None  # check_deadlines ends the spawn with it
-                message = waiting.queue_message(team, place, self._queue_context())
+                message = wait_messages.queue_message(team, place, self._queue_context())
                 if message != last:
                     last = message
                     yield {"message": message, "gpuhub": {"queued": True}}
@@ -218,4 +218,4 @@ class QueuedSpawnMixin(LoggingConfigurable):
 
     def load_state(self, state):
         super().load_state(state)
-        self._last_failure = waiting.valid_record((state or {}).get("gpuhub_last_failure"))
+        self._last_failure = wait_messages.valid_record((state or {}).get("gpuhub_last_failure"))

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_spawner.model import eta  # noqa: E402
-from gpu_spawner.model.eta import Admission, estimate  # noqa: E402
+from gpu_spawner.model import wait_estimate  # noqa: E402
+from gpu_spawner.model.wait_estimate import Admission, estimate  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -84,7 +84,7 @@ def cost(history: list[tuple[float, float]], calibrate: bool, rounds: int = 30) 
     times = []
     for _ in range(rounds):
         seen = [Admission(T0 + timedelta(seconds=c), T0 + timedelta(seconds=a)) for c, a in adm]
-        eta._calibrations.clear()  # a changed history each list: the calibration is computed again
+        wait_estimate._calibrations.clear()  # a changed history each list: the calibration is computed again
         t = time.perf_counter()
         for position in range(1, 201):
             estimate(seen, position, calibrate=calibrate)

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.picker import profile_entry
-from gpu_spawner.hub.queue_eta import PoolHistory, pod_key, progress_line
-from gpu_spawner.model.eta import ETA, frees_text
+from gpu_spawner.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
+from gpu_spawner.model.wait_estimate import ETA, frees_text
 from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.hub.capacity import pod_requests
-from gpu_spawner.model.eta import ETA, Admission, estimate, frees_text
+from gpu_spawner.model.wait_estimate import ETA, Admission, estimate, frees_text
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE
-from gpu_spawner.model.eta import ETA, estimate
+from gpu_spawner.model.wait_estimate import ETA, estimate
 from gpu_spawner.model.kueue_words import QueueContext, flavor_usage, quota_limit
 
 #: What a user can do instead of waiting, said once in every queue and timeout message.
