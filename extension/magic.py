@@ -21,7 +21,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpu_spawner.contract import CHECKPOINTS_FOLDER, ENV_JOB, JOBS_FOLDER
+from gpu_spawner.contract import CHECKPOINTS_FOLDER, ENV_JOB, JOBS_FOLDER, JobState
 from gpu_spawner.parameters import parse_assignments
 
 from . import frontend
@@ -155,7 +155,7 @@ class GPUMagics(Magics):
         rows = []
         for j in jobs:
             if j.get("state") in FINAL:
-                link = "" if j["state"] == "Cancelled" else \
+                link = "" if j["state"] == JobState.CANCELLED else \
                     f' · <a href="{html.escape(output_link(j))}" target="_blank">output notebook</a>'
                 rows.append(w.HTML(f"<div style='{TEXT}'><b>{html.escape(j['name'])}</b>: {html.escape(j['state'])} — "
                                    f"{html.escape(j.get('message') or '')} ({html.escape(str(j.get('notebook')))})"

@@ -11,22 +11,25 @@ import threading
 import time
 from typing import Any, Callable
 
-from gpu_spawner.contract import (ADMITTED, CANCELLED, CLIENT_FINAL, FAILED, QUEUED, RESUMED, RUNNING, SUCCEEDED,
-                                  UNKNOWN)
+from gpu_spawner.contract import CLIENT_FINAL, HAS_RUN, JobState
 from gpu_spawner.parameters import format_value, parse_assignments, split_assignments
 
 #: State → (JupyterLab theme colour of the widget's left border, icon). The colour marks the state beside
 #: the words, never as text colour: every text uses the theme's font colours (readable in light and dark).
-STYLE = {QUEUED: ("var(--jp-warn-color1, #f57c00)", "⏳"), ADMITTED: ("var(--jp-brand-color1, #1976d2)", "✅"),
-         RUNNING: ("var(--jp-success-color1, #388e3c)", "▶"), RESUMED: ("var(--jp-warn-color1, #f57c00)", "↻"),
-         SUCCEEDED: ("var(--jp-success-color1, #388e3c)", "✔"), FAILED: ("var(--jp-error-color1, #d32f2f)", "✖"),
-         CANCELLED: ("var(--jp-border-color1, #bdbdbd)", "■"), UNKNOWN: ("var(--jp-border-color1, #bdbdbd)", "?")}
+STYLE = {JobState.QUEUED: ("var(--jp-warn-color1, #f57c00)", "⏳"),
+         JobState.ADMITTED: ("var(--jp-brand-color1, #1976d2)", "✅"),
+         JobState.RUNNING: ("var(--jp-success-color1, #388e3c)", "▶"),
+         JobState.RESUMED: ("var(--jp-warn-color1, #f57c00)", "↻"),
+         JobState.SUCCEEDED: ("var(--jp-success-color1, #388e3c)", "✔"),
+         JobState.FAILED: ("var(--jp-error-color1, #d32f2f)", "✖"),
+         JobState.CANCELLED: ("var(--jp-border-color1, #bdbdbd)", "■"),
+         JobState.UNKNOWN: ("var(--jp-border-color1, #bdbdbd)", "?")}
 #: Text in the theme's own colours: primary and secondary (both at least 4.5:1 on the theme's background).
 TEXT = "color: var(--jp-ui-font-color1, #000000de)"
 MUTED = "color: var(--jp-ui-font-color1, #000000de); opacity: .85"
 FINAL = CLIENT_FINAL
 #: States whose pod has run: the log and the output notebook are worth showing.
-_HAS_RUN = (RUNNING, RESUMED, SUCCEEDED, FAILED)
+_HAS_RUN = HAS_RUN
 
 
 def output_link(status: dict, env: dict | None = None) -> str | None:
@@ -53,30 +56,31 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
     """What the status widget shows for a job status (None before the first answer):
     {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}."""
     if gone:
-        status = {**(status or {}), "state": CANCELLED, "message": "the job was cancelled or removed"}
+        status = {**(status or {}), "state": JobState.CANCELLED, "message": "the job was cancelled or removed"}
     if status is None:
-        return {"state": UNKNOWN, "title": "submitting…", "detail": error or "", "color": STYLE[UNKNOWN][0],
-                "icon": STYLE[UNKNOWN][1], "poll": error is None, "interval": 2.0, "show_log": False, "link": None}
-    state = status.get("state", UNKNOWN)
-    color, icon = STYLE.get(state, STYLE[UNKNOWN])
+        color, icon = STYLE[JobState.UNKNOWN]
+        return {"state": JobState.UNKNOWN, "title": "submitting…", "detail": error or "", "color": color,
+                "icon": icon, "poll": error is None, "interval": 2.0, "show_log": False, "link": None}
+    state = status.get("state", JobState.UNKNOWN)
+    color, icon = STYLE.get(state, STYLE[JobState.UNKNOWN])
     detail = status.get("message") or ""
-    if state == QUEUED:
+    if state == JobState.QUEUED:
         pos, of = status.get("position"), status.get("queue_length")
         title = f"Queued in {status.get('queue')} · position {pos} of {of} · {eta_text(status)}" if pos else "Queued"
         if status.get("preempted"):
             title += f" — preempted {status['preempted']}×, will resume from its checkpoint"
         interval = 5.0
-    elif state == ADMITTED:
+    elif state == JobState.ADMITTED:
         title, interval = "Admitted — starting", 2.0
-    elif state in (RUNNING, RESUMED):
+    elif state in (JobState.RUNNING, JobState.RESUMED):
         cell = status.get("cell")
         where = f"cell {cell['cell']}/{cell['of']}" if cell else "starting the kernel"
         title = f"{state} ({where})" + (f" on {status['node']}" if status.get("node") else "")
         interval = 3.0
-    elif state == SUCCEEDED:
+    elif state == JobState.SUCCEEDED:
         title = "Succeeded" + (f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else "")
         interval = 0
-    elif state == FAILED:
+    elif state == JobState.FAILED:
         title, interval = "Failed", 0
     else:
         title, interval = state, 0
@@ -96,7 +100,7 @@ def render_html(name: str, v: dict, status: dict | None) -> str:
     if status:
         extra = (f'<div style="{MUTED};font-size:90%">{html.escape(str(status.get("profile")))} · '
                  f'priority {html.escape(str(status.get("priority")))} · {html.escape(str(status.get("notebook")))}</div>')
-    raw = (status or {}).get("kueue_message") if v["state"] == QUEUED else None
+    raw = (status or {}).get("kueue_message") if v["state"] == JobState.QUEUED else None
     details = (f'<details><summary>details</summary><div style="{TEXT}">Kueue says: '
                f'<code>{html.escape(raw)}</code></div></details>') if raw else ""
     return (f'<div class="gpuhub-job-status" data-state="{html.escape(v["state"])}" style="{TEXT};border-left:4px '

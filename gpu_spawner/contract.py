@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 # ---------------------------------------------------------------------- labels and annotations
 LABEL_PREFIX = "gpuhub.io"
@@ -137,13 +137,32 @@ GPU_CHECK_CONTAINER = "gpuhub-gpu-check"
 GPU_CHECK_ONLY = "--gpu-check-only"
 
 # ---------------------------------------------------------------------- job states (gpu-jobs → widgets)
-QUEUED, ADMITTED, RUNNING, RESUMED = "Queued", "Admitted", "Running", "Preempted-and-resumed"
-SUCCEEDED, FAILED, CANCELLED, UNKNOWN = "Succeeded", "Failed", "Cancelled", "Unknown"
+class JobState(StrEnum):
+    """A job's `state` on the wire; gpu_spawner/wire.py models the rest of its status.
+
+    Members are the strings themselves: they compare and serialise as their values."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    RESUMED = "Preempted-and-resumed"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    #: Never sent by the service: a cancelled job is gone from the cluster, so only a client knows it.
+    CANCELLED = "Cancelled"
+    #: A job whose status could not be derived (listed with its metadata only).
+    UNKNOWN = "Unknown"
+
+
+QUEUED, ADMITTED, RUNNING, RESUMED = JobState.QUEUED, JobState.ADMITTED, JobState.RUNNING, JobState.RESUMED
+SUCCEEDED, FAILED, CANCELLED, UNKNOWN = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.UNKNOWN
 #: States the service reports for a Job that exists.
 JOB_STATES = (QUEUED, ADMITTED, RUNNING, RESUMED, SUCCEEDED, FAILED)
 FINISHED = (SUCCEEDED, FAILED)
 #: What a client may show: a cancelled job is gone from the cluster, so only the client knows it.
 CLIENT_FINAL = (SUCCEEDED, FAILED, CANCELLED)
+#: States whose pod has run: its log and output notebook are worth showing.
+HAS_RUN = (RUNNING, RESUMED, SUCCEEDED, FAILED)
 
 # ---------------------------------------------------------------------- the runner's progress lines
 PROGRESS_TAG = "[gpuhub-runner]"

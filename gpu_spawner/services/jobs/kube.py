@@ -15,12 +15,12 @@ import aiohttp
 from kubernetes_asyncio import client
 from traitlets.config import LoggingConfigurable
 
-from gpu_spawner.contract import JOB_LABEL, JOBSET_JOB_INDEX, USER_ANNOTATION, USER_LABEL
+from gpu_spawner.contract import FINISHED, JOB_LABEL, JOBSET_JOB_INDEX, QUEUED, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.kubeio.informer import read_json
 from gpu_spawner.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.gang import derive_gang_status, is_jobset
 from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, unreadable, workload_owner
-from gpu_spawner.contract import FINISHED
+
 LOG_TAIL_BYTES = 64 * 1024
 log = logging.getLogger("gpuhub.jobs")
 
@@ -183,7 +183,7 @@ class Kube:
             except Exception:  # noqa: BLE001 - logged; the others are still listed
                 log.exception("status of %s/%s could not be derived", *key)
                 return unreadable(job)
-            if not with_logs or not mine or first["state"] in FINISHED or first["state"] == "Queued":
+            if not with_logs or not mine or first["state"] in FINISHED or first["state"] == QUEUED:
                 return first
             logged = first.get("pod") or mine[-1]["metadata"]["name"]  # a multi-node job: rank 0's
             try:
