@@ -65,7 +65,9 @@ def output_path(status: dict) -> str:
 
 def for_lab(status: dict) -> dict:
     """A job status for the front end: where its output lands, and the status widget's own one-line summary
-    (queue position and ETA, current cell, preemptions), so the panel and `%gpu_submit` say the same."""
+    (queue position and ETA, current cell, preemptions), so the panel and `%gpu_submit` say the same.
+    Its shape is `wire.LabJob` (tests/unit/test_wire.py); not enforced here, so the keys of a newer gpu-jobs
+    than this server's pass through to the browser instead of failing it."""
     return {**status, "output_path": output_path(status), "summary": view(status)["title"]}
 
 

@@ -8,7 +8,8 @@
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
   GET    /metrics           the event loop's stalls (services/loopguard.py; nobody's data, no token)
   GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
-A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs.
+A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs. Every JSON
+answer is built through its model in gpu_spawner/wire.py.
 Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed service).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado import web
 from tornado.httpserver import HTTPServer
 
+from gpu_spawner import wire
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.model.gpu_amount import gpu_amount
@@ -172,7 +174,7 @@ class JobsHandler(JobsBase):
         jobs = await self.kube.jobs(None if everyone else self.who.name)
         statuses = self.explained(await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0"))
         statuses.sort(key=lambda s: s.get("created") or "", reverse=True)
-        self.send({"jobs": statuses})
+        self.send(wire.dump(wire.JobList, {"jobs": statuses}))
 
     async def unfinished(self, user: str) -> Counter:
         """The user's unfinished jobs per profile, including ones just created (see SubmitGate)."""
@@ -202,7 +204,7 @@ class JobsHandler(JobsBase):
                 gate.created(user, job["metadata"]["name"], slug)
         log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
         (status,) = self.explained(await self.kube.statuses([job], with_logs=False))
-        self.send(status, 201)
+        self.send(wire.dump(wire.JobStatus, status), 201)
 
     async def create(self, user: str, objs: list[dict]) -> dict:
         try:
@@ -223,14 +225,14 @@ class JobHandler(JobsBase):
     async def get(self, name):
         job = await self.own_job(name)
         (status,) = self.explained(await self.kube.statuses([job]))
-        self.send(status)
+        self.send(wire.dump(wire.JobStatus, status))
 
     async def delete(self, name):
         job = await self.own_job(name)
         await self.kube.delete(job)
         self.settings["gate"].forget(job["metadata"].get("annotations", {}).get(USER_ANNOTATION, ""), name)
         log.info("%s cancelled %s", self.who.name, name)
-        self.send({"name": name, "cancelled": True})
+        self.send(wire.dump(wire.Cancelled, {"name": name, "cancelled": True}))
 
 
 class LogsHandler(JobsBase):
@@ -265,9 +267,10 @@ class ProfilesHandler(JobsBase):
                                                self.settings["service"].job.max_timeout),
                             "free": info["free"].get(f"{p.pool}/{self.cfg.resource_name(p)}"),
                             "queued": info["pending"]})
-        self.send({"user": self.who.name, "team": team[0] if team else None, "profiles": out,
-                   "priorities": list(self.cfg.priorities),
-                   "max_jobs_per_user": self.settings["service"].max_jobs_per_user or None})
+        self.send(wire.dump(wire.Profiles, {
+            "user": self.who.name, "team": team[0] if team else None, "profiles": out,
+            "priorities": list(self.cfg.priorities),
+            "max_jobs_per_user": self.settings["service"].max_jobs_per_user or None}))
 
 
 class HealthHandler(web.RequestHandler):
