@@ -5,43 +5,13 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { ILabJob } from './wire';
+
 /** Must match LAB_API_PREFIX and LAB_COMM_TARGET in gpu_spawner/contract.py. */
 export const API_PREFIX = 'gpuhub';
 export const COMM_TARGET = 'gpuhub.frontend';
 
-/** Job states as the service reports them (gpu_spawner/contract.py). */
-export const FINAL = ['Succeeded', 'Failed', 'Cancelled'];
-export const HAS_RUN = ['Running', 'Preempted-and-resumed', 'Succeeded', 'Failed'];
-
-export interface IJob {
-  name: string;
-  state: string;
-  message?: string;
-  /** Kueue's own words for a queued job (`message` says it plainly); shown only under "details". */
-  kueue_message?: string;
-  notebook?: string;
-  profile?: string;
-  priority?: string;
-  position?: number | null;
-  queue_length?: number | null;
-  queue?: string;
-  preempted?: number;
-  cell?: { cell: number; of: number } | null;
-  created?: string;
-  output_path: string;
-  summary?: string;
-}
-
-export interface IProfile {
-  slug: string;
-  display_name: string;
-  priorities?: string[];
-  priority?: string;
-  free?: number | null;
-  queued?: number | null;
-  max_timeout?: number;
-}
-
+/** The culler's warning about this server (not a gpu-jobs answer, so not in wire.ts). */
 export interface ICullWarning {
   server: string;
   profile: string;
@@ -72,6 +42,6 @@ export async function request<T>(path: string, init: RequestInit = {}): Promise<
 
 /** What the panel and notifications say about a job: the server's summary (the same line as the
  * `%gpu_submit` status widget: queue position and ETA, current cell, preemptions). */
-export function describe(job: IJob): string {
+export function describe(job: ILabJob): string {
   return job.summary || job.state;
 }

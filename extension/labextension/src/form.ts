@@ -2,7 +2,8 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { IProfile, request } from './api';
+import { request } from './api';
+import { IProfileEntry, IProfiles } from './wire';
 
 export interface IChoice {
   profile: string;
@@ -12,7 +13,7 @@ export interface IChoice {
 }
 
 class FormBody extends Widget {
-  constructor(profiles: IProfile[]) {
+  constructor(profiles: IProfileEntry[]) {
     super({ node: document.createElement('form') });
     this.addClass('gpuhub-form');
     const field = (label: string, input: HTMLElement) => {
@@ -74,7 +75,7 @@ class FormBody extends Widget {
 
 /** The user's choice, or null when cancelled or when there is no GPU profile to offer. */
 export async function askSubmit(path: string): Promise<IChoice | null> {
-  let info: { profiles: IProfile[] };
+  let info: IProfiles;
   try {
     info = await request('profiles');
   } catch (e) {

@@ -10,10 +10,11 @@ import {
 import { ICommandPalette, Notification, ToolbarButton } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { COMM_TARGET, ICullWarning, IJob, request } from './api';
+import { COMM_TARGET, ICullWarning, request } from './api';
 import { askSubmit } from './form';
 import { JobsPanel } from './panel';
 import { JobWatcher } from './watch';
+import { ILabJob } from './wire';
 
 const RUN = 'gpuhub:run-on-gpu-queue';
 const CULL_POLL_MS = 60_000;
@@ -34,7 +35,7 @@ async function runOnQueue(panel: NotebookPanel, watcher: JobWatcher): Promise<vo
     return;
   }
   try {
-    const job = await request<IJob>('jobs', {
+    const job = await request<ILabJob>('jobs', {
       method: 'POST',
       body: JSON.stringify({ path: panel.context.path, ...choice })
     });

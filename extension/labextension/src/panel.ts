@@ -3,7 +3,8 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { FINAL, HAS_RUN, IJob, describe, request } from './api';
+import { describe, request } from './api';
+import { CLIENT_FINAL, HAS_RUN, ILabJob } from './wire';
 
 const gpuIcon = new LabIcon({
   name: 'gpuhub:gpu',
@@ -29,12 +30,12 @@ export class JobsPanel extends Widget {
   }
 
   /** Redraw from the latest list (newest first); `error` when the last refresh failed. */
-  render(jobs: IJob[], error?: string): void {
+  render(jobs: ILabJob[], error?: string): void {
     this.note.textContent = error ? `Last update failed: ${error}` : jobs.length ? '' : 'No GPU jobs yet.';
     this.list.replaceChildren(...jobs.map(job => this.row(job)));
   }
 
-  private row(job: IJob): HTMLElement {
+  private row(job: ILabJob): HTMLElement {
     const row = document.createElement('div');
     row.className = 'gpuhub-job';
     row.dataset.job = job.name;
@@ -63,7 +64,7 @@ export class JobsPanel extends Widget {
       button('Open output', () => this.open(job.output_path));
       button('Logs', () => void this.logs(job.name));
     }
-    if (!FINAL.includes(job.state)) {
+    if (!CLIENT_FINAL.includes(job.state)) {
       button('Cancel', () => void this.cancel(job.name));
     }
     row.append(name, state, detail);

@@ -1,19 +1,20 @@
 /** Polls the user's jobs for the panel, and turns state changes into notifications. */
 import { Notification } from '@jupyterlab/apputils';
 
-import { FINAL, HAS_RUN, IJob, describe, request } from './api';
+import { describe, request } from './api';
 import { JobsPanel } from './panel';
+import { CLIENT_FINAL, HAS_RUN, ILabJob, ILabJobList } from './wire';
 
 const BUSY_MS = 3000; // while a job is unfinished
 const IDLE_MS = 20000;
 
 /** The notification for a change from `before` to `job`, or null when it is not worth one (pure). */
-export function change(before: IJob | undefined, job: IJob): { text: string; type: Notification.TypeOptions } | null {
+export function change(before: ILabJob | undefined, job: ILabJob): { text: string; type: Notification.TypeOptions } | null {
   const was = before?.state;
   if (was === job.state && (before?.preempted ?? 0) >= (job.preempted ?? 0)) {
     return null;
   }
-  if ((job.preempted ?? 0) > (before?.preempted ?? 0) && !FINAL.includes(job.state)) {
+  if ((job.preempted ?? 0) > (before?.preempted ?? 0) && !CLIENT_FINAL.includes(job.state)) {
     return { text: `GPU job ${job.name} was preempted; it resumes from its checkpoint.`, type: 'warning' };
   }
   switch (job.state) {
@@ -40,7 +41,7 @@ export class JobWatcher {
   }
 
   /** A job just submitted from this page: shown at once, and followed from its first state. */
-  submitted(job: IJob): void {
+  submitted(job: ILabJob): void {
     this.known.set(job.name, job);
     Notification.info(`GPU job ${job.name} submitted: ${describe(job)}.`, { autoClose: 5000 });
     void this.refresh();
@@ -48,9 +49,9 @@ export class JobWatcher {
 
   private async refresh(): Promise<void> {
     clearTimeout(this.timer);
-    let jobs: IJob[] = [];
+    let jobs: ILabJob[] = [];
     try {
-      jobs = (await request<{ jobs: IJob[] }>('jobs')).jobs;
+      jobs = (await request<ILabJobList>('jobs')).jobs;
       this.panel.render(jobs);
     } catch (e) {
       this.panel.render([], (e as Error).message);
@@ -62,15 +63,15 @@ export class JobWatcher {
         const actions = HAS_RUN.includes(job.state)
           ? [{ label: 'Open output', callback: () => this.open(job.output_path) }]
           : [];
-        Notification.emit(note.text, note.type, { autoClose: FINAL.includes(job.state) ? false : 8000, actions });
+        Notification.emit(note.text, note.type, { autoClose: CLIENT_FINAL.includes(job.state) ? false : 8000, actions });
       }
     }
     this.loaded = true; // jobs that were already there when the page opened are not announced again
-    const busy = jobs.some(j => !FINAL.includes(j.state));
+    const busy = jobs.some(j => !CLIENT_FINAL.includes(j.state));
     this.timer = setTimeout(() => void this.refresh(), busy ? BUSY_MS : IDLE_MS);
   }
 
-  private known = new Map<string, IJob>();
+  private known = new Map<string, ILabJob>();
   private loaded = false;
   private timer?: ReturnType<typeof setTimeout>;
 }
