@@ -15,8 +15,10 @@ from extension.server import for_lab
 from gpu_spawner import wire
 from gpu_spawner.contract import JOB_LABEL, JOB_STATES, JOBSET_JOB_INDEX, JobState
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from gpu_spawner.services.jobs.app import profiles_answer
 from gpu_spawner.services.jobs.gang import derive_gang_status
 from gpu_spawner.services.jobs.status import derive_status, queue_positions, unreadable
+from gpu_spawner.services.jobs.submission import ServiceSettings
 from gpu_spawner.services.jobs.words import explain
 from gpu_spawner.tools import wire_types
 
@@ -119,6 +121,16 @@ def test_the_lab_routes_job_fits_its_model():
     for status in statuses():
         lab = for_lab(status)
         assert wire.dump(wire.LabJob, lab) == json.loads(json.dumps(lab))
+
+
+def test_the_profiles_answer_fits_its_model_for_every_team():
+    cfg = load_profiles(EXAMPLE_PROFILES)
+    for groups in [[name] for name in cfg.teams] + [[]]:
+        team = cfg.team_for(groups)
+        info = {"pending": 2, "free": {f"{p.pool}/{cfg.resource_name(p)}": 1 for p in cfg.profiles if p.is_gpu}}
+        answer = profiles_answer(cfg, ServiceSettings(), "alice", groups, team[0] if team else None, info)
+        assert answer["profiles"] and all(p["free"] == 1 and p["queued"] == 2 for p in answer["profiles"])
+        assert set(answer["profiles"][0]) == set(wire.ProfileEntry.model_fields)
 
 
 @pytest.mark.parametrize("change", [

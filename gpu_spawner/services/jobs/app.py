@@ -247,6 +247,26 @@ class LogsHandler(JobsBase):
         self.finish(await self.kube.job_logs(job, tail, rank))
 
 
+def profiles_answer(cfg: ProfilesConfig, service: ServiceSettings, user: str, groups: list[str],
+                    team: str | None, info: dict) -> dict:
+    """GET /profiles (pure): the caller's GPU profiles with their team queue's length and free quota (`info`:
+    Kube.queue_info), as wire.Profiles."""
+    out = []
+    for p in cfg.profiles_for(groups):
+        if p.is_gpu:
+            out.append({"slug": p.slug, "display_name": p.display_name, "description": p.description,
+                        "gpus": p.gpu.count, "gpu_label": gpu_amount(cfg, p),  # "¼ T4 (time-sliced)"
+                        "resource": cfg.resource_name(p), "pool": p.pool,
+                        "priority": cfg.effective_priority(p), "max_per_user": p.max_per_user,
+                        "max_nodes": p.max_nodes or 1,
+                        "priorities": cfg.allowed_priorities(p, groups),
+                        "max_timeout": min(p.max_job_timeout or JobSettings().max_timeout, service.job.max_timeout),
+                        "free": info["free"].get(f"{p.pool}/{cfg.resource_name(p)}"),
+                        "queued": info["pending"]})
+    return wire.dump(wire.Profiles, {"user": user, "team": team, "profiles": out, "priorities": list(cfg.priorities),
+                                     "max_jobs_per_user": service.max_jobs_per_user or None})
+
+
 class ProfilesHandler(JobsBase):
     async def get(self):
         groups = list(self.who.groups)
@@ -254,23 +274,8 @@ class ProfilesHandler(JobsBase):
         info = {"pending": None, "free": {}}
         if team:
             info = await self.kube.queue_info(team[1].namespace, local_queue_name(team[0]), cluster_queue_name(team[0]))
-        out = []
-        for p in self.cfg.profiles_for(groups):
-            if p.is_gpu:
-                out.append({"slug": p.slug, "display_name": p.display_name, "description": p.description,
-                            "gpus": p.gpu.count, "gpu_label": gpu_amount(self.cfg, p),  # "¼ T4 (time-sliced)"
-                            "resource": self.cfg.resource_name(p), "pool": p.pool,
-                            "priority": self.cfg.effective_priority(p), "max_per_user": p.max_per_user,
-                            "max_nodes": p.max_nodes or 1,
-                            "priorities": self.cfg.allowed_priorities(p, groups),
-                            "max_timeout": min(p.max_job_timeout or JobSettings().max_timeout,
-                                               self.settings["service"].job.max_timeout),
-                            "free": info["free"].get(f"{p.pool}/{self.cfg.resource_name(p)}"),
-                            "queued": info["pending"]})
-        self.send(wire.dump(wire.Profiles, {
-            "user": self.who.name, "team": team[0] if team else None, "profiles": out,
-            "priorities": list(self.cfg.priorities),
-            "max_jobs_per_user": self.settings["service"].max_jobs_per_user or None}))
+        self.send(profiles_answer(self.cfg, self.settings["service"], self.who.name, groups,
+                                  team[0] if team else None, info))
 
 
 class HealthHandler(web.RequestHandler):
