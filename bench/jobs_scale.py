@@ -148,7 +148,7 @@ async def measure(jobs: int, mine: int, rounds: int, scan_every: int) -> dict:
     before = CountingClient.calls
     # the indexed steps interleaved, so load on the machine hits each alike; the scan (the old way) after
     # them, on fewer rounds: it is slow, and its throw-away histories would evict the ETA's memo of the
-    # cache's own (model/eta.py remembers a few calibrations), which the service never does
+    # cache's own (model/wait_estimate.py remembers a few calibrations), which the service never does
     for i in range(rounds):
         for name, step in steps.items():
             if name.startswith("scan"):

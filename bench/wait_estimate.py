@@ -1,6 +1,6 @@
-"""Benchmark: the queue ETA estimator (gpu_spawner/model/eta.py) replayed over a queue's history.
+"""Benchmark: the wait estimator (gpu_spawner/model/wait_estimate.py) replayed over a queue's history.
 
-    python bench/queue_eta.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--raw] [--json]
+    python bench/wait_estimate.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--raw] [--json]
 
 The history is SIMULATED, not a cluster's: a ClusterQueue with `--slots` GPUs of quota admitting FIFO
 (what Kueue does for one LocalQueue at one priority), Poisson arrivals at `--load` x its capacity, and
@@ -12,7 +12,7 @@ are compared with the job's real wait.
 Reports, over the jobs that had to queue: how often an estimate was given (history thick enough), the
 median absolute error of p50, the median error relative to the real wait, and the p90's coverage (the
 share of real waits at or under it: ~0.9 is calibrated). `--raw`: the p90 without its calibration on the
-queue's own past (eta.py), for the side-by-side comparison.
+queue's own past (wait_estimate.py), for the side-by-side comparison.
 
 `--cost`: instead, the time of what gpu-jobs does per status list: estimates for 200 queued positions over
 the latest 2,000 admissions of one queue (a fresh history list each round, as each list is), printed as

@@ -1,5 +1,5 @@
 """Kueue Workloads (pure): whether one waits, its place in Kueue's order, when it was admitted, and each
-LocalQueue's admission history (the queue ETA's input, model/eta.py). gpu-jobs (positions, status), the
+LocalQueue's admission history (the wait estimate's input, model/wait_estimate.py). gpu-jobs (positions, status), the
 hub (a server's place in its team's queue) and showback (queue waits, metrics) read them from here."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Live GPU capacity per pool and profile, kept up to date from node and pod watch events.
 
 Pure: `ClusterState` folds watch events (dicts, as the API sends them) into counters, so a picker
-render reads totals and never calls the API. Informers (`informers.py`) feed it.
+render reads totals and never calls the API. The hub's one watch (`CapacityInformers`) feeds it.
 
 Incremental, because a 5,000-node cluster sends pod events all the time: each event takes back what
 the object counted before and adds what it counts now, on its own node only — per scope (a pool, or
@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub.capacity_text import describe, slot_noun  # noqa: F401  (slot_noun: progress.py's)
+from gpu_spawner.hub.capacity_text import describe, slot_noun  # noqa: F401  (slot_noun: for progress)
 from gpu_spawner.model import quantities
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig

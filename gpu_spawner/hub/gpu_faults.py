@@ -1,13 +1,13 @@
-"""Nodes whose GPU failed the server's health check (extension/gpucheck.py), kept by the hub for a while.
+"""Nodes whose GPU failed the server's health check (the `gpuhub-gpu-check` init container), kept by the
+hub for a while.
 
-A failed check used to end with "try again in a few minutes", and the next start landed on the same broken
-node. The hub now remembers the node (`GPUFaults`): that user's next server keeps off it (`avoid_nodes`: a
-required node affinity on `metadata.name`); once a second, distinct user's check failed there too (a user's
-own code can write the check's words as the termination message), everyone's servers prefer other nodes and
-the picker marks its pool as degraded; and the user reads one short sentence
-first with the technical details folded (`failure_message`), announced to screen readers (role=alert).
-A node is forgotten after `ttl` seconds (a fixed driver or device plugin makes it usable again) or as soon
-as a server passes the check on it.
+Without a memory of it, "try again" would land the next start on the same broken node. So the hub remembers
+the node (`GPUFaults`): that user's next server keeps off it (`avoid_nodes`: a required node affinity on
+`metadata.name`); once a second, distinct user's check failed there too (a user's own code can write the
+check's words as the termination message), everyone's servers prefer other nodes and the picker marks its pool
+as degraded; and the user reads one short sentence first with the technical details folded
+(`failure_message`), announced to screen readers (role=alert). A node is forgotten after `ttl` seconds (a
+fixed driver or device plugin makes it usable again) or as soon as a server passes the check on it.
 """
 from __future__ import annotations
 

@@ -5,12 +5,12 @@ watches only the hub's server pods (its namespace, label `component=singleuser-s
 hooks, while live capacity needs every pod on every node. So the hub runs one list + watch of ALL
 pods (and one of nodes), `CapacityInformers`, and KubeSpawner's reflector becomes a *view* of it:
 `SharedPodReflector` keeps KubeSpawner's `pods` dict with KubeSpawner's own selection (namespace and
-labels), fed by the shared informer's events instead of a second watch (`hub/pod_reflector.py`).
+labels), fed by the shared informer's events instead of a second watch.
 `GPUSpawner` installs it when live capacity is on; with it off, KubeSpawner's reflector runs as is.
 The cost: the hub's service account needs list/watch on pods cluster-wide (live capacity needs it
 anyway), and a relist when a view joins after the first list.
 
-How an informer treats errors (never as data), timeouts and silent watches: `gpu_spawner/kubeio/informer.py`.
+How an informer treats errors (never as data), timeouts and silent watches: `kubeio.informer.Informer`.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hub metrics at /hub/metrics: running servers and pending spawns per profile, read from the shared
 ClusterState at scrape time (so they are right after a hub restart, with no bookkeeping); and the hub's
-own event-loop stalls (services/loopguard.py: the picker's render and the spawn progress run on it)."""
+own event-loop stalls (`LoopGuard`: the picker's render and the spawn progress run on that loop)."""
 from __future__ import annotations
 
 import asyncio

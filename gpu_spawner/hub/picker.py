@@ -1,7 +1,7 @@
 """What the profile picker shows for each profile (pure): GPU, size, $/hour and live capacity.
 
 The entries are KubeSpawner `profile_list` dicts with an extra `gpuhub` key that our form
-template (templates/form.html) reads; KubeSpawner itself ignores it.
+template (form.html) reads; KubeSpawner itself ignores it.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from gpu_spawner.builders import pods as podspec
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.model.choices import default_choice_for
-from gpu_spawner.model.wait_estimate import ETA, frees_text
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
+from gpu_spawner.model.wait_estimate import ETA, frees_text
 
 
 def _duration(seconds: int) -> str:
@@ -81,9 +81,9 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
                   groups: list[str] = (), admin: dict[str, Any] | None = None, eta: ETA | None = None,
                   degraded: str | None = None, hint: str | None = None) -> dict[str, Any]:
     """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings;
-    `eta`: the pool's queue estimate (hub/queue_eta.py), shown when the pool is full; `degraded`: the line for
-    a pool with a node whose GPU check failed (hub/gpu_faults.py); `hint`: this user's right-sizing line
-    (hub/usage_hints.py)."""
+    `eta`: the pool's wait estimate (`PoolHistory`), shown when the pool is full; `degraded`: the line for
+    a pool with a node whose GPU check failed (`GPUFaults`); `hint`: this user's right-sizing line
+    (`PickerHints`)."""
     cost = hourly_cost(cfg, profile)
     overrides = podspec.spawner_overrides(cfg, profile, admin)
     info: dict[str, Any] = {

@@ -1,5 +1,5 @@
-"""KubeSpawner's pod reflector as a view of the hub's one pod informer (the decision is written in
-`informers.py`): KubeSpawner reads `pods` exactly as before, but no second watch runs."""
+"""KubeSpawner's pod reflector as a view of the hub's one pod informer (why one watch: `CapacityInformers`):
+KubeSpawner reads `pods` exactly as before, but no second watch runs."""
 from __future__ import annotations
 
 import asyncio

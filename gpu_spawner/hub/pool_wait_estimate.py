@@ -1,14 +1,15 @@
-"""Queue ETA for servers waiting on a full GPU pool: the picker's "usually frees in ~12 min (p90 ~40 min)"
-and the same words in the spawn progress.
+"""How long a full GPU pool keeps a new or waiting server waiting: the picker's "usually frees in ~12 min
+(p90 ~40 min)" and the same words in the spawn progress, so that a user can choose between waiting, another
+profile and a job before the wait rather than during it.
 
 A pool has no queue object like Kueue's: a server waits as a Pending pod until the scheduler binds it when
 a slot frees. So a pod's "admission" is its binding (its PodScheduled condition), and the history of a
 pool is the (created, scheduled) pairs of the pods that asked for its GPU resource — anyone's: servers,
 Jobs, other workloads all take the slots. `PoolHistory` keeps that history per (pool, GPU resource) as a
-view of the hub's one pod watch (informers.py; no API call of its own, nothing per page render), and
-`model/eta.estimate` turns it into p50/p90 for a position (1 + the pods waiting ahead). In memory and
-bounded (`MAX_HISTORY` per pool): after a hub restart the history is the pods that still exist, and the
-picker says "no estimate yet" until enough have queued.
+view of the hub's one pod watch (`CapacityInformers`: no API call of its own, nothing per page render),
+and `wait_estimate.estimate`, the estimator Kueue queues use too, turns it into p50/p90 for a position
+(1 + the pods waiting ahead). In memory and bounded (`MAX_HISTORY` per pool): after a hub restart the
+history is the pods that still exist, and the picker says "no estimate yet" until enough have queued.
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from typing import Any, Callable
 
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.hub.capacity import pod_requests
-from gpu_spawner.model.wait_estimate import ETA, Admission, estimate, frees_text
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
+from gpu_spawner.model.wait_estimate import ETA, Admission, estimate, frees_text
 
-#: Bindings kept per (pool, resource): more than the estimator samples (model/eta.HISTORY), bounded.
+#: Bindings kept per (pool, resource): more than the estimator samples (`wait_estimate.HISTORY`), bounded.
 MAX_HISTORY = 1000
 #: An estimate is reused for this many seconds (the picker renders often; the history changes slowly).
 MEMO_S = 15.0
@@ -95,7 +96,7 @@ class PoolHistory:
         return sum(1 for k, _ in self.waiting.values() if k == key)
 
     def eta(self, key: Key, position: int) -> ETA:
-        """The estimate for the pod at `position` of this pool's line (model/eta.py)."""
+        """The estimate for the pod at `position` of this pool's line, reused for `MEMO_S`."""
         now = time.monotonic()
         memo = self._memo.get((key, position))
         if memo and now - memo[0] < MEMO_S:

@@ -1,10 +1,12 @@
-"""The waiting part of a spawn (GPUSpawner mixes this in): servers in their team's Kueue queue, deadlines
-with plain-words failures, the spawn page's headline while waiting, and the last failure kept for the
-home page.
+"""A spawn that may wait in its team's Kueue queue (GPUSpawner mixes this in): which queue it waits in,
+how long it may wait and how long it then has to start, what the spawn page says meanwhile, and the last
+failure's reason kept for the home page.
 
-Deadlines: a queued server may wait `queue_wait_limit` in the queue; once admitted (or when not queued)
-it has the admin's `start_timeout` to become ready. JupyterHub's and KubeSpawner's own timeouts are moved
-past both, so the plain message always wins over an empty "Spawn failed:".
+A GPU server queues like a team's Jobs, so a full quota makes it wait rather than fail; but a wait in the
+queue is not a slow start, so the two get separate deadlines: a queued server may wait `queue_wait_limit`,
+and only once admitted (or when not queued at all) does the admin's `start_timeout` count. JupyterHub's and
+KubeSpawner's own timeouts are set past both, so a plain sentence with what to do next always ends the
+spawn, never an empty "Spawn failed:".
 """
 from __future__ import annotations
 
@@ -173,8 +175,8 @@ class QueuedSpawnMixin(LoggingConfigurable):
             self.log.warning("queue position of %s: %s", pod_name, e)
             return None
         profile = getattr(self, "gpu_profile", None)
-        return wait_messages.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name), pod_name, cq,
-                                   flavor=profile.pool if profile else None)
+        return wait_messages.queue_place(got.get("items", []), self.namespace, local_queue_name(team_name),
+                                         pod_name, cq, flavor=profile.pool if profile else None)
 
     async def queue_events(self) -> AsyncIterator[dict[str, Any]]:
         """Spawn-page events while the server waits in the queue: its place when it changes, then its turn."""

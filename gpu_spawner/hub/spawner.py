@@ -28,8 +28,8 @@ from gpu_spawner.builders.kueue import server_queue_labels
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
-from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
+from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, read_store_and_prometheus
 from gpu_spawner.services.usage import hub as usage_env
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
@@ -147,7 +147,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
     )
 
     _informers: CapacityInformers | None = None
-    _pool_history: PoolHistory | None = None  # the queue ETA's view of the same pod watch (hub/queue_eta.py)
+    _pool_history: PoolHistory | None = None  # full pools' wait estimate: a view of the same pod watch
     _informers_lock: asyncio.Lock | None = None
     _said_plain = False  # the "no profiles file" line is logged once per process
 
@@ -179,7 +179,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             if message:
                 raise ValueError(message)
 
-    # Servers pass Pod Security `restricted`, like Job pods (builders/hardening.py): KubeSpawner and z2jh set the
+    # Servers pass Pod Security `restricted`, like Job pods (the same hardening): KubeSpawner and z2jh set the
     # uid (1000) and no privilege escalation, not these. An admin's own context replaces them (KubeSpawner merges
     # these keys over uid, fs_gid and allow_privilege_escalation).
     @default("container_security_context")
@@ -217,7 +217,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         return cls._form_env.get_template("form.html").render(profile_list=profile_list, user_options=user_options)
 
     async def capacity_informers(self) -> CapacityInformers:
-        """The hub's one node + pod watch (see hub/informers.py), started on first use; after a change of
+        """The hub's one node + pod watch (`CapacityInformers`), started on first use; after a change of
         the profiles file it is refilled for the new pools, never restarted from nothing."""
         cls = GPUSpawner
         if cls._informers_lock is None:
@@ -286,8 +286,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
     _usage_hints: PickerHints | None = None
 
     async def usage_hints(self, allowed: set[str]) -> dict[str, str]:
-        """This user's right-sizing line per profile (hub/usage_hints.py), when the usage store and Prometheus are
-        configured as for the usage page (services/usage/hub.py); {} otherwise or on any failure."""
+        """This user's right-sizing line per profile (`PickerHints`), when the usage store and Prometheus are
+        configured as for the usage page; {} otherwise or on any failure."""
         env = os.environ
         prometheus = usage_env.prometheus_url(env)
         if not prometheus or not usage_env.usage_enabled(None, env):
@@ -367,7 +367,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
 
     def add_gpu_check(self, pod):
-        """GPU profiles: the GPU check runs first, as an init container with no home mounted (builders/pods.py),
+        """GPU profiles: the GPU check runs first, as an init container with no home mounted,
         so its verdict (its own termination message, read in is_pod_running) is out of the user's reach."""
         from kubespawner.utils import get_k8s_model
         from kubernetes_asyncio.client import V1Container
@@ -428,7 +428,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             yield event
 
     def pool_eta(self, profile, state):
-        """The queue ETA of this server's waiting pod when its pool is full (hub/queue_eta.py), else None."""
+        """The wait estimate of this server's waiting pod when its pool is full (`PoolHistory`), else None."""
         history = GPUSpawner._pool_history
         if history is None or profile is None or state is None or not state.profile_capacity(profile).full:
             return None

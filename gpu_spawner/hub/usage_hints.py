@@ -1,11 +1,11 @@
-"""Right-sizing hints on the picker's cards: the logged-in user's own hint (services/usage/rightsize.py) for
+"""Right-sizing hints on the picker's cards: the logged-in user's own hint (the usage service's `Hint`) for
 each profile, e.g. "Your last 10 sessions here peaked at 7 GB, 12 % — “A100 MIG 1g.10gb” would do, $2.10/h
 cheaper". Nothing without enough data, and never a reason for the picker to fail.
 
 The hints need the usage store (lifetimes of past pods) and DCGM use from Prometheus: both blocking reads,
 so they run in a thread, one at a time, and their answer (a failure included) is reused for `ttl` seconds;
 each user's hints are cached as well (at most `size` users), so a page render never reads a file. The store
-stays parsed between reads (services/usage/live.py) and the snapshot is grouped per user in the thread, so
+stays parsed between reads (`LiveStore`) and the snapshot is grouped per user in the thread, so
 a render costs that user's rows, never the whole store's.
 """
 from __future__ import annotations

@@ -1,11 +1,16 @@
-"""A spawn that waits, told honestly (pure): a server's place in its team's Kueue queue, the sentences
-the spawn page shows while it waits, and the plain-words reason (with what to do next) when it fails.
+"""What a waiting server's user is told (pure): its place in the team's Kueue queue, the spawn page's
+sentences while it waits, and, when it gives up, the reason in plain words with what to do next (kept as a
+record the home page shows after a reload).
 
-The queue is the team's ClusterQueue, fed by its Jobs' LocalQueue in the team namespace and its servers'
-LocalQueue of the same name in the hub namespace (builders/kueue.py). The hub reads only its own namespace's
-Workloads (it has no rights in team namespaces) and the ClusterQueue's count of pending workloads: a
-server's place among the team's waiting servers, in Kueue's BestEffortFIFO order (priority, then queue
-time; the order gpu-jobs uses for a job's place), and how many servers and jobs wait in all.
+A user who waits without knowing why or for how long gives up or retries, and a retry loses the place;
+so every sentence names what the server waits for (from the resource Kueue names), where it stands, an
+estimate once there is history, and the alternatives to waiting.
+
+The queue is the team's ClusterQueue, fed by two LocalQueues of the same name: its Jobs' in the team
+namespace and its servers' in the hub namespace. The hub has no rights in team namespaces, so a server's
+place is counted among the team's waiting servers only (the Workloads in the hub namespace), in Kueue's
+BestEffortFIFO order (priority, then queue time; a job's place is counted the same way), and the
+ClusterQueue's pending count says how many servers and jobs wait in all.
 """
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ from typing import Any, Iterable
 
 from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE
-from gpu_spawner.model.wait_estimate import ETA, estimate
 from gpu_spawner.model.kueue_words import QueueContext, flavor_usage, quota_limit
+from gpu_spawner.model.wait_estimate import ETA, estimate
 
 #: What a user can do instead of waiting, said once in every queue and timeout message.
 ALTERNATIVES = ("pick a profile the picker shows as free, run the notebook as a job with %gpu_submit "

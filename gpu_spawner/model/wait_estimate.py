@@ -1,20 +1,21 @@
-"""Queue ETA (pure): how long until the job at position k of a queue is admitted, from that queue's recent
-admissions (a LocalQueue's from its Kueue Workloads, cluster/workloads.py; a full pool's from its pods'
-bindings, hub/queue_eta.py), and the picker's words for it.
+"""How long the job at place k of a queue will wait (pure), from that queue's recent admissions, and the
+picker's words for it. One estimator for every queue: a LocalQueue's history comes from its Kueue
+Workloads, a full pool's from its pods' bindings; gpu-jobs, the spawn page, the picker and the usage
+metrics all say the same number.
 
-The estimator is empirical, with no model of run times. It replays the recent history from the moments
-jobs arrived to a full queue: from each past job's creation time t (only jobs that had to queue), the time
-until the k-th admission after t, counted only when that k-th admitted workload was already waiting at t
-(a backlog of at least k stood, as it does now, so the span measures how fast quota freed up, not idle
-time). Its answer is that span distribution's p50 and p90; fewer than `min_spans` such spans: no estimate
-("no estimate yet").
+The estimator is empirical, with no model of run times (nobody knows when a notebook will end). It
+replays the recent history from the moments jobs arrived to a full queue: from each past job's creation
+time t (only jobs that had to queue), the time until the k-th admission after t, counted only when that
+k-th admitted workload was already waiting at t (a backlog of at least k stood, as it does now, so the
+span measures how fast quota freed up, not idle time). Its answer is that span distribution's p50 and
+p90; fewer than `min_spans` such spans: no estimate ("no estimate yet").
 
-The raw p90 of those spans covers too few real waits (76–82 % in bench/queue_eta.py: spans from different
-arrivals overlap, so they vary less than single waits do). So the p90 is calibrated on the queue's own
-past (split conformal): for the latest `CALIBRATION` jobs that queued and are admitted by now, the raw
-estimate each would have got at its arrival (its position then, the history before it) against its real
-wait; the p90 is scaled by the conformal `LEVEL` quantile of wait / raw p90. Fewer than `MIN_CALIBRATION`
-such jobs: the raw p90 stands.
+The raw p90 of those spans covers too few real waits (76–82 % of them over simulated histories, in the
+wait-estimate benchmark: spans from different arrivals overlap, so they vary less than single waits do).
+So the p90 is calibrated on the queue's own past (split conformal): for the latest `CALIBRATION` jobs
+that queued and are admitted by now, the raw estimate each would have got at its arrival (its position
+then, the history before it) against its real wait; the p90 is scaled by the conformal `LEVEL` quantile
+of wait / raw p90. Fewer than `MIN_CALIBRATION` such jobs: the raw p90 stands.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ QUEUED_S = 5
 CALIBRATION = 80
 MIN_CALIBRATION = 10
 #: The calibration's quantile: above 0.9 because its jobs are censored (those still waiting, the long waits,
-#: are not history yet); 0.93 brings the replayed coverage to 0.90-0.91 (docs/benchmarks.md).
+#: are not history yet); 0.93 brings the replayed coverage to 0.90-0.91 (measured in the benchmarks).
 LEVEL = 0.93
 
 

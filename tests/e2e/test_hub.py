@@ -116,7 +116,7 @@ def test_full_pool_streams_a_plain_language_pending_message(hub, cluster, namesp
     assert r.status_code in (201, 202), r.text
     try:
         events = hub.progress("rita", lambda e: "in use" in e.get("message", ""))
-        # then the pool's queue ETA (hub/queue_eta.py; tests/e2e/test_picker_eta.py): none yet, or an estimate
+        # then the pool's queue ETA (`PoolHistory`; test_picker_eta.py): none yet, or an estimate
         assert re.fullmatch(r"All 2 H100 NVL GPUs are in use; you are waiting for one to free up\. "
                             r"(No estimate yet|Usually frees in .+)\.", events[-1]["message"]), events[-1]
         assert hub.server("rita") and not hub.server("rita")["ready"]

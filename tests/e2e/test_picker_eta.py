@@ -1,4 +1,4 @@
-"""Queue ETA for a full pool on the real hub and dev cluster (hub/queue_eta.py): pods really queue on the
+"""Queue ETA for a full pool on the real hub and dev cluster (`PoolHistory`): pods really queue on the
 H100 pool and the real scheduler binds them as slots free; the hub learns the waits from its one pod watch,
 and the picker and the spawn progress say how long a slot usually takes to free."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .test_hub import SKU, cards, hog
 pytestmark = pytest.mark.cluster
 
 POOL = "kubernetes.azure.com/agentpool"
-#: Each queued pod must wait longer than model/eta.QUEUED_S (5 s) to count as queue history.
+#: Each queued pod must wait longer than wait_estimate.QUEUED_S (5 s) to count as queue history.
 QUEUED_FOR = 6.5
 
 

@@ -20,7 +20,7 @@ def test_queued_without_workload_yet():
     assert s["user"] == "alice" and s["profile"] == "a100-mig-1g10gb" and s["notebook"] == "work/nb.ipynb"
 
 
-#: Too little history for a queue ETA (model/eta.py): said as None, not guessed.
+#: Too little history for a wait estimate (`wait_estimate.estimate`): said as None, not guessed.
 NO_ETA = {"eta_p50_s": None, "eta_p90_s": None, "eta_samples": 0}
 
 

@@ -1,4 +1,4 @@
-"""The hub's queue ETA for full pools (hub/queue_eta.py): bindings from pod watch events as history, the
+"""The hub's wait estimate for full pools (`PoolHistory`): bindings from pod watch events as history, the
 waiting line per pool and resource, the picker's words and the progress sentence."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.picker import profile_entry
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
-from gpu_spawner.model.wait_estimate import ETA, frees_text
 from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.wait_estimate import ETA, frees_text
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)
