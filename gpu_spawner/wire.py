@@ -23,8 +23,10 @@ class Wire(BaseModel):
 
 
 def dump(model: type[Wire], data: dict[str, Any]) -> dict[str, Any]:
-    """`data` checked against `model`, as JSON-ready values with exactly the keys it had."""
-    return model.model_validate(data).model_dump(mode="json", exclude_unset=True)
+    """`data`, checked against `model` and sent as it is (the same keys; a re-dump through the model would
+    double the cost of an admin's list of 10,000 jobs: 122 ms against 55 ms to validate alone)."""
+    model.__pydantic_validator__.validate_python(data)
+    return data
 
 
 class CellProgress(Wire):

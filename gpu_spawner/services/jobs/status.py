@@ -51,7 +51,7 @@ def workload_owner(workload: dict) -> str | None:
 
 def queue_positions(workloads: list[dict]) -> dict[str, dict[str, int]]:
     """Job name → {"position": 1-based place among the pending workloads of its LocalQueue, "of": how
-    many are pending there, and the queue ETA (model/eta.py: eta_p50_s, eta_p90_s, None when history is
+    many are pending there, and the queue ETA (wait_estimate.estimate: eta_p50_s, eta_p90_s, None when history is
     thin, eta_samples)}; only pending (not quota-reserved) workloads get one."""
     by_queue: dict[tuple[str, str], list[dict]] = {}
     for wl in workloads:
