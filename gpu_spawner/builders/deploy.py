@@ -136,7 +136,8 @@ def render_rbac(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
         mine = [p for p in perms if p.account == account]
         subject = [{"kind": "ServiceAccount", "name": sa, "namespace": hub_namespace}]
         for ns in dict.fromkeys(p.namespace for p in mine):
-            role = prefix if account != HUB_ACCOUNT else f"{prefix}-servers" if ns == hub_namespace else f"{prefix}-usage"
+            role = (prefix if account != HUB_ACCOUNT
+                    else f"{prefix}-servers" if ns == hub_namespace else f"{prefix}-usage")
             kind, name = ("ClusterRole", f"{prefix}-read") if ns is None else ("Role", role)
             meta = {"name": name, "labels": labels} | ({"namespace": ns} if ns else {})
             objs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
@@ -249,7 +250,8 @@ def render_aks_script(cfg: ProfilesConfig) -> str:
            "# Usage: RESOURCE_GROUP=my-rg CLUSTER=my-aks bash deploy/aks-nodepools.sh",
            "# GPU pools skip AKS's driver install: the NVIDIA GPU operator (see docs/admin-guide.md) installs the",
            "# driver, device plugin (config: nvidia-device-plugin-config.yaml, picked by the",
-           f"# {DEVICE_PLUGIN_CONFIG_LABEL} label) and mig-manager (mig-parted-config.yaml, picked by {MIG_CONFIG_LABEL}).",
+           (f"# {DEVICE_PLUGIN_CONFIG_LABEL} label) and mig-manager (mig-parted-config.yaml, "
+            f"picked by {MIG_CONFIG_LABEL})."),
            "set -euo pipefail",
            ': "${RESOURCE_GROUP:?set RESOURCE_GROUP}" "${CLUSTER:?set CLUSTER}"', ""]
     for name, pool in cfg.pools.items():

@@ -18,7 +18,8 @@ JOB_UID, JOB_GID = 1000, 100
 
 #: The Pod Security Standard that team namespaces enforce (and warn and audit on).
 POD_SECURITY_LEVEL = "restricted"
-POD_SECURITY_LABELS = {f"pod-security.kubernetes.io/{mode}": POD_SECURITY_LEVEL for mode in ("enforce", "warn", "audit")}
+POD_SECURITY_LABELS = {f"pod-security.kubernetes.io/{mode}": POD_SECURITY_LEVEL
+                       for mode in ("enforce", "warn", "audit")}
 
 #: A Job's scratch disk may not exceed this: each GPU slot of a team's Kueue quota carries this much
 #: `ephemeral-storage` quota (Kueue refuses a workload asking for a resource its queue does not cover),

@@ -160,7 +160,8 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
     labels = {**podspec.labels(profile), USER_LABEL: safe_slug(user, max_length=63), JOB_LABEL: name}
     annotations = {USER_ANNOTATION: user, NOTEBOOK_ANNOTATION: notebook_path}
     gpus = podspec.gpu_resources(cfg, profile)
-    res = {"cpu": quantities.cpu(profile.cpu), "memory": str(profile.memory_limit), **{k: str(v) for k, v in gpus.items()}}
+    res = {"cpu": quantities.cpu(profile.cpu), "memory": str(profile.memory_limit),
+           **{k: str(v) for k, v in gpus.items()}}
     try:
         home_volume, home_mount = job_home(settings.home, user)
     except StorageError as e:

@@ -26,7 +26,8 @@ def profile_problems(at: str, p: Profile, pool: Pool | None) -> list[NodesProble
     if p.gpu is None or p.gpu.kind != "full":
         kind = "no GPU" if p.gpu is None else f"{p.gpu.kind} GPUs"
         return [NodesProblem(f"{at}.max_nodes", f"{p.max_nodes}: multi-node jobs need whole GPUs; this profile has "
-                                                f"{kind}. Remove max_nodes, or set it on a profile with gpu.kind: full")]
+                                                f"{kind}. Remove max_nodes, or set it on a profile with "
+                                                "gpu.kind: full")]
     if pool is not None and pool.max_nodes is not None and p.max_nodes > pool.max_nodes:
         return [NodesProblem(f"{at}.max_nodes", f"{p.max_nodes} nodes never fit: pool {p.pool!r} has at most "
                                                 f"{pool.max_nodes} (pools.{p.pool}.max_nodes); valid: "

@@ -28,7 +28,8 @@ def load_profiles(path: str | Path) -> ProfilesConfig:
     try:
         text = path.read_text()
     except OSError as e:
-        raise ProfilesError([Problem("", f"cannot read profiles file {str(path)!r}: {e.strerror}")], str(path)) from None
+        raise ProfilesError([Problem("", f"cannot read profiles file {str(path)!r}: {e.strerror}")],
+                            str(path)) from None
     return parse_profiles_text(text, source=str(path))
 
 

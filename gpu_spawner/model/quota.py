@@ -92,8 +92,8 @@ class Shortfall:
                 f"{human_bytes(p.memory_limit * n)}, but pool {self.pool!r} has at most {self.nodes} "
                 f"node{'s' if self.nodes != 1 else ''} (max_nodes), which can run only {self.holds} of them "
                 f"({self.per_node} per node), so the team could never use its quota in full. Either give "
-                f"{p.slug!r} at most {float(self.fits_cpu):.2f} CPUs / {human_bytes(self.fits_memory)} (memory + shm), or lower "
-                f"teams.{self.team}.quota.{self.pool} to {self.fits_quota}.")
+                f"{p.slug!r} at most {float(self.fits_cpu):.2f} CPUs / {human_bytes(self.fits_memory)} (memory + shm), "
+                f"or lower teams.{self.team}.quota.{self.pool} to {self.fits_quota}.")
 
 
 def _holds(cfg: ProfilesConfig, pool_name: str, p: Profile, units: int) -> tuple[int, int, int, int]:

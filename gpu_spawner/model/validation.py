@@ -300,7 +300,8 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
         return
     if not p.pool:
         gpu_pools = [n for n, q in cfg_pools.items() if q.is_gpu]
-        out.append(Problem(f"{at}.pool", f"a GPU profile must name its pool; GPU pools: {', '.join(gpu_pools) or '(none)'}"))
+        out.append(Problem(f"{at}.pool",
+                           f"a GPU profile must name its pool; GPU pools: {', '.join(gpu_pools) or '(none)'}"))
         return
     if pool is None or pool.gpu is None or pool.gpu.model not in GPU_MODELS:
         if pool is not None and pool.gpu is None:
@@ -338,7 +339,8 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
                                               f"{pool.gpu.count_per_node}; valid: 1..{pool.gpu.count_per_node}"))
     elif p.gpu.count > per_node:
         out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count} never fits: a node of pool {p.pool!r} offers "
-                                              f"{per_node} x {pool.resource_name(p.gpu.profile)}; valid: 1..{per_node}"))
+                                              f"{per_node} x {pool.resource_name(p.gpu.profile)}; "
+                                              f"valid: 1..{per_node}"))
     _check_fits(at, p, pool, out)
 
 

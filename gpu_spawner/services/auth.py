@@ -1,4 +1,5 @@
-"""Who is calling gpu-jobs (and the notification endpoints it hosts): the hub's answer for the caller's OWN token, never a name looked up by URL.
+"""Who is calling gpu-jobs (and the notification endpoints it hosts): the hub's answer for the caller's OWN token,
+never a name looked up by URL.
 
 `GET /hub/api/user` with the caller's token returns that token's user with `name`, `groups` and
 `admin` (JupyterHub adds the identify scopes on that endpoint for any token) and the token's `scopes`.

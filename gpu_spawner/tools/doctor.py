@@ -38,7 +38,8 @@ DEVICE_PLUGIN_NAME = "nvidia-device-plugin"
 STRICT_GPU_LABELS = ("nvidia.com/gpu.count", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy",
                      "nvidia.com/mig.strategy")
 #: Taints a node carries for a while by itself (not ready, unreachable, being drained).
-TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "ToBeDeletedByClusterAutoscaler")
+TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
+                            "ToBeDeletedByClusterAutoscaler")
 INSTALL_KUEUE = ("install Kueue v0.19 (kubectl apply --server-side -f "
                  "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml), "
                  f"then: {APPLY_KUEUE}")
@@ -135,9 +136,11 @@ def _check_labels(sec: str, name: str, pool: Pool, nodes: list[dict[str, Any]]) 
         if diffs:
             bad.append(f"{_name(n)}: {'; '.join(diffs[:3])}")
     if not bad:
-        return Check(sec, "labels", OK, f"{len(want)} expected label{'s' * (len(want) != 1)} on every node" if want else "node selector")
+        return Check(sec, "labels", OK,
+                     f"{len(want)} expected label{'s' * (len(want) != 1)} on every node" if want else "node selector")
     fix = ("GPU labels come from GPU feature discovery and the device plugin: check the GPU operator and that the "
-           f"node's {DEVICE_PLUGIN_CONFIG_LABEL} label names the pool's entry in deploy/nvidia-device-plugin-config.yaml"
+           f"node's {DEVICE_PLUGIN_CONFIG_LABEL} label names the pool's entry in "
+           "deploy/nvidia-device-plugin-config.yaml"
            if pool.is_gpu else f"recreate the pool with --node-vm-size {pool.instance_type} or fix pools.{name}")
     return Check(sec, "labels", FAIL, _some(bad, 2), fix)
 

@@ -214,7 +214,8 @@ def undocumented() -> list[str]:
 
 def reference() -> str:
     """The reference as Markdown (headings start at ###, so it fits inside another document)."""
-    out = ["Generated from the pydantic model (`gpu_spawner/model/profiles.py`) by `python -m gpu_spawner.tools.reference_docs`; "
+    out = ["Generated from the pydantic model (`gpu_spawner/model/profiles.py`) by "
+           "`python -m gpu_spawner.tools.reference_docs`; "
            "do not edit by hand. Unknown keys are errors everywhere; `gpuhub validate FILE` lists every problem "
            "with its path, the bad value and what would be valid.", ""]
     for heading, model, where in SECTIONS:
@@ -230,7 +231,8 @@ def reference() -> str:
     out += ["### Resource names and slots", "",
             "| sharing | resource a pod asks for | slots per node |", "|---|---|---|",
             "| `none` | `nvidia.com/gpu` | GPUs per node |",
-            "| `time-slicing` | `nvidia.com/gpu` (`nvidia.com/gpu.shared` with `rename_by_default`) | GPUs × replicas |",
+            ("| `time-slicing` | `nvidia.com/gpu` (`nvidia.com/gpu.shared` with `rename_by_default`) "
+             "| GPUs × replicas |"),
             "| `mig`, `mixed` | `nvidia.com/mig-<g>g.<mem>gb` | GPUs × slices of that size in the layout |",
             "| `mig`, `single` | `nvidia.com/gpu` | GPUs × slices |", "",
             "### MIG slices per GPU", "", "| model | slices (max per GPU) |", "|---|---|"]

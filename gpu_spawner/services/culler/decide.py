@@ -191,7 +191,9 @@ def parse_evidence(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], GP
             if not seen:
                 continue
             top = max(seen, key=lambda s: s[0])  # ties: PROF (listed first)
-            maxes.append(top[0]); counts.append(max(s[1] for s in seen)); metrics.add(top[2])
+            maxes.append(top[0])
+            counts.append(max(s[1] for s in seen))
+            metrics.add(top[2])
         if not maxes:
             continue
         metric = metrics.pop() if len(metrics) == 1 else "mixed"

@@ -40,7 +40,8 @@ def bar_chart_svg(rows: list[dict[str, Any]], value: str = "gpu_hours_held", uni
         parts.append(f'<text x="{LABEL_W - 6}" y="{y + 15}" text-anchor="end" font-size="13">'
                      f'{html.escape(str(r["key"]))}</text>'
                      f'<rect class="bar" x="{LABEL_W}" y="{y + 3}" width="{w}" height="{BAR_H - 6}" fill="#2f81f7"/>'
-                     f'<text x="{LABEL_W + w + 6}" y="{y + 15}" font-size="12">{float(r[value]):.2f} {html.escape(unit)}</text>')
+                     f'<text x="{LABEL_W + w + 6}" y="{y + 15}" font-size="12">'
+                     f'{float(r[value]):.2f} {html.escape(unit)}</text>')
     if not rows:
         parts.append('<text x="10" y="20" font-size="13">no GPU usage in this range</text>')
     parts.append("</svg>")
