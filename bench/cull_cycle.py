@@ -253,14 +253,16 @@ def main() -> int:
                     "stops_seconds_after_cycle": stops.get("seconds_after_cycle"),
                     "stops_hub_seconds": stops.get("hub_seconds"), "stops_done": stops.get("done"),
                     "process_seconds": round(process_s, 2), "hub_requests": total, "hub_requests_by_handler": diff,
-                    "hub_handler_seconds": busy, "user_list_pages": pages, "requests_minus_pages_and_culls": total - pages - cycle["culls"]}
+                    "hub_handler_seconds": busy, "user_list_pages": pages,
+                    "requests_minus_pages_and_culls": total - pages - cycle["culls"]}
 
         pages, list_s = list_pages()
         first = one_cycle()
         second = one_cycle()  # the same hub right after: nothing left to cull
         result = {
             "servers": args.servers, "gpu_servers": n_gpu, "policy": "gpu" if args.gpu_policy else "activity",
-            "page_size": args.page_size or "hub default", "concurrency": args.concurrency or 10, "first_cycle": first, "second_cycle_no_culls": second,
+            "page_size": args.page_size or "hub default", "concurrency": args.concurrency or 10, "first_cycle": first,
+            "second_cycle_no_culls": second,
             "hub_list_only": {"pages": pages, "seconds": round(list_s, 3)},
             "own_time_ratio": round(first["cycle_seconds"] / max(second["cycle_seconds"], 1e-6), 2),
             "spawner": "NoProcessSpawner (no processes; servers reported running)", "load_avg": os.getloadavg(),

@@ -85,7 +85,8 @@ def measure(cluster: dc.Cluster, hub: Hub, rounds: int, nodes: int) -> dict:
                     f"{kind}_admit_kueue_p50_ms": pct(kueue, 0.5), f"{kind}_admit_kueue_p95_ms": pct(kueue, 0.95)})
     for what in ("admit_kueue", "admit_service", "running"):  # side by side, same run: the gang's cost
         out[f"gang_vs_single_{what}_p50_ratio"] = round(out[f"gang_{what}_p50_ms"] / out[f"single_{what}_p50_ms"], 2)
-    out["service_vs_kueue_gang_admit_p50_ms"] = round(out["gang_admit_service_p50_ms"] - out["gang_admit_kueue_p50_ms"], 1)
+    out["service_vs_kueue_gang_admit_p50_ms"] = round(
+        out["gang_admit_service_p50_ms"] - out["gang_admit_kueue_p50_ms"], 1)
     return out
 
 

@@ -59,7 +59,8 @@ class Hub:
             page = s.get(f"{self.url}/hub/login", timeout=30).text
             xsrf = page.split('name="_xsrf" value="', 1)[1].split('"', 1)[0] if "_xsrf" in page else ""
             s.post(f"{self.url}/hub/login?next=", data={"username": user, "password": "", "_xsrf": xsrf}, timeout=30)
-            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", headers={"Authorization": f"token {self.admin}"},
+            r = requests.post(f"{self.url}/hub/api/users/{user}/tokens",
+                              headers={"Authorization": f"token {self.admin}"},
                               json={"scopes": [JOBS_ACCESS_SCOPE]}, timeout=30)
             r.raise_for_status()
             self.tokens[user] = r.json()["token"]

@@ -112,8 +112,8 @@ async def run(a) -> dict:
         t = time.perf_counter()
         store = write_store(Path(tmp), a.users, a.days, until)
         size = store.finished_path.stat().st_size
-        out = {"users": a.users, "days": a.days, "lifetimes": a.users * (a.days - 1), "store_mib": round(size / 2**20, 1),
-               "write_s": round(time.perf_counter() - t, 1)}
+        out = {"users": a.users, "days": a.days, "lifetimes": a.users * (a.days - 1),
+               "store_mib": round(size / 2**20, 1), "write_s": round(time.perf_counter() - t, 1)}
 
         async def old(user):
             before_view(store, user, since, until)

@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.action == "plan":
             if todo := missing(only=only):
                 known = build_progress.recorded(cache_root())
-                print(f"[devcluster] {build_progress.plan(todo, build_progress.estimates(todo, known), known, bin_dir())}",
+                print("[devcluster] "
+                      f"{build_progress.plan(todo, build_progress.estimates(todo, known), known, bin_dir())}",
                       file=sys.stderr)
         else:
             gone = missing(only=only)

@@ -86,8 +86,9 @@ def add_commands(sub) -> None:
                           "JupyterHub's), e.g. 30s to try a profile's short idle_timeout and see culling soon")
     dev.add_argument("--z2jh", action="store_true",
                      help="install the product as a platform team does: real kubelet nodes (containerd, kube-proxy, "
-                          "CoreDNS) for the system pool and one GPU pool, the images of `make images` on them, and "
-                          "the zero-to-jupyterhub chart with deploy/values.yaml; prints proxy-public's URL (needs root)")
+                          "CoreDNS) for the system pool and one GPU pool, the images of `make images` on them, "
+                          "and the zero-to-jupyterhub chart with deploy/values.yaml; prints proxy-public's URL "
+                          "(needs root)")
     dev.add_argument("--chart", metavar="DIR", help="with --z2jh: the z2jh 4.4.0 chart folder (default: "
                      "$GPUHUB_Z2JH_CHART, else shared/z2jh/jupyterhub beside the checkout)")
     dev.add_argument("--gpu-pool", metavar="POOL", help="with --z2jh: the GPU pool on the real node (default: the "

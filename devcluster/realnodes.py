@@ -54,7 +54,8 @@ def check_machine() -> None:
     """Real nodes need root and a few Debian packages; say which are missing."""
     if os.geteuid() != 0:
         raise SetupError("real nodes (network namespaces, cgroups, mounts) need root: run as root")
-    gone = sorted({pkg for tool, pkg in TOOLS.items() if not (Path(tool).exists() if "/" in tool else shutil.which(tool))})
+    gone = sorted({pkg for tool, pkg in TOOLS.items()
+                   if not (Path(tool).exists() if "/" in tool else shutil.which(tool))})
     if gone:
         raise SetupError(f"real nodes need Debian packages that are missing: apt-get install {' '.join(gone)}")
 
@@ -187,7 +188,8 @@ def _issue(pki: pki_mod.PKI, dest: Path, stem: str, cn: str, org: str | None, us
     return dest / f"{stem}.crt", dest / f"{stem}.key"
 
 
-def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str, proxy_hostname: str | None = None) -> dict[str, Path]:
+def write_node_files(node: RealNode, pki: pki_mod.PKI, server: str,
+                     proxy_hostname: str | None = None) -> dict[str, Path]:
     """Certificates, kubeconfigs and configs of one node, under its folder; returns their paths."""
     d = node.root
     for sub in ("pki", "cni", "ipam"):

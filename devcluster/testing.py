@@ -334,10 +334,10 @@ def hub_log_sections(dev, agent, lines: int = 80) -> list[tuple[str, str]]:
 
 #: A two-cell notebook with a `parameters` cell (epochs = 1): what JobsHub.submit sends by default.
 PARAMETERS_NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                 "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
-                            "outputs": [], "execution_count": None},
-                           {"cell_type": "code", "id": "b", "metadata": {}, "source": "print(epochs * 2)", "outputs": [],
-                            "execution_count": None}]}
+                 "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]},
+                            "source": "epochs = 1", "outputs": [], "execution_count": None},
+                           {"cell_type": "code", "id": "b", "metadata": {}, "source": "print(epochs * 2)",
+                            "outputs": [], "execution_count": None}]}
 
 
 @dataclass

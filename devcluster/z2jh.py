@@ -1,8 +1,8 @@
 """The zero-to-jupyterhub (z2jh) chart as a platform team installs it: where the chart is, `helm template`
 with the product's values, and the hub pod's configuration laid out as the chart mounts it.
 
-The chart (z2jh 4.4.0 as published) is test input kept beside the repository (`shared/z2jh/jupyterhub` next to the checkout,
-or $GPUHUB_Z2JH_CHART); where it is absent the tests skip and say how to get it. The hub pod's files come
+The chart (z2jh 4.4.0 as published) is test input kept beside the repository (`shared/z2jh/jupyterhub` next to
+the checkout, or $GPUHUB_Z2JH_CHART); where it is absent the tests skip and say how to get it. The hub pod's files come
 from the rendered ConfigMap and Secret, byte for byte: `jupyterhub_config.py` and `z2jh.py` (the chart's own
 hub configuration), `config/` and `secret/`. Only one thing differs from the pod: z2jh.py reads them from the
 fixed folder `/usr/local/etc/jupyterhub/`, which `hub_config_tree` points at the tree's own folder.

@@ -3,8 +3,9 @@ dev cluster, so the replay asks this model, once per tick, which KWOK nodes to a
 
 The model, and nothing more (documented in docs/benchmarks.md):
 - scale up: when pods of a pool are pending (unschedulable) beyond the free GPU slots of its Ready nodes,
-  ask for ceil(rest / pods per node) nodes, minus those already being provisioned for it, within `max_nodes`; a new node is Ready (created in the
-  cluster) `provision_delay` seconds later, and is paid for from the moment it is asked for;
+  ask for ceil(rest / pods per node) nodes, minus those already being provisioned for it, within `max_nodes`;
+  a new node is Ready (created in the cluster) `provision_delay` seconds later, and is paid for from the moment
+  it is asked for;
 - scale down: a node with no pods for `scale_down_after` seconds (AKS's scale-down-unneeded-time,
   10 min by default) is removed, never below `min_nodes`;
 - `min_nodes`/`max_nodes` come from the profiles file (no max_nodes: unbounded).
@@ -91,7 +92,8 @@ class AutoscalerModel:
                 continue
             if n["empty_since"] is None:
                 n["empty_since"] = now
-            elif now - n["empty_since"] >= self.scale_down_after and self.count(n["pool"]) > self.pools[n["pool"]].min_nodes:
+            elif now - n["empty_since"] >= self.scale_down_after \
+                    and self.count(n["pool"]) > self.pools[n["pool"]].min_nodes:
                 d.remove.append(name)
                 self.removed[name] = {**self.nodes.pop(name), "gone": now}
         return d

@@ -298,7 +298,8 @@ class Replay:
                 continue
             if s.start <= now < s.end and any(a <= now < b for a, b, _ in s.active) \
                     or self._catching_up(s.user) is not None or s.user in self.st.open_spawn:
-                self.calls.submit(self.api, "POST", f"/users/{quote(s.user)}/activity", json={"last_activity": stamp, "servers": {"": {"last_activity": stamp}}})
+                self.calls.submit(self.api, "POST", f"/users/{quote(s.user)}/activity",
+                                  json={"last_activity": stamp, "servers": {"": {"last_activity": stamp}}})
 
     def _jobs(self, now: float, pods: list[dict]) -> None:
         st = self.st
@@ -308,7 +309,8 @@ class Replay:
                 body = {"profile": job.profile, "notebook_path": f"work/replay-{j}.ipynb", "notebook": JOB_NB,
                         "parameters": {"steps": steps, "step_s": job.runtime / steps / self.speed}}
                 submitted = self.calls.submit(requests.post, f"{self.stack.hub_url}/services/gpu-jobs/jobs", json=body,
-                                              timeout=60, headers={"Authorization": f"token {self.user_token(job.user)}"})
+                                              timeout=60,
+                                              headers={"Authorization": f"token {self.user_token(job.user)}"})
                 st.jobs[j] = {"name": None, "submit": now, "bound": None, "state": "Queued", "checked": 0.0,
                               "preempted": 0, "future": submitted}
         for j, rec in st.jobs.items():
