@@ -1,5 +1,6 @@
 """Suite-wide: the dev cluster fixtures (`cluster`, `namespace`, `scratch_root`, see devcluster/testing.py),
-headless Chromium (`browser`) for what a person sees, and the policy that under CI=true the cluster tier must really run, so a skipped cluster test fails."""
+headless Chromium (`browser`) for what a person sees, and the policy that under CI=true the cluster tier must
+really run, so a skipped cluster test fails."""
 from __future__ import annotations
 
 import os

@@ -305,7 +305,8 @@ def test_cli_unreachable_cluster_is_an_error_on_stderr(tmp_path):
     kc = tmp_path / "kubeconfig"
     kc.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                               "insecure-skip-tls-verify": True}}],
         "users": [{"name": "x", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
     r = _doctor(EXAMPLE_PROFILES, "--kubeconfig", str(kc))

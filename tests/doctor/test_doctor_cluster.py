@@ -183,5 +183,5 @@ def test_home_share_claim_not_labelled(cluster):
         assert "claim team-ds/gpuhub-home" in failed and "not labelled gpuhub.io/home-share=true" in failed
         assert "kubectl -n team-ds label pvc gpuhub-home gpuhub.io/home-share=true" in r.stdout
     finally:
-        cluster.core.patch_namespaced_persistent_volume_claim("gpuhub-home", "team-ds",
-                                                              {"metadata": {"labels": {"gpuhub.io/home-share": "true"}}})
+        cluster.core.patch_namespaced_persistent_volume_claim(
+            "gpuhub-home", "team-ds", {"metadata": {"labels": {"gpuhub.io/home-share": "true"}}})

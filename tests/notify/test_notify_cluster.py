@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 
 import pytest
 import requests

@@ -76,11 +76,13 @@ def test_ephemeral_storage_is_a_service_setting_with_bounds():
 
 
 def test_harden_keeps_what_the_spec_has():
-    spec = {"containers": [{"name": "x", "resources": {"limits": {"cpu": "1"}}, "securityContext": {"readOnlyRootFilesystem": True}}],
+    spec = {"containers": [{"name": "x", "resources": {"limits": {"cpu": "1"}},
+                            "securityContext": {"readOnlyRootFilesystem": True}}],
             "securityContext": {"supplementalGroups": [5]}}
     out = harden(spec, "1Gi")
     (c,) = out["containers"]
-    assert c["resources"] == {"limits": {"cpu": "1", "ephemeral-storage": "1Gi"}, "requests": {"ephemeral-storage": "1Gi"}}
+    assert c["resources"] == {"limits": {"cpu": "1", "ephemeral-storage": "1Gi"},
+                              "requests": {"ephemeral-storage": "1Gi"}}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["runAsNonRoot"] is True
     assert out["securityContext"]["supplementalGroups"] == [5] and out["securityContext"]["runAsUser"] == JOB_UID
     with pytest.raises(ValueError, match=MAX_EPHEMERAL_STORAGE):
@@ -112,7 +114,8 @@ def test_kueue_quota_covers_the_scratch_disk_so_gpus_decide(cfg):
         for flavor in group["flavors"]:
             res = {r["name"]: r for r in flavor["resources"]}
             slots = max(int(r["nominalQuota"]) for n, r in res.items() if n.startswith("nvidia.com/"))
-            assert parse_quantity(res["ephemeral-storage"]["nominalQuota"]) == slots * parse_quantity(MAX_EPHEMERAL_STORAGE)
+            assert parse_quantity(res["ephemeral-storage"]["nominalQuota"]) \
+                == slots * parse_quantity(MAX_EPHEMERAL_STORAGE)
 
 
 # ---------------------------------------------------------------------------------------------- network
@@ -185,7 +188,8 @@ def test_gpu_jobs_account_has_exactly_the_verbs_its_code_uses(cfg):
     assert all(p.account == JOBS_ACCOUNT for p in jobs_permissions(cfg))
     used = calls_in_code()
     assert used - granted == set(), "gpu-jobs calls the API without the right (add it to deploy.jobs_permissions)"
-    assert granted - used == set(), "gpu-jobs is granted rights it never uses (remove them from deploy.jobs_permissions)"
+    assert granted - used == set(), \
+        "gpu-jobs is granted rights it never uses (remove them from deploy.jobs_permissions)"
 
 
 def test_gpu_jobs_runs_under_its_own_hardened_account():
@@ -235,7 +239,8 @@ PLAIN = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybo
 @pytest.mark.cluster
 @pytest.mark.parametrize("what,spec", [
     ("no securityContext", PLAIN),
-    ("root", {**harden(PLAIN, "1Gi"), "securityContext": {"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}}),
+    ("root", {**harden(PLAIN, "1Gi"), "securityContext": {"runAsUser": 0,
+                                                          "seccompProfile": {"type": "RuntimeDefault"}}}),
     ("privilege escalation", {**harden(PLAIN, "1Gi"), "containers": [
         {**harden(PLAIN, "1Gi")["containers"][0], "securityContext": {"allowPrivilegeEscalation": True,
                                                                      "capabilities": {"drop": ["ALL"]}}}]}),
@@ -273,7 +278,8 @@ def jobs_sa_kubeconfig(cluster, tmp_path_factory) -> Path:
     kube = cluster.kube()
     try:
         for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jhub"}},
-                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpu-jobs", "namespace": "jhub"}}):
+                    {"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": {"name": "gpu-jobs", "namespace": "jhub"}}):
             try:
                 kube.create(obj)
             except KubeError as e:
@@ -346,7 +352,8 @@ def test_product_job_pod_is_admitted_and_succeeds_under_restricted_with_gpu_jobs
         assert final["state"] == "Succeeded", (final, logs.text, hub.process.log_tail(40))
         assert logs.status_code == 200 and "uid-ok" in logs.text
         assert name in [j["name"] for j in hub.call("alice", "GET", "/jobs").json()["jobs"]]
-        (pod,) = cluster.core.list_namespaced_pod("team-ds", label_selector=f"batch.kubernetes.io/job-name={name}").items
+        (pod,) = cluster.core.list_namespaced_pod("team-ds",
+                                                  label_selector=f"batch.kubernetes.io/job-name={name}").items
         spec = cluster.api_client().sanitize_for_serialization(pod.spec)
         assert spec["automountServiceAccountToken"] is False
         assert not any(v["name"].startswith("kube-api-access") for v in spec["volumes"])  # no token was mounted
@@ -356,8 +363,9 @@ def test_product_job_pod_is_admitted_and_succeeds_under_restricted_with_gpu_jobs
         assert c["resources"]["limits"]["ephemeral-storage"] == JobSettings().ephemeral_storage
     finally:
         assert hub.call("alice", "DELETE", f"/jobs/{name}").status_code in (200, 404)
-    cluster.wait_until(lambda: not cluster.batch.list_namespaced_job("team-ds", label_selector=f"gpuhub.io/job={name}").items,
-                       60, "the cancelled Job to go")
+    cluster.wait_until(
+        lambda: not cluster.batch.list_namespaced_job("team-ds", label_selector=f"gpuhub.io/job={name}").items,
+        60, "the cancelled Job to go")
 
 
 @pytest.mark.cluster

@@ -1,5 +1,5 @@
-"""The ship tier's installed product: the command `gpuhub dev --z2jh` as a fixture (real kubelet nodes with containerd, the
-images of `make images`, the z2jh chart with deploy/values.yaml), shared by the tests of a module."""
+"""The ship tier's installed product: the command `gpuhub dev --z2jh` as a fixture (real kubelet nodes with containerd,
+the images of `make images`, the z2jh chart with deploy/values.yaml), shared by the tests of a module."""
 from __future__ import annotations
 
 import os

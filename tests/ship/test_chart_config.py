@@ -57,8 +57,8 @@ def inspect(python: str, hub_pod: z2jh.HubPod, user: str, groups: list[str]) -> 
         pytest.skip(f"no JupyterHub 5.5 interpreter at {python}: `make matrix-venv` builds it (or set ${MATRIX_ENV})")
     env = {**os.environ, **hub_pod.env, "GPUHUB_PROFILES": str(EXAMPLE_PROFILES),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([python, "-m", "devcluster.z2jh_inspect", str(hub_pod.root), user, ",".join(groups), *PROFILES],
-                         capture_output=True, text=True, env=env, cwd=hub_pod.root, timeout=120)
+    out = subprocess.run([python, "-m", "devcluster.z2jh_inspect", str(hub_pod.root), user, ",".join(groups),
+                          *PROFILES], capture_output=True, text=True, env=env, cwd=hub_pod.root, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
 

@@ -149,7 +149,8 @@ def test_plan_says_what_a_fresh_machine_builds_and_nothing_once_it_is_built(tmp_
         (dest / b).write_text("")
     _times(dest, json.dumps({binaries.HELM_BINARY: 120.0}))
     r = _plan(tmp_path)
-    assert r.stderr.startswith("[devcluster] building 1 dev-cluster binary ") and f"  {binaries.HELM_BINARY}: " in r.stderr
+    assert r.stderr.startswith("[devcluster] building 1 dev-cluster binary ") \
+        and f"  {binaries.HELM_BINARY}: " in r.stderr
     assert "about 2 min in all (from this machine's earlier builds)" in r.stderr
     (dest / binaries.HELM_BINARY).write_text("")
     assert _plan(tmp_path).stderr == ""

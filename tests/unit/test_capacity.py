@@ -130,7 +130,8 @@ def test_explain_mig_not_ready(cfg, state):
     node = next(n for n in build_nodes(cfg, 2) if n["metadata"]["name"] == MIG_NODE)
     node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "pending"
     state.apply_node("MODIFIED", ready(node))
-    event = {"reason": "FailedScheduling", "message": "0/12 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb."}
+    event = {"reason": "FailedScheduling",
+             "message": "0/12 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb."}
     assert "still being partitioned into MIG slices (mig.config.state: pending)" in explain.explain_event(
         event, prof, state)
 

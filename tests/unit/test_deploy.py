@@ -1,5 +1,6 @@
 """deploy/: the z2jh values, RBAC, NetworkPolicies, AKS node pools and NVIDIA configs. The generated files
-must equal what the example profiles file renders now (regenerate: gpuhub render deploy gpu_spawner/examples/profiles.yaml)."""
+must equal what the example profiles file renders now (regenerate:
+gpuhub render deploy gpu_spawner/examples/profiles.yaml)."""
 from __future__ import annotations
 
 import shlex
@@ -34,7 +35,8 @@ def docs(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", deploy.GENERATED)
 def test_generated_files_are_current(cfg, name):
     want = deploy.generated_files(cfg, EXAMPLE_REL)[name]
-    assert (DEPLOY / name).read_text() == want, f"deploy/{name} is stale: run gpuhub render deploy gpu_spawner/examples/profiles.yaml"
+    assert (DEPLOY / name).read_text() == want, \
+        f"deploy/{name} is stale: run gpuhub render deploy gpu_spawner/examples/profiles.yaml"
 
 
 @pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml", "gpu-jobs.yaml",
@@ -138,7 +140,8 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     env = hub["extraEnv"]
     assert env["GPUHUB_JOBS_SERVICE_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
     assert env["GPUHUB_JOBS_PUBLIC_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}/services/{GPU_JOBS}/"
-    assert env["GPUHUB_JOBS_API_TOKEN"] == {"valueFrom": {"secretKeyRef": {"name": "gpu-jobs-api-token", "key": "token"}}}
+    assert env["GPUHUB_JOBS_API_TOKEN"] == {
+        "valueFrom": {"secretKeyRef": {"name": "gpu-jobs-api-token", "key": "token"}}}
     assert v["cull"]["enabled"] is False  # our culler, not z2jh's
     assert v["singleuser"]["cmd"] == "gpuhub-singleuser"
 
@@ -214,7 +217,8 @@ def test_values_with_gpu_jobs_in_its_own_deployment(tmp_path, monkeypatch):
     assert jobs["url"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
     assert "command" in services[CULLER] and services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
     env = c.GPUSpawner.environment
-    assert env["GPUHUB_JOBS_URL"] == hub["extraEnv"]["GPUHUB_JOBS_PUBLIC_URL"] and env["FROM_SINGLEUSER_EXTRAENV"] == "1"
+    assert env["GPUHUB_JOBS_URL"] == hub["extraEnv"]["GPUHUB_JOBS_PUBLIC_URL"] \
+        and env["FROM_SINGLEUSER_EXTRAENV"] == "1"
     # the lab's culling warnings go to the culler in the hub pod, not to gpu-jobs' Service (no culler there)
     assert env["GPUHUB_CULLER_URL"] == f"http://hub:{CULLER_PORT}/services/{CULLER}/"
     # the Deployment listens where the hub sends the proxy, under the service's prefix, with the same token
@@ -327,7 +331,8 @@ def test_profiles_reference_is_current():
     assert (docs / "profiles-reference.md").read_text() == refdoc.standalone(), \
         "docs/profiles-reference.md is stale: run python -m gpu_spawner.tools.reference_docs"
     guide = (docs / "admin-guide.md").read_text()
-    assert refdoc.splice(guide) == guide, "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.tools.reference_docs"
+    assert refdoc.splice(guide) == guide, \
+        "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.tools.reference_docs"
 
 
 def test_reference_names_every_field_with_type_and_default():

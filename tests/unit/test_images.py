@@ -157,7 +157,7 @@ def test_hadolint(dockerfile):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-# ---------------------------------------------------------------------------------------------- reproducible, user-owned
+# --------------------------------------------------------------------------------------------- reproducible, user-owned
 LOCK = IMAGES / "requirements" / "singleuser.lock"
 
 
@@ -234,7 +234,8 @@ def test_every_image_reference_is_one_the_docs_build():
     for path in [*sorted((ROOT / "deploy").glob("*.yaml")), ROOT / "docs" / "admin-guide.md",
                  ROOT / "gpu_spawner" / "examples" / "profiles.yaml"]:
         text = path.read_text()
-        refs |= {(m[0], m[1], path.name) for m in re.findall(r"myregistry\.azurecr\.io/jupyterhub-gpu/(\w+):([\w.-]+)", text)}
+        refs |= {(m[0], m[1], path.name)
+                 for m in re.findall(r"myregistry\.azurecr\.io/jupyterhub-gpu/(\w+):([\w.-]+)", text)}
         for image, tag in re.findall(r"name: myregistry\.azurecr\.io/jupyterhub-gpu/(\w+)\n\s+tag: \"?([\w.-]+)", text):
             refs.add((image, tag, path.name))
     assert refs

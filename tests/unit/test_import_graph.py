@@ -52,7 +52,8 @@ def test_services_import_no_other_service_outside_a_composition_root(edges):
     found = {(e.source, e.target) for e in ig.service_to_service(edges)
              if (e.source, ig.service_of(e.target)) not in COMPOSITION_ROOTS}
     assert found <= KNOWN_SERVICE_TO_SERVICE, f"service imports another: {sorted(found - KNOWN_SERVICE_TO_SERVICE)}"
-    assert not KNOWN_SERVICE_TO_SERVICE - found, f"no longer there (strike them): {sorted(KNOWN_SERVICE_TO_SERVICE - found)}"
+    assert not KNOWN_SERVICE_TO_SERVICE - found, \
+        f"no longer there (strike them): {sorted(KNOWN_SERVICE_TO_SERVICE - found)}"
 
 
 def test_no_private_name_taken_across_packages(edges):

@@ -70,7 +70,8 @@ def test_the_panel_gets_the_status_widgets_own_summary():
     assert for_lab(queued)["summary"] == "Queued in tiny · position 2 of 3 · ETA ~20 min (p90 ~45 min)"
     running = {"name": "gpu-tina-q-1", "state": "Running", "cell": {"cell": 3, "of": 12}, "node": "gpu-0"}
     got = for_lab(running)
-    assert got["summary"] == "Running (cell 3/12) on gpu-0" and got["output_path"] == "gpu-jobs/gpu-tina-q-1/notebook.ipynb"
+    assert got["summary"] == "Running (cell 3/12) on gpu-0" \
+        and got["output_path"] == "gpu-jobs/gpu-tina-q-1/notebook.ipynb"
 
 
 def test_activity_body_is_what_the_hub_activity_api_takes():

@@ -17,7 +17,8 @@ import pytest
 from devcluster import cluster, leftovers, procs
 from devcluster.components import Layout
 
-LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)"
+LISTEN = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+          "time.sleep(600)")
 
 
 def _free_port() -> int:

@@ -74,7 +74,8 @@ def test_known_vm_sizes_count_as_aks_allocates_them():
     assert allocatable_of("Standard_Unknown_v9") is None
     # the case: four time-sliced sessions of 1 CPU / 7 GiB do not fit one NC4as_T4_v3
     data = yaml.safe_load(UNKNOWN)
-    data["pools"]["t4"] = {"node_selector": {"kubernetes.azure.com/agentpool": "t4"}, "instance_type": "Standard_NC4as_T4_v3",
+    data["pools"]["t4"] = {"node_selector": {"kubernetes.azure.com/agentpool": "t4"},
+                           "instance_type": "Standard_NC4as_T4_v3",
                            "taints": [{"key": "sku", "value": "gpu"}], "gpu": {"model": "T4"},
                            "sharing": {"strategy": "time-slicing", "replicas": 4}}
     data["profiles"].append({"slug": "t4", "display_name": "T4", "pool": "t4", "gpu": {"kind": "time-sliced"},

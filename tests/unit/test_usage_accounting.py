@@ -14,9 +14,10 @@ T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 CFG = ProfilesConfig.model_validate({
     "pools": {
-        "system": {"node_selector": {"agentpool": "system"}, "instance_type": "Standard_D8s_v5", "cost_per_node_hour": 0.384},
-        "gpua100": {"node_selector": {"agentpool": "a"}, "gpu": {"model": "A100-80GB", "count_per_node": 4}, "taints": [TAINT],
-                    "cost_per_node_hour": 14.69},
+        "system": {"node_selector": {"agentpool": "system"}, "instance_type": "Standard_D8s_v5",
+                   "cost_per_node_hour": 0.384},
+        "gpua100": {"node_selector": {"agentpool": "a"}, "gpu": {"model": "A100-80GB", "count_per_node": 4},
+                    "taints": [TAINT], "cost_per_node_hour": 14.69},
         "gpumig": {"node_selector": {"agentpool": "m"}, "gpu": {"model": "A100-80GB"}, "taints": [TAINT],
                    "sharing": {"strategy": "mig", "layout": "all-1g.10gb"}, "cost_per_node_hour": 3.67},
     },
@@ -124,7 +125,8 @@ def test_used_hours_prefer_prof_fall_back_to_util_never_on_mig():
 
 
 def wl(name, created, admitted=None, ns="team-vision", queue="vision", evictions=()):
-    conds = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted.isoformat()}] if admitted else []
+    conds = [{"type": "QuotaReserved", "status": "True",
+              "lastTransitionTime": admitted.isoformat()}] if admitted else []
     return {"metadata": {"name": name, "namespace": ns, "creationTimestamp": created.isoformat()},
             "spec": {"queueName": queue},
             "status": {"conditions": conds, "schedulingStats": {"evictions": [
@@ -132,7 +134,8 @@ def wl(name, created, admitted=None, ns="team-vision", queue="vision", evictions
 
 
 def test_queue_waits_percentiles_and_evictions():
-    wls = [wl(f"w{i}", T0, T0 + timedelta(minutes=m)) for i, m in enumerate([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100])]
+    wls = [wl(f"w{i}", T0, T0 + timedelta(minutes=m))
+           for i, m in enumerate([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100])]
     wls.append(wl("pending", T0))
     waits = acc.queue_waits(wls, T0, T0 + timedelta(hours=2))
     assert len(waits) == 11

@@ -16,7 +16,8 @@ def lt(uid, gpus=1, cost=0.5, end=None, user="alice"):
 
 
 def wl(name, created, admitted=None, finished=False):
-    conds = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted.isoformat()}] if admitted else []
+    conds = [{"type": "QuotaReserved", "status": "True",
+              "lastTransitionTime": admitted.isoformat()}] if admitted else []
     if finished:
         conds.append({"type": "Finished", "status": "True"})
     return {"metadata": {"name": name, "uid": name, "namespace": "team-v", "creationTimestamp": created.isoformat()},
@@ -30,7 +31,8 @@ def value(m, name, **labels):
 def test_gauges_counters_and_waits_once():
     m = UsageMetrics()
     pods = [lt("a", gpus=2, cost=7.0), lt("b"), lt("done", end=T0)]
-    wls = [wl("w1", T0, T0 + timedelta(minutes=30)), wl("w2", T0), wl("w3", T0, T0 + timedelta(minutes=5), finished=True)]
+    wls = [wl("w1", T0, T0 + timedelta(minutes=30)), wl("w2", T0),
+           wl("w3", T0, T0 + timedelta(minutes=5), finished=True)]
     m.update(pods, wls, 0.0, None)
     key = dict(kind="server", user="alice", team="", profile="mig")
     assert value(m, "gpuhub_usage_gpus_held", **key) == 3  # the finished pod holds nothing

@@ -17,8 +17,10 @@ T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
 
 def rep(used=True):
-    lts = [acc.Lifetime("a", "server", "jhub", "jupyter-alice", "alice", "", "a100", "", 2, 7.345, T0, T0 + timedelta(hours=2)),
-           acc.Lifetime("b", "job", "team-v", "x-1", "bob", "vision", "mig", "x", 1, 0.524, T0, T0 + timedelta(hours=4))]
+    lts = [acc.Lifetime("a", "server", "jhub", "jupyter-alice", "alice", "", "a100", "", 2, 7.345,
+                        T0, T0 + timedelta(hours=2)),
+           acc.Lifetime("b", "job", "team-v", "x-1", "bob", "vision", "mig", "x", 1, 0.524,
+                        T0, T0 + timedelta(hours=4))]
     use = {("jhub", "jupyter-alice"): acc.PodUse(1.0, 7000.0)} if used else None
     return report(lts, [], T0, T0 + timedelta(days=1), "user", use, 0.5 if used else None)
 

@@ -79,7 +79,8 @@ def test_a_spot_pod_gone_with_its_node_was_evicted():
     assert {x.ended_by for x in done} == {""}
     # stored rows from before these fields read back with their defaults
     old = {k: v for k, v in open_["spot-a"].to_json().items() if k not in ("node", "spot", "ended_by")}
-    assert acc.Lifetime.from_json(old).ended_by == "" and acc.Lifetime.from_json(open_["spot-a"].to_json()) == open_["spot-a"]
+    assert acc.Lifetime.from_json(old).ended_by == "" \
+        and acc.Lifetime.from_json(open_["spot-a"].to_json()) == open_["spot-a"]
 
 
 def test_report_and_metrics_count_them_apart():

@@ -63,7 +63,8 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
 
     # the MIG server stops; the next (restarted) collector closes its lifetime into the store
     cluster.core.delete_namespaced_pod(names["a100-mig-1g10gb"], namespace, grace_period_seconds=0)
-    wait_until(lambda: names["a100-mig-1g10gb"] not in {p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items},
+    wait_until(lambda: names["a100-mig-1g10gb"] not in {p.metadata.name
+                                                        for p in cluster.core.list_namespaced_pod(namespace).items},
                60, "the MIG server's pod gone")
     run(*collector, cluster=cluster)
     (done,) = UsageStore(store).finished()

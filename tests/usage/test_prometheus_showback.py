@@ -31,8 +31,10 @@ def lifetime(pod, profile="a100", gpus=1, cost=3.0, user="alice", team="", job="
 
 
 def wl(name, created, admitted=None, evicted=0):
-    conds = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted.isoformat()}] if admitted else []
-    return {"metadata": {"name": name, "uid": name, "namespace": "team-vision", "creationTimestamp": created.isoformat()},
+    conds = [{"type": "QuotaReserved", "status": "True",
+              "lastTransitionTime": admitted.isoformat()}] if admitted else []
+    return {"metadata": {"name": name, "uid": name, "namespace": "team-vision",
+                         "creationTimestamp": created.isoformat()},
             "spec": {"queueName": "vision"}, "status": {"conditions": conds, "schedulingStats": {
                 "evictions": [{"reason": "Preempted", "count": evicted}] if evicted else []}}}
 
@@ -78,7 +80,8 @@ def test_showback_on_real_prometheus(prometheus, own_series):
     exporter.series["job-x/mem"] = ("DCGM_FI_DEV_FB_USED", {**exporter.series["job-x/0/('3', '1g.10gb')/util"][1]},
                                     9000.0)
     now = datetime.now(timezone.utc)
-    open_ = [lifetime("jupyter-alice", cost=7.345, gpus=2), lifetime("jupyter-bob", user="bob", profile="t4", cost=0.132),
+    open_ = [lifetime("jupyter-alice", cost=7.345, gpus=2),
+             lifetime("jupyter-bob", user="bob", profile="t4", cost=0.132),
              lifetime("job-x", user="carol", profile="mig", team="vision", job="x", cost=0.524)]
     t = now - timedelta(hours=2)
     workloads = [wl(f"w{i}", t, t + timedelta(minutes=10 * (i + 1)), evicted=i % 2) for i in range(8)]
@@ -120,7 +123,8 @@ def test_showback_on_real_prometheus(prometheus, own_series):
     assert held == {(("profile", "a100"),): 2.0, (("profile", "t4"),): 1.0, (("profile", "mig"),): 1.0}
     assert values("Cost now ($/h)") == {(): pytest.approx(7.345 + 0.132 + 0.524)}
     assert values("Jobs waiting per queue") == {(("queue", "vision"), ("queue_namespace", "team-vision")): 2.0}
-    assert values("Evictions by reason (preemptions, node loss)") == {(("queue", "vision"), ("reason", "Preempted")): 4.0}
+    assert values("Evictions by reason (preemptions, node loss)") == {
+        (("queue", "vision"), ("reason", "Preempted")): 4.0}
     eta = values("Queue ETA of the next submission")
     assert eta[(("quantile", "0.5"), ("queue", "vision"))] == 1800.0  # 3rd in line, one admission per 10 min
     activity = {dict(k).get("exported_pod"): v for k, v in values(
