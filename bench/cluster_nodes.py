@@ -19,11 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from report import write_result  # noqa: E402  (bench/report.py, next to this script)
+
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.nodes import SIMULATED_LABEL, node_manifest  # noqa: E402
-from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
-from report import write_result  # noqa: E402  (bench/report.py, next to this script)
+from gpu_spawner.model.profiles_file import (
+    EXAMPLE_PROFILES,  # noqa: E402
+    load_profiles,  # noqa: E402
+)
 
 BENCH_LABEL = "gpuhub.io/bench"
 FIRST_INDEX = 100_000  # clear of the nodes `up` created

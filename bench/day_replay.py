@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from devcluster.replay import accounting, levers, trace as traces  # noqa: E402
+from devcluster.replay import accounting, levers  # noqa: E402
+from devcluster.replay import trace as traces
 from devcluster.replay.driver import Replay  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from gpu_spawner.model.validation import parse_profiles  # noqa: E402

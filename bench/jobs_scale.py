@@ -29,8 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes_asyncio import client  # noqa: E402
 
-from gpu_spawner.contract import (FINISHED, JOB_LABEL, PROFILE_LABEL, QUEUE_LABEL,  # noqa: E402
-                                  USER_ANNOTATION)
+from gpu_spawner.contract import FINISHED, JOB_LABEL, PROFILE_LABEL, QUEUE_LABEL, USER_ANNOTATION  # noqa: E402
 from gpu_spawner.services.jobs.cache import JobsCache  # noqa: E402
 from gpu_spawner.services.jobs.kube import Kube  # noqa: E402
 

@@ -30,12 +30,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from report import write_result  # noqa: E402  (bench/report.py, next to this script)
+
 from devcluster import cluster as dc  # noqa: E402
 from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
 from gpu_spawner.contract import JOBS_ACCESS_SCOPE  # noqa: E402
-from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
-from report import write_result  # noqa: E402  (bench/report.py, next to this script)
+from gpu_spawner.model.profiles_file import (
+    EXAMPLE_PROFILES,  # noqa: E402
+    load_profiles,  # noqa: E402
+)
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "source": "x = 1", "outputs": [],

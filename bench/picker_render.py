@@ -13,8 +13,8 @@ added to it.
 from __future__ import annotations
 
 import argparse
-import gc
 import asyncio
+import gc
 import random
 import statistics
 import sys
@@ -43,9 +43,11 @@ from devcluster.nodes import build_nodes  # noqa: E402
 from gpu_spawner.hub.capacity import ClusterState  # noqa: E402
 from gpu_spawner.hub.informers import CapacityInformers  # noqa: E402
 from gpu_spawner.hub.render_pod import make_spawner  # noqa: E402
-from gpu_spawner.model.profiles_file import load_profiles  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
 from gpu_spawner.hub.spawner import GPUSpawner  # noqa: E402
+from gpu_spawner.model.profiles_file import (
+    EXAMPLE_PROFILES,  # noqa: E402
+    load_profiles,  # noqa: E402
+)
 
 
 def rss_mib() -> float:

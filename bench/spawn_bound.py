@@ -85,8 +85,8 @@ async def run(args, kubeconfig: Path, profiles: Path) -> dict:
 
     from gpu_spawner.builders import pods as podspec
     from gpu_spawner.hub.render_pod import Group, OfflineUser
-    from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.hub.spawner import GPUSpawner
+    from gpu_spawner.model.profiles_file import load_profiles
 
     await config.load_kube_config(str(kubeconfig))
     api = client.ApiClient()

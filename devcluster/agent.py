@@ -24,11 +24,18 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config, watch
 
-from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
-from devcluster.agent_env import (IMAGE_IPYTHON_CONFIG, container_env, container_port,  # noqa: F401 (tests)
-                                  allow_root_config, image_ipython_dir, rewrite_paths, simulated_gpu)
+from devcluster.agent_env import (  # noqa: F401 (tests)
+    IMAGE_IPYTHON_CONFIG,
+    allow_root_config,
+    container_env,
+    container_port,
+    image_ipython_dir,
+    rewrite_paths,
+    simulated_gpu,
+)
 from devcluster.agent_init import InitPending, run_init_containers
 from devcluster.pod_dns import PodHosts, pod_fqdn
+from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
 from gpu_spawner.contract import ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL

@@ -207,8 +207,7 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
     then have no KWOK nodes; `images(nodes)` says which image archives each real node gets (node → archive →
     names).
     """
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     cfg = load_profiles(profiles or EXAMPLE_PROFILES)
     layout = Layout(Path(root or state_dir()))

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from . import binaries
 from devcluster.simulator_keys import DEV_AGENT_LABEL
+
+from . import binaries
 from .pki import PKI
 
 #: Start order; `down` stops in reverse.

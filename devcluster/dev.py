@@ -218,8 +218,7 @@ def reap_orphans(keep: set[int]) -> None:
 
 def run(profiles: str | None, port: int, nodes_per_pool: int = 2, users_file: str | None = None,
         activity_interval: int | None = None) -> int:
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     profiles_path = Path(profiles or EXAMPLE_PROFILES).resolve()
     cfg = load_profiles(profiles_path)

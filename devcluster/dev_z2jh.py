@@ -89,8 +89,7 @@ def summary(url: str, password: str, users: dict[str, list[str]], pool: str, say
 
 
 def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_pool: str | None) -> int:
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     path = Path(profiles or EXAMPLE_PROFILES).resolve()
     cfg = load_profiles(path)

@@ -30,16 +30,34 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from gpu_spawner.contract import SIMULATED_NODE_LABEL
+
 from . import pki as pki_mod
 from . import procs, storage
-from .procs import probe
-from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from .components import Layout, SetupError
 from .kube import Kube, condition_true, wait_for
-from .realnode_config import (CLUSTER_DNS_IP, DNS_READY_PORT, HOST_IP, KUBELET_HEALTH_PORT, NODE_BRIDGE,
-                              NODE_NETWORK, PAUSE_IMAGE, PROXY_HEALTH_PORT, RealNode, cni_conflist,
-                              containerd_config, corefile, dns_objects, kube_proxy_config, kubeconfig,
-                              agent_resolv_conf, kubelet_config, rbac_objects, taints_flag)
+from .procs import probe
+from .realnode_config import (
+    CLUSTER_DNS_IP,
+    DNS_READY_PORT,
+    HOST_IP,
+    KUBELET_HEALTH_PORT,
+    NODE_BRIDGE,
+    NODE_NETWORK,
+    PAUSE_IMAGE,
+    PROXY_HEALTH_PORT,
+    RealNode,
+    agent_resolv_conf,
+    cni_conflist,
+    containerd_config,
+    corefile,
+    dns_objects,
+    kube_proxy_config,
+    kubeconfig,
+    kubelet_config,
+    rbac_objects,
+    taints_flag,
+)
 
 #: cgroup v1 hierarchies a node's root is made in (the kubelet checks each).
 CGROUP_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",

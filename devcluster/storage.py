@@ -17,7 +17,6 @@ from kubernetes import client, config
 from gpu_spawner.builders.storage import HomeStorage, share_objects
 from gpu_spawner.contract import HOME_SHARE_LABEL
 
-
 #: Where servers run in the dev cluster (devhub.NAMESPACE).
 HUB_NAMESPACE = "jhub"
 

@@ -119,9 +119,8 @@ def _mkdir_owned(path: Path, uid: int, gid: int) -> None:
 def prepare(kube: Kube, kubeconfig: Path, profiles: Path, users: dict[str, list[str]], state: Path) -> str:
     """Everything the admin guide does before `helm install`; returns the rendered gpu-jobs.yaml."""
     from gpu_spawner.builders.deploy import generated_files
-    from gpu_spawner.model.profiles_file import load_profiles
-
     from gpu_spawner.builders.hardening import POD_SECURITY_LABELS
+    from gpu_spawner.model.profiles_file import load_profiles
 
     cfg = load_profiles(profiles)
     ns = z2jh.NAMESPACE

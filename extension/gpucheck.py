@@ -19,8 +19,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_spawner.contract import (ENV_DEVICE_ROOT, ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE,
-                                  ENV_NODE_NAME, ENV_TERMINATION_LOG, GPU_CHECK_FAILED, GPU_CHECK_ONLY)
+from gpu_spawner.contract import (
+    ENV_DEVICE_ROOT,
+    ENV_GPU_COUNT,
+    ENV_GPU_KIND,
+    ENV_GPU_RESOURCE,
+    ENV_MIG_PROFILE,
+    ENV_NODE_NAME,
+    ENV_TERMINATION_LOG,
+    GPU_CHECK_FAILED,
+    GPU_CHECK_ONLY,
+)
 
 EXIT_GPU_MISSING = GPU_CHECK_FAILED
 PREFIX = "GPU check failed"

@@ -29,8 +29,14 @@ from jupyter_server.utils import ensure_async, url_path_join
 from tornado import web
 
 from gpu_spawner.builders.jobs import JobRequestError
-from gpu_spawner.contract import (CULLER_SERVICE, ENV_CULLER_URL, ENV_JOBS_URL, JOBS_SERVICE, LAB_API_PREFIX,
-                                  output_notebook_path)
+from gpu_spawner.contract import (
+    CULLER_SERVICE,
+    ENV_CULLER_URL,
+    ENV_JOBS_URL,
+    JOBS_SERVICE,
+    LAB_API_PREFIX,
+    output_notebook_path,
+)
 from gpu_spawner.parameters import parse_assignments, split_assignments
 from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
 
@@ -215,8 +221,10 @@ class KeepHandler(_Base):
         self.finish({"kept": True, "last_activity": body["last_activity"]})
 
 
-CONFIRM_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title></head>
-<body style="font-family: sans-serif; max-width: 40em; margin: 3em auto"><h1>{title}</h1><p>{text}</p>{form}</body></html>"""
+CONFIRM_PAGE = ("""<!doctype html><html><head><meta charset="utf-8"><title>{title}</title></head>
+"""
+                """<body style="font-family: sans-serif; max-width: 40em; margin: 3em auto"><h1>{title}</h1>"""
+                """<p>{text}</p>{form}</body></html>""")
 
 
 class ConfirmEmailHandler(JupyterHandler):

@@ -78,7 +78,8 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
         title = f"{state} ({where})" + (f" on {status['node']}" if status.get("node") else "")
         interval = 3.0
     elif state == JobState.SUCCEEDED:
-        title = "Succeeded" + (f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else "")
+        resumed = f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else ""
+        title = "Succeeded" + resumed
         interval = 0
     elif state == JobState.FAILED:
         title, interval = "Failed", 0
@@ -99,7 +100,8 @@ def render_html(name: str, v: dict, status: dict | None) -> str:
     extra = ""
     if status:
         extra = (f'<div style="{MUTED};font-size:90%">{html.escape(str(status.get("profile")))} · '
-                 f'priority {html.escape(str(status.get("priority")))} · {html.escape(str(status.get("notebook")))}</div>')
+                 f'priority {html.escape(str(status.get("priority")))} · '
+                 f'{html.escape(str(status.get("notebook")))}</div>')
     raw = (status or {}).get("kueue_message") if v["state"] == JobState.QUEUED else None
     details = (f'<details><summary>details</summary><div style="{TEXT}">Kueue says: '
                f'<code>{html.escape(raw)}</code></div></details>') if raw else ""

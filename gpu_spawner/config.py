@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any, Mapping
+from urllib.parse import urlparse
 
 from traitlets.config import LazyConfigValue
 
-from urllib.parse import urlparse
-
-from gpu_spawner.contract import CULLER_SERVICE, ENV_CULLER_URL, ENV_HUB_API_URL, ENV_JOBS_URL, JOBS_SERVICE
-from gpu_spawner.contract import NOTIFY_CULL_PATH
-from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
+from gpu_spawner.contract import (
+    CULLER_SERVICE,
+    ENV_CULLER_URL,
+    ENV_HUB_API_URL,
+    ENV_JOBS_URL,
+    JOBS_SERVICE,
+    NOTIFY_CULL_PATH,
+    USAGE_COLLECTOR_SERVICE,
+    USAGE_SERVICE,
+)
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
 from gpu_spawner.model.validation import ProfilesError
@@ -86,9 +92,9 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
       usage/hub.py); default on unless $GPUHUB_USAGE is off/false/0/no. Off: both entries are removed.
     Returns (profiles file path, the validated profiles).
     """
+    from gpu_spawner.hub.metrics import guard_loop
     from gpu_spawner.services.culler import culler_service
     from gpu_spawner.services.culler.banner import Announcement, warnings_file
-    from gpu_spawner.hub.metrics import guard_loop
     from gpu_spawner.services.jobs import hub as jobs
 
     guard_loop()  # JupyterHub loads its config on its running loop: the hub's stalls at /hub/metrics from now on

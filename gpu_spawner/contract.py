@@ -74,7 +74,8 @@ LAB_COMM_TARGET = "gpuhub.frontend"
 # ---------------------------------------------------------------------- environment variables
 ENV_PROFILES = "GPUHUB_PROFILES"              # the profiles file (hub, services, CLI)
 ENV_PROFILE = "GPUHUB_PROFILE"                # a server's or job's profile slug
-ENV_PROFILE_OPTIONS = "GPUHUB_PROFILE_OPTIONS"  # a server's option choices (user_options as a query string), for %gpu_submit
+#: a server's option choices (user_options as a query string), for %gpu_submit
+ENV_PROFILE_OPTIONS = "GPUHUB_PROFILE_OPTIONS"
 #: KubeSpawner's user_options key for a typed (unlisted) choice: `<option>--unlisted-choice`.
 UNLISTED_CHOICE_SUFFIX = "--unlisted-choice"
 ENV_POOL = "GPUHUB_POOL"

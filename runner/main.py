@@ -21,8 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_KERNEL, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR, ENV_PARAMETERS,
-                                  ENV_RANK, ENV_SNAPSHOT, RunnerExit, cell_progress, progress_line)
+from gpu_spawner.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_KERNEL,
+    ENV_NOTEBOOK_NAME,
+    ENV_OUTPUT_DIR,
+    ENV_PARAMETERS,
+    ENV_RANK,
+    ENV_SNAPSHOT,
+    RunnerExit,
+    cell_progress,
+    progress_line,
+)
 
 EXIT_OK = RunnerExit.OK
 EXIT_NOTEBOOK_FAILED = RunnerExit.NOTEBOOK_FAILED

@@ -12,7 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from devcluster import cluster as dc, prometheus
+from devcluster import cluster as dc
+from devcluster import prometheus
 from devcluster.devhub import NAMESPACE, DevHub, HubSettings, activity_lines, free_port
 
 SCRAPE_S = 1

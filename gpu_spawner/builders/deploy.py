@@ -27,8 +27,12 @@ import yaml
 
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE, DEVICE_PLUGIN_CONFIG, JOBS_ACCOUNT, MIG_PARTED_CONFIG
 from gpu_spawner.builders.network import render_network_policies
-from gpu_spawner.builders.workloads import (DEFAULT_IMAGE, DEFAULT_RUNNER_IMAGE, render_gpu_jobs,
-                                            render_gpu_operator_values)
+from gpu_spawner.builders.workloads import (
+    DEFAULT_IMAGE,
+    DEFAULT_RUNNER_IMAGE,
+    render_gpu_jobs,
+    render_gpu_operator_values,
+)
 from gpu_spawner.contract import JOBSET_GROUP, KUEUE_GROUP, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
 

@@ -12,21 +12,35 @@ import base64
 import copy
 import gzip
 import json
+import posixpath
 import re
 import secrets
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubespawner.slugs import safe_slug
 
 from gpu_spawner.builders import pods as podspec
-from gpu_spawner.builders.storage import HomeStorage, StorageError, job_home
-from gpu_spawner.contract import (CHECKPOINTS_FOLDER, ENV_CHECKPOINT_DIR, ENV_JOB, ENV_NOTEBOOK_NAME, ENV_OUTPUT_DIR,
-                                  ENV_PARAMETERS, ENV_SNAPSHOT, JOB_LABEL, JOBS_FOLDER, NOTEBOOK_ANNOTATION,
-                                  PRIORITY_LABEL, QUEUE_LABEL, USER_ANNOTATION, USER_LABEL, RunnerExit)
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.kueue import local_queue_name
+from gpu_spawner.builders.storage import HomeStorage, StorageError, job_home
+from gpu_spawner.contract import (
+    CHECKPOINTS_FOLDER,
+    ENV_CHECKPOINT_DIR,
+    ENV_JOB,
+    ENV_NOTEBOOK_NAME,
+    ENV_OUTPUT_DIR,
+    ENV_PARAMETERS,
+    ENV_SNAPSHOT,
+    JOB_LABEL,
+    JOBS_FOLDER,
+    NOTEBOOK_ANNOTATION,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    USER_ANNOTATION,
+    USER_LABEL,
+    RunnerExit,
+)
 from gpu_spawner.model import quantities
 from gpu_spawner.model.choices import ChoiceError, check_options, choose_profile
 from gpu_spawner.model.profiles import Profile, ProfilesConfig

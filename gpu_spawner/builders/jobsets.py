@@ -16,11 +16,29 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpu_spawner.builders.jobs import (NOTEBOOK_FAILED_RULE, RUNNER_CONTAINER, JobParts, JobRequestError, JobSettings,
-                                       job_name, job_parts)
-from gpu_spawner.contract import (ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NODE_RANK,
-                                  ENV_NPROC_PER_NODE, ENV_RANK, ENV_WORLD_SIZE, JOB_LABEL, JOBSET_API,
-                                  JOBSET_JOB_INDEX, JOBSET_REPLICATED_JOB, MASTER_PORT)
+from gpu_spawner.builders.jobs import (
+    NOTEBOOK_FAILED_RULE,
+    RUNNER_CONTAINER,
+    JobParts,
+    JobRequestError,
+    JobSettings,
+    job_name,
+    job_parts,
+)
+from gpu_spawner.contract import (
+    ENV_LOCAL_RANK,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_RANK,
+    ENV_WORLD_SIZE,
+    JOB_LABEL,
+    JOBSET_API,
+    JOBSET_JOB_INDEX,
+    JOBSET_REPLICATED_JOB,
+    MASTER_PORT,
+)
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 #: A JobSet's pods are named `<jobset>-node-<rank>-0-<5 random>`: within 63 characters for up to 100 ranks.

@@ -13,7 +13,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.pods import priority_class_name

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_spawner.contract import (ENV_GPU_COUNT, ENV_GPU_KIND, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
-                                  ENV_POOL, ENV_PROFILE, GPU_CHECK_CONTAINER, GPU_CHECK_ONLY, GPU_COUNT_ANNOTATION,
-                                  GPU_KIND_LABEL, GPU_RESOURCE_ANNOTATION, POOL_LABEL, PROFILE_LABEL)
+from gpu_spawner.contract import (
+    ENV_GPU_COUNT,
+    ENV_GPU_KIND,
+    ENV_GPU_RESOURCE,
+    ENV_MIG_PROFILE,
+    ENV_NODE_NAME,
+    ENV_POOL,
+    ENV_PROFILE,
+    GPU_CHECK_CONTAINER,
+    GPU_CHECK_ONLY,
+    GPU_COUNT_ANNOTATION,
+    GPU_KIND_LABEL,
+    GPU_RESOURCE_ANNOTATION,
+    POOL_LABEL,
+    PROFILE_LABEL,
+)
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
 SHM_VOLUME = "dshm"

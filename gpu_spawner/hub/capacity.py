@@ -379,7 +379,8 @@ class ClusterState:
                 on = used.setdefault(p.node, {})
                 for r, v in p.requests:
                     on[r] = on.get(r, 0) + v
-            elif scope is not CPU_SCOPE and p.pool == profile.pool and (resource is None or amount(p.requests, resource)):
+            elif (scope is not CPU_SCOPE and p.pool == profile.pool
+                  and (resource is None or amount(p.requests, resource))):
                 waiting += 1
         nodes = [n for n in self.nodes.values() if scope in self._scopes(n.pool)]
         total = free = fits = 0

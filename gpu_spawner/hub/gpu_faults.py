@@ -18,7 +18,6 @@ from typing import Callable
 
 from traitlets import HasTraits, Integer
 
-
 #: Distinct users whose failed checks on a node make it failing for everyone (one user's report, possibly
 #: forged by their own code writing the check's words as the termination message, counts for them alone).
 CONFIRMING_USERS = 2
@@ -65,7 +64,8 @@ class GPUFaults:
         seconds), and those `reporter` reported themselves; a node whose pool was not known when recorded (a
         restarted hub) counts for every pool unless `known_only`."""
         return sorted(n for n, (p, _) in self._current().items()
-                      if (pool is None or p == pool or (p is None and not known_only)) and self._counts_for(n, reporter))
+                      if (pool is None or p == pool or (p is None and not known_only))
+                      and self._counts_for(n, reporter))
 
     def since(self, node: str, reporter: str | None = None) -> float | None:
         """When `reporter`'s check last failed on `node` (None: any report), within the window."""
@@ -100,8 +100,14 @@ def degraded_note(failing: int, nodes: int) -> str:
 def avoid_nodes(pod, nodes: list[str], prefer_not: list[str] = ()):
     """The pod (a kubernetes_asyncio V1Pod) kept off `nodes` (a required node affinity, added to every term:
     terms are ORed, requirements within a term ANDed) and steered away from `prefer_not` (a preferred one)."""
-    from kubernetes_asyncio.client import (V1Affinity, V1NodeAffinity, V1NodeSelector, V1NodeSelectorRequirement,
-                                           V1NodeSelectorTerm, V1PreferredSchedulingTerm)
+    from kubernetes_asyncio.client import (
+        V1Affinity,
+        V1NodeAffinity,
+        V1NodeSelector,
+        V1NodeSelectorRequirement,
+        V1NodeSelectorTerm,
+        V1PreferredSchedulingTerm,
+    )
 
     prefer_not = sorted(set(prefer_not) - set(nodes))
     if not nodes and not prefer_not:

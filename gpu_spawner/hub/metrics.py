@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from gpu_spawner.services.loopguard import LoopGuard
-
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
+
+from gpu_spawner.services.loopguard import LoopGuard
 
 _source: list[Callable] = []
 

@@ -10,32 +10,31 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from urllib.parse import urlencode
 from typing import Any
+from urllib.parse import urlencode
 
 from kubespawner import KubeSpawner
 from kubespawner.clients import shared_client
 from tornado import web
 from traitlets import Bool, Unicode, default
 
-from gpu_spawner.hub import progress as explain
-from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
-from gpu_spawner.hub import metrics
-from gpu_spawner.hub import picker
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
 from gpu_spawner.builders.kueue import server_queue_labels
+from gpu_spawner.contract import ENV_PROFILE_OPTIONS
+from gpu_spawner.hub import metrics, picker
+from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub.capacity import ClusterState
+from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
 from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, read_store_and_prometheus
-from gpu_spawner.services.usage import hub as usage_env
-from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
+from gpu_spawner.services.usage import hub as usage_env
 
 #: Trait values a profile adds to instead of replacing what the admin configured. KubeSpawner >= 7 takes each
 #: as a list or as a dict of name -> entry (z2jh writes dicts); the admin's form is kept (see `appended`).
@@ -369,8 +368,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
     def add_gpu_check(self, pod):
         """GPU profiles: the GPU check runs first, as an init container with no home mounted,
         so its verdict (its own termination message, read in is_pod_running) is out of the user's reach."""
-        from kubespawner.utils import get_k8s_model
         from kubernetes_asyncio.client import V1Container
+        from kubespawner.utils import get_k8s_model
 
         profile = getattr(self, "gpu_profile", None)
         if profile is None or profile.gpu is None or not self.gpu_check_init_container:

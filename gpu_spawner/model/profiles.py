@@ -13,9 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from gpu_spawner.model import durations
+from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
-from gpu_spawner.model import quantities
 from gpu_spawner.model.vm_sizes import allocatable_of
 
 #: The taint AKS puts on every spot node pool.

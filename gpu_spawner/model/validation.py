@@ -18,7 +18,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gpu_spawner.model import multinode, quota
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
-from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
     MIGSharing,
@@ -29,6 +28,7 @@ from gpu_spawner.model.profiles import (
     Team,
     TimeSlicing,
 )
+from gpu_spawner.model.quantities import human_bytes
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,13 @@ from typing import Any, Iterable
 
 from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissions
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.contract import KUEUE_API, SIMULATED_NODE_LABEL as SIMULATED_LABEL
+from gpu_spawner.contract import KUEUE_API
+from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
 from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
-from gpu_spawner.model.quantities import parse_or_none
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
+from gpu_spawner.model.quantities import parse_or_none
+
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
 from gpu_spawner.tools.doctor_quota import check_quota_usable

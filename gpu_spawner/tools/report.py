@@ -79,10 +79,10 @@ def render(rep: dict[str, Any], fmt: str) -> str:
 
 
 def run(args) -> int:
+    from gpu_spawner.kubeio.clients import api_client
     from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.services.usage import collect
     from gpu_spawner.services.usage.store import UsageStore
-    from gpu_spawner.kubeio.clients import api_client
 
     now = datetime.now(timezone.utc)
     since = since_of(args.since, now)

@@ -9,10 +9,9 @@ import pytest
 
 from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC
 from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.culler import SCOPES, culler_service
 from gpu_spawner.services.culler import decide as D
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)

@@ -7,14 +7,12 @@ runs one cull cycle (`python -m gpu_spawner.services.culler --once`) with the cu
 from __future__ import annotations
 
 import html
-
 import time
 
 import requests
+from security.stalls import StallMeter
 
 from devcluster.devhub import login
-
-from security.stalls import StallMeter
 
 from .fixtures import GPU_IDLE, SCRAPE
 

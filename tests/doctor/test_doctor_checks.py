@@ -8,11 +8,10 @@ import pytest
 import yaml
 
 from devcluster.nodes import build_nodes
+from gpu_spawner.builders.kueue import render_kueue
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.tools import doctor
 from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 HUB_NS = "jhub"
 

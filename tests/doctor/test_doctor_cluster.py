@@ -13,8 +13,7 @@ import yaml
 from devcluster import cluster as dc
 from gpu_spawner.builders.deploy import render_rbac
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,7 @@ import copy
 
 import pytest
 
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.tools.doctor import FAIL, OK, check_pool
 
 #: Standard_NC4as_T4_v3 in pool gput4, time-slicing with 4 replicas and renameByDefault: false (so the

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from doctor.test_doctor_checks import failed, healthy, row
+
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.model.validation import parse_profiles_text
 from gpu_spawner.tools.doctor import FAIL, OK, run_checks

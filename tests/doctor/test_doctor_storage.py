@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.tools.doctor import FAIL, OK
 from gpu_spawner.tools.doctor_storage import check_storage
 

@@ -18,8 +18,7 @@ import pytest
 
 from devcluster import procs
 from devcluster.devhub import free_port, login, xsrf_token
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,6 @@ plain words), measured by the hub's LoopGuard at the real hub's /hub/metrics."""
 from __future__ import annotations
 
 import pytest
-
 from security.stalls import StallMeter
 
 pytestmark = pytest.mark.cluster

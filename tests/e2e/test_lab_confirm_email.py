@@ -14,10 +14,10 @@ from urllib.parse import urlparse
 
 import pytest
 import requests
-
-from devcluster.devhub import free_port
 from notify.jobs_app import Service
 from notify.receivers import SmtpSink
+
+from devcluster.devhub import free_port
 
 pytestmark = pytest.mark.services
 

@@ -9,7 +9,6 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import requests
-
 from culler.fixtures import GPU_IDLE, fresh, hub  # noqa: F401 (fixtures)
 
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
@@ -20,7 +19,8 @@ def cfg():
 
 def job(name="gpu-alice-nb-abc123", ns="team-ds", suspend=True, conditions=(), start=None, user="alice"):
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "creationTimestamp": "2026-01-01T10:00:00Z",
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                         "creationTimestamp": "2026-01-01T10:00:00Z",
                          "labels": {"gpuhub.io/profile": "a100-mig-1g10gb", "kueue.x-k8s.io/queue-name": "data-science",
                                     "kueue.x-k8s.io/priority-class": "normal", "gpuhub.io/job": name,
                                     "gpuhub.io/user": user},
@@ -31,13 +31,15 @@ def job(name="gpu-alice-nb-abc123", ns="team-ds", suspend=True, conditions=(), s
                        **({"startTime": start} if start else {})}}
 
 
-def workload(job_name, ns="team-ds", created="2026-01-01T10:00:00Z", priority=1000, admitted=False, queue="data-science",
+def workload(job_name, ns="team-ds", created="2026-01-01T10:00:00Z", priority=1000, admitted=False,
+             queue="data-science",
              evicted=False):
     conds = []
     if admitted:
         conds += [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved",
                    "lastTransitionTime": created},
-                  {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": created}]
+                  {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                   "lastTransitionTime": created}]
     else:
         conds += [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
                    "message": "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/mig-1g.10gb",

@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
-
 from devcluster.agent import rewrite_paths
+from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
 
 
 def test_env_paths_follow_the_longest_mount():

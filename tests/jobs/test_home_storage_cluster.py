@@ -56,7 +56,8 @@ class Server:
         self.token = r.json()["token"]
 
     def start(self) -> "Server":
-        r = requests.post(f"{self.hub.url}/hub/api/users/{self.user}/server", headers=self.hub.auth(self.hub.admin_token),
+        r = requests.post(f"{self.hub.url}/hub/api/users/{self.user}/server",
+                          headers=self.hub.auth(self.hub.admin_token),
                           json={"profile": "cpu"}, timeout=60)
         assert r.status_code in (201, 202), r.text
 
@@ -67,7 +68,8 @@ class Server:
 
         deadline = time.monotonic() + 180
         while not ready():
-            assert time.monotonic() < deadline, f"{self.user}'s server never became ready:\n" + self.hub.process.log_tail()
+            assert time.monotonic() < deadline, (f"{self.user}'s server never became ready:\n"
+                                                 + self.hub.process.log_tail())
             time.sleep(1)
         return self
 
@@ -161,7 +163,8 @@ def test_a_read_write_once_claim_is_not_mounted_on_a_second_node(hub, cluster, n
     try:
         cluster.core.create_namespaced_persistent_volume_claim(namespace, {
             "metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                                                   "volumeName": pv_name, "resources": {"requests": {"storage": "1Gi"}}}})
+                                                   "volumeName": pv_name,
+                                                   "resources": {"requests": {"storage": "1Gi"}}}})
         cluster.wait_until(lambda: cluster.core.read_namespaced_persistent_volume_claim("data", namespace).status.phase
                            == "Bound", 30, "the claim to be bound")
         nodes = sorted(n.metadata.name for n in cluster.core.list_node(

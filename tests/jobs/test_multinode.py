@@ -6,15 +6,26 @@ import copy
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
 from gpu_spawner.builders.jobsets import JOBSET_NAME_LIMIT, build_jobset, master_addr
-from gpu_spawner.contract import (ENV_CHECKPOINT_DIR, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_NODE_RANK,
-                                  ENV_NPROC_PER_NODE, ENV_OUTPUT_DIR, ENV_RANK, ENV_WORLD_SIZE, JOB_LABEL,
-                                  JOBSET_JOB_INDEX, QUEUE_LABEL)
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_LOCAL_RANK,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_OUTPUT_DIR,
+    ENV_RANK,
+    ENV_WORLD_SIZE,
+    JOB_LABEL,
+    JOBSET_JOB_INDEX,
+    QUEUE_LABEL,
+)
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
 from gpu_spawner.services.jobs.gang import check_rank, derive_gang_status
 from gpu_spawner.services.jobs.submission import plan_submission
@@ -81,7 +92,8 @@ def test_every_rank_gets_the_torchrun_environment(cfg):
     js, _ = plan_submission(cfg, "rita", RITA, body(nodes=2), 0, name="gpu-rita-train-1")
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
-    assert env[ENV_MASTER_ADDR]["value"] == master_addr("gpu-rita-train-1") == "gpu-rita-train-1-node-0-0.gpu-rita-train-1"
+    expected = "gpu-rita-train-1-node-0-0.gpu-rita-train-1"
+    assert env[ENV_MASTER_ADDR]["value"] == master_addr("gpu-rita-train-1") == expected
     assert (env[ENV_MASTER_PORT]["value"], env[ENV_WORLD_SIZE]["value"], env[ENV_LOCAL_RANK]["value"],
             env[ENV_NPROC_PER_NODE]["value"]) == ("29500", "2", "0", "1")
     for name in (ENV_RANK, ENV_NODE_RANK):  # the JobSet's job index, read by the kubelet
@@ -98,7 +110,8 @@ def test_a_rank_is_the_single_node_jobs_pod_plus_the_rank_environment(cfg):
     single = job["spec"]["template"]
     rank = copy.deepcopy(js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
     rank["spec"].pop("affinity")
-    extra = {ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_RANK, ENV_NODE_RANK, ENV_LOCAL_RANK, ENV_NPROC_PER_NODE}
+    extra = {ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_RANK, ENV_NODE_RANK, ENV_LOCAL_RANK,
+             ENV_NPROC_PER_NODE}
     rank["spec"]["containers"][0]["env"] = [e for e in rank["spec"]["containers"][0]["env"] if e["name"] not in extra]
     assert rank == single
 
@@ -166,7 +179,8 @@ def rank_pod(rank, phase="Running", exit_code=None, created="2026-01-01T10:05:00
 
 def test_a_queued_gang_waits_for_its_nodes():
     s = derive_gang_status(jobset(), None, [])
-    assert (s["state"], s["nodes"], s["message"]) == ("Queued", 2, "waiting for 2 nodes — waiting for Kueue to queue it")
+    assert (s["state"], s["nodes"], s["message"]) == (
+        "Queued", 2, "waiting for 2 nodes — waiting for Kueue to queue it")
     assert [r["state"] for r in s["ranks"]] == ["waiting", "waiting"]
 
 
@@ -222,7 +236,8 @@ def test_check_rank_refuses(value):
 
 
 # ------------------------------------------------------------------ the runner and the dev agent (SIMULATOR)
-@pytest.mark.parametrize("rank, expected", [(None, "out/nb.ipynb"), ("0", "out/nb.ipynb"), ("1", "out/rank-1/nb.ipynb")])
+@pytest.mark.parametrize("rank, expected",
+                         [(None, "out/nb.ipynb"), ("0", "out/nb.ipynb"), ("1", "out/rank-1/nb.ipynb")])
 def test_rank_0_writes_the_output_notebook_the_others_beside_it(monkeypatch, rank, expected):
     from runner.main import default_output
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from gpu_spawner.builders.jobs import JobRequestError
+from gpu_spawner.services.auth import TokenAuth, caller_from_model
 from gpu_spawner.services.jobs import limits
 from gpu_spawner.services.jobs.app import SubmitGate
-from gpu_spawner.services.auth import TokenAuth, caller_from_model
-from gpu_spawner.services.web import check_query
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
+from gpu_spawner.services.web import check_query
 
 from .conftest import NB
 

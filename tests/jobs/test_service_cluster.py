@@ -14,7 +14,6 @@ import pytest
 import requests
 
 from devcluster.testing import JobsHub, hub_with_agent, write_profiles
-
 from extension.widgets import view
 
 from .conftest import NB
@@ -130,7 +129,7 @@ def test_cancel_removes_job_and_configmap(cluster, jobs_hub, clean_teams):
     assert name in objects(cluster, "team-ds")[0] and name in objects(cluster, "team-ds")[1]
     r = jobs_hub.call("alice", "DELETE", f"/jobs/{name}")
     assert r.status_code == 200, r.text
-    cluster.wait_until(lambda: name not in objects(cluster, "team-ds")[0] and name not in objects(cluster, "team-ds")[1],
+    cluster.wait_until(lambda: all(name not in found for found in objects(cluster, "team-ds")[:2]),
                        30, "the Job and ConfigMap to go")
     assert jobs_hub.call("alice", "GET", f"/jobs/{name}").status_code == 404
 
@@ -162,7 +161,8 @@ def test_other_users_cannot_see_or_touch_a_job(cluster, jobs_hub, clean_teams):
     ("alice", {"timeout": "30d"}, 400, "out of bounds"),
     ("alice", {"parameters": {"learning-rate": 0.1}}, 400, "not Python identifiers"),
     ("alice", {"notebook": {**NB, "cells": [{"cell_type": "code", "id": "x", "metadata": {}, "outputs": [],
-                                             "execution_count": None, "source": base64.b64encode(os.urandom(1_000_000)).decode()}]}},
+                                             "execution_count": None,
+                                             "source": base64.b64encode(os.urandom(1_000_000)).decode()}]}},
      400, "the limit is 900 KiB"),
 ])
 def test_refused_submissions_create_nothing(cluster, jobs_hub, clean_teams, user, kw, status, needle):
@@ -187,7 +187,8 @@ RUN_NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name"
           "cells": [{"cell_type": "code", "id": "p", "metadata": {"tags": ["parameters"]}, "source": "steps = 1",
                      "outputs": [], "execution_count": None},
                     {"cell_type": "code", "id": "r", "metadata": {},
-                     "source": "import os\ntotal = sum(range(steps))\nprint('total', total, os.environ['CHECKPOINT_DIR'])",
+                     "source": "import os\ntotal = sum(range(steps))\n"
+                               "print('total', total, os.environ['CHECKPOINT_DIR'])",
                      "outputs": [], "execution_count": None}]}
 
 

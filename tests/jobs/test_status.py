@@ -78,7 +78,8 @@ def test_preempted_and_waiting_again_is_queued_with_a_note():
 
 def test_succeeded_and_failed_with_reasons():
     assert derive_status(job(suspend=False, conditions=[("Complete", "", "")]))["state"] == "Succeeded"
-    f = derive_status(job(suspend=False, conditions=[("Failed", "PodFailurePolicy", "Container runner ... exit code 3")]))
+    f = derive_status(job(suspend=False,
+                          conditions=[("Failed", "PodFailurePolicy", "Container runner ... exit code 3")]))
     assert f["state"] == "Failed" and "cell" in f["message"]
     d = derive_status(job(suspend=False, conditions=[("Failed", "DeadlineExceeded", "")]))
     assert "timeout" in d["message"]

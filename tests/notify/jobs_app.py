@@ -11,20 +11,19 @@ import threading
 import requests
 from jupyterhub.services.auth import HubAuth
 from kubernetes_asyncio import client
+from security.hub_user import hub_user_app
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.contract import FAILED, JOBS_ACCESS_SCOPE, RUNNING
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.jobs.app import make_app
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.auth import TokenAuth
+from gpu_spawner.services.jobs.app import make_app
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.submission import ServiceSettings
 from gpu_spawner.services.notify.events import job_events
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
 from gpu_spawner.services.notify.send import Notifier, Smtp
-from security.hub_user import hub_user_app
 
 from .receivers import SmtpSink
 from .test_events_payloads import status

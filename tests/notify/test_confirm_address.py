@@ -8,10 +8,12 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .jobs_app import Service
 from .receivers import SmtpSink
+
 
 @pytest.fixture
 def service(tmp_path):

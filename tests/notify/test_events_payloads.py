@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_spawner.contract import ADMITTED, FAILED, JOB_STATES, QUEUED, RESUMED, RUNNING, SUCCEEDED
 from gpu_spawner.services.notify.events import cull_event, job_events, job_kinds
 from gpu_spawner.services.notify.payloads import email_message, slack_payload, teams_payload, webhook_payload
-from gpu_spawner.services.notify.prefs import (Channels, PreferencesError, PreferenceStore, parse_webhooks,
-                                               validate)
+from gpu_spawner.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
 from gpu_spawner.services.notify.send import backoff_delays
 
 

@@ -14,15 +14,14 @@ import time
 import pytest
 import requests
 import yaml
-
 from cluster.test_kueue_admission import job
+
 from devcluster.devhub import NAMESPACE, login
 from devcluster.testing import hub_with_agent, wait_until
 from gpu_spawner.builders.kueue import cluster_queue, render_kueue
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.model import quantities
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 pytestmark = pytest.mark.cluster
 
@@ -206,8 +205,8 @@ def test_queued_spawn_waits_past_start_timeout_and_starts_when_a_server_stops(qh
         began = time.monotonic()
         page.click("#spawn_form button[type=submit]")
         message = page.locator("#progress-message")
-        message.filter(has_text="Waiting in the qa-small team's queue: yours is the team's only waiting server").wait_for(
-            timeout=90_000)
+        only_one = "Waiting in the qa-small team's queue: yours is the team's only waiting server"
+        message.filter(has_text=only_one).wait_for(timeout=90_000)
         assert "Please be patient" not in message.inner_text()
         # past start_timeout, still waiting in the queue: not failed, the place kept, the time counted
         while time.monotonic() - began < START_TIMEOUT + 10:

@@ -11,7 +11,8 @@ from urllib.parse import quote, urlencode
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .api_hub import NB, api_hub, clean_teams, team_objects, write_profiles
 from .stalls import StallMeter

@@ -8,8 +8,8 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import requests
-
 from culler.fixtures import GPU_IDLE, SCRAPE, exporter, fresh, hub, prometheus  # noqa: F401 (fixtures)
+
 from gpu_spawner.cluster.dcgm import UTIL_METRIC
 from gpu_spawner.cluster.times import parse_time
 

@@ -16,8 +16,7 @@ from gpu_spawner.builders import deploy
 from gpu_spawner.builders.hardening import JOB_GID, JOB_UID, MAX_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.jobs import JobSettings, build_job
 from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
@@ -313,9 +312,9 @@ def hub_with_jobs_sa(cluster, jobs_sa_kubeconfig, tmp_path_factory):
     import time as _time
 
     import requests
+    from jobs.test_service_cluster import GROUPS, JobsHub
 
     from devcluster.testing import hub_with_agent
-    from jobs.test_service_cluster import GROUPS, JobsHub
 
     state = tmp_path_factory.mktemp("hardenedhub")
     token = secrets.token_hex(16)

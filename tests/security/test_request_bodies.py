@@ -19,11 +19,10 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from gpu_spawner.contract import JOBS_ACCESS_SCOPE
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.jobs import limits
 from gpu_spawner.services.jobs.app import make_app
-from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.submission import ServiceSettings

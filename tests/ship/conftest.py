@@ -17,8 +17,7 @@ import requests
 
 from devcluster import binaries, cluster, devsetup, realnodes, z2jh
 from devcluster.kube import Kube
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 #: Where the ship tier's cluster lives: its nodes' containerd roots persist there, so an unchanged image is
 #: imported once, not on every run.

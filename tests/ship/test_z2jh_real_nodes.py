@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from ship.lab_kernel import LabKernel
 
 USER = "data-science-user"

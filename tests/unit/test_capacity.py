@@ -4,11 +4,10 @@ from __future__ import annotations
 import pytest
 
 from devcluster.nodes import build_nodes
-from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub import picker
+from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from devcluster.replay import accounting, levers, trace as traces
+from devcluster.replay import accounting, levers
+from devcluster.replay import trace as traces
 from devcluster.replay.autoscaler import AutoscalerModel, PoolModel
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.model.validation import parse_profiles

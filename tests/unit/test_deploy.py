@@ -10,13 +10,12 @@ import pytest
 import yaml
 
 from gpu_spawner.builders import deploy
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.culler import DEFAULT_PORT as CULLER_PORT
 from gpu_spawner.services.culler import SCOPES as CULLER_SCOPES
 from gpu_spawner.services.culler import SERVICE_NAME as CULLER
 from gpu_spawner.services.jobs import SERVICE_NAME as GPU_JOBS
 from gpu_spawner.services.jobs.hub import DEFAULT_PORT as JOBS_PORT
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -152,7 +151,9 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     from traitlets.config import Config
 
     from gpu_spawner.services.culler import ROLE as CULLER_ROLE
-    from gpu_spawner.services.jobs.hub import ACCESS, ROLE as JOBS_ROLE, SCOPES as JOBS_SCOPES
+    from gpu_spawner.services.jobs.hub import ACCESS
+    from gpu_spawner.services.jobs.hub import ROLE as JOBS_ROLE
+    from gpu_spawner.services.jobs.hub import SCOPES as JOBS_SCOPES
 
     for var in ("GPUHUB_JOBS_SERVICE_URL", "GPUHUB_CULLER_URL", "GPUHUB_JOBS_PORT", "GPUHUB_CULLER_PORT"):
         monkeypatch.delenv(var, raising=False)

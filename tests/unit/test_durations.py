@@ -6,7 +6,8 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_spawner.builders.jobs import JobRequestError
 from gpu_spawner.model import durations

@@ -1,8 +1,16 @@
 """Nodes whose GPU check failed (pure): remembered for a while, kept off by new pods, said shortly first."""
 from __future__ import annotations
 
-from kubernetes_asyncio.client import (V1Affinity, V1Container, V1NodeAffinity, V1NodeSelector,
-                                       V1NodeSelectorRequirement, V1NodeSelectorTerm, V1Pod, V1PodSpec)
+from kubernetes_asyncio.client import (
+    V1Affinity,
+    V1Container,
+    V1NodeAffinity,
+    V1NodeSelector,
+    V1NodeSelectorRequirement,
+    V1NodeSelectorTerm,
+    V1Pod,
+    V1PodSpec,
+)
 
 from gpu_spawner.hub.gpu_faults import GPUFaults, avoid_nodes, degraded_note, failure_message
 

@@ -10,8 +10,7 @@ from jupyterhub.app import JupyterHub
 
 from devcluster import devsetup, stopping
 from devcluster.devauth import DevAuthenticator, NotLoopbackError
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.model.validation import parse_profiles_text
 from gpu_spawner.tools.cli import main as gpuhub
 

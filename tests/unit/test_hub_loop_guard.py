@@ -8,13 +8,13 @@ import time
 
 import pytest
 from prometheus_client import REGISTRY, generate_latest
+from security.stalls import StallMeter
 from traitlets.config import Config
 
 from gpu_spawner.config import configure
 from gpu_spawner.hub import metrics
 from gpu_spawner.hub.render_pod import make_spawner
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from security.stalls import StallMeter
 
 
 def _guarded_here() -> bool:

@@ -5,9 +5,8 @@ import or private name taken across packages fails; so does a listed one that is
 so the list only ever shrinks)."""
 from __future__ import annotations
 
-import pytest
-
 import import_graph as ig  # beside this file (pytest puts the folder on sys.path)
+import pytest
 
 #: Cycles still there (their modules), upward imports, service→service imports and private names across packages.
 KNOWN_CYCLES: list[list[str]] = []

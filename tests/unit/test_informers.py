@@ -17,8 +17,7 @@ from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.kubeio.clients import TimeoutApiClient
 from gpu_spawner.kubeio.informer import Informer, WatchSettings
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 FAST = WatchSettings(request_timeout=1, watch_seconds=30, silent_after=0.6, backoff_base=0.05, backoff_max=0.1)
 
@@ -283,8 +282,8 @@ async def test_view_that_cannot_load_raises_and_leaves_nothing_behind(api):
 def test_stale_capacity_is_unknown_in_the_picker_not_zero():
     from jinja2 import Environment, FileSystemLoader
 
-    from gpu_spawner.hub import progress as explain
     import gpu_spawner.hub
+    from gpu_spawner.hub import progress as explain
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     state = ClusterState(cfg)

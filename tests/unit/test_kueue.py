@@ -1,13 +1,13 @@
 """Kueue objects rendered from the example file: quota per pool resource, cohort, borrowing, flavors."""
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_spawner.builders.kueue import render_kueue, server_queue_labels
 from gpu_spawner.contract import PRIORITY_LABEL
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 def objects(kind):

@@ -4,7 +4,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_spawner.model.kueue_words import QueueContext, context_for, plain_reason, slot_noun
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
@@ -115,6 +116,7 @@ def test_a_cpu_bound_wait_names_cpu_and_the_pool_never_the_gpus():
 
 def test_with_the_live_queue_the_wait_says_what_is_used_and_what_is_free():
     from dataclasses import replace
+
     from gpu_spawner.model.kueue_words import flavor_usage
 
     queue = {"spec": {"resourceGroups": [{"flavors": [

@@ -8,10 +8,9 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
+from security.stalls import StallMeter
 
 from gpu_spawner.services.loopguard import LoopGuard
-
-from security.stalls import StallMeter
 
 
 def spin(seconds: float) -> None:

@@ -7,8 +7,7 @@ import pytest
 from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.model.node_pools import in_pool, label_selector, nodes_in_pool, pool_of
 from gpu_spawner.model.profiles import Pool
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.tools.doctor import pool_nodes
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"

@@ -86,8 +86,7 @@ def test_known_vm_sizes_count_as_aks_allocates_them():
 
 
 def test_the_example_file_fits_its_nodes():
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     assert fit_warnings(load_profiles(EXAMPLE_PROFILES)) == []
 
@@ -113,8 +112,7 @@ def test_spawn_check_uses_the_real_allocatable(unknown):
 
 
 def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unknown):
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     nodes = [ready(n) for n in build_nodes(unknown, {"big": 1})]
     nodes[0]["status"]["allocatable"].update(cpu="95", memory=str(950 * 2**30))
@@ -133,8 +131,7 @@ def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unk
 
 
 def test_a_mixed_mig_pool_that_would_scale_from_zero_is_warned_about():
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     data = yaml.safe_load(open(EXAMPLE_PROFILES).read())
     assert data["pools"]["gpumig"]["min_nodes"] == 1  # the example follows the advice

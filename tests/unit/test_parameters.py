@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.parameters import (format_value, parse_assignment, parse_assignments, parse_value,
-                                    split_assignments)
+from gpu_spawner.parameters import format_value, parse_assignment, parse_assignments, parse_value, split_assignments
 
 # JSON values: what a parameter may be (the service refuses anything else)
 json_values = st.recursive(

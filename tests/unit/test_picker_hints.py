@@ -8,13 +8,13 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from jinja2 import Environment, FileSystemLoader
+from test_picker_markup import TEMPLATES, Walk  # same folder (rootdir-less test modules)
 
 from gpu_spawner.hub import picker
 from gpu_spawner.hub.usage_hints import PickerHints, picker_hints, read_store_and_prometheus
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.store import UsageStore
-from test_picker_markup import TEMPLATES, Walk  # same folder (rootdir-less test modules)
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 UNTIL = T0 + timedelta(days=7)

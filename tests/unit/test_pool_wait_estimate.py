@@ -7,8 +7,7 @@ from datetime import datetime, timedelta, timezone
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.picker import profile_entry
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.model.wait_estimate import ETA, frees_text
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -18,7 +17,8 @@ CFG = load_profiles(EXAMPLE_PROFILES)
 def pod(name, created, scheduled=None, pool="gpuh100", resource="nvidia.com/gpu", phase="Pending"):
     conds = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled.isoformat()}] if scheduled \
         else [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
-    return {"metadata": {"name": name, "namespace": "jhub", "uid": f"uid-{name}", "creationTimestamp": created.isoformat()},
+    return {"metadata": {"name": name, "namespace": "jhub", "uid": f"uid-{name}",
+                         "creationTimestamp": created.isoformat()},
             "spec": {"nodeSelector": {"kubernetes.azure.com/agentpool": pool},
                      "containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}]},
             "status": {"phase": phase, "conditions": conds}}

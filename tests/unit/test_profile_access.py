@@ -11,8 +11,7 @@ import yaml
 
 from gpu_spawner.builders.jobs import JobRequestError, build_job
 from gpu_spawner.model.choices import ChoiceError, choose, choose_profile
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.jobs.submission import plan_submission
 
 RAW = {p["slug"]: p for p in yaml.safe_load(EXAMPLE_PROFILES.read_text())["profiles"]}

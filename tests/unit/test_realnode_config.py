@@ -15,8 +15,7 @@ from devcluster import realnode_config as rc
 from devcluster.nodes import AGENTPOOL, with_system_pool
 from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100")
 

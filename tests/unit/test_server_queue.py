@@ -6,7 +6,8 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_spawner.builders.kueue import queues_servers, server_queue, server_queue_labels
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LABEL
@@ -14,8 +15,7 @@ from gpu_spawner.hub import wait_messages
 from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, SpawnFailed, is_patience, merged
 from gpu_spawner.model.kueue_words import context_for
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 

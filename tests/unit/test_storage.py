@@ -7,8 +7,14 @@ from types import SimpleNamespace
 import pytest
 from kubespawner import KubeSpawner
 
-from gpu_spawner.builders.storage import (HomeStorage, StorageError, home_subpath, job_home, share_objects,
-                                          spawner_settings)
+from gpu_spawner.builders.storage import (
+    HomeStorage,
+    StorageError,
+    home_subpath,
+    job_home,
+    share_objects,
+    spawner_settings,
+)
 
 NAMES = ["alice", "Alice.Smith@example.com", "bob?admin", "x" * 80, "ünïcode user", "../etc", "a/b", "%2e%2e"]
 

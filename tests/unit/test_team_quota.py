@@ -11,8 +11,7 @@ import yaml
 
 from gpu_spawner.builders.kueue import render_kueue
 from gpu_spawner.model import quota
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.model.quantities import GI, parse
 from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
 

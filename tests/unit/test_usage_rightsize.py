@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.collect import report
 from gpu_spawner.services.usage.rightsize import capacity, hints

@@ -47,7 +47,8 @@ def test_thin_history_is_no_estimate():
 
 
 def wl(name, created, admitted=None, queue="vision", ns="team-vision"):
-    conds = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted.isoformat()}] if admitted else []
+    conds = ([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted.isoformat()}]
+             if admitted else [])
     return {"metadata": {"name": f"job-{name}-x", "namespace": ns, "creationTimestamp": created.isoformat(),
                          "ownerReferences": [{"kind": "Job", "name": name}]},
             "spec": {"queueName": queue, "priority": 0}, "status": {"conditions": conds}}

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from culler.fixtures import NAMESPACE, SCRAPE, exporter, prometheus  # noqa: F401 (fixtures)
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from culler.fixtures import NAMESPACE, SCRAPE, exporter, prometheus  # noqa: F401 (fixtures)
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.metrics import UsageMetrics

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from culler.fixtures import SCRAPE, _stop, _wait_http, exporter, prometheus  # noqa: F401 (fixtures)
+
 from devcluster.devhub import free_port, loopback_lines
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.services.usage import collect

@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Any, Mapping
 
-from gpu_spawner.contract import CULLER_SERVICE as SERVICE_NAME, JOBS_ACCESS_SCOPE
+from gpu_spawner.contract import CULLER_SERVICE as SERVICE_NAME
+from gpu_spawner.contract import JOBS_ACCESS_SCOPE
 
 DEFAULT_PORT = 10102  # gpu-jobs uses 10101
 #: The culler's role and its scopes: exactly what culling (and forwarding its warnings) needs.

@@ -34,18 +34,19 @@ from tornado.httpserver import HTTPServer
 from gpu_spawner import wire
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
+from gpu_spawner.contract import FINISHED, PROFILE_LABEL, USER_ANNOTATION
+from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
+from gpu_spawner.kubeio.clients import timeout_api_client
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.kubeio.clients import timeout_api_client
+from gpu_spawner.services.auth import TokenAuth
+from gpu_spawner.services.jobs import gang, limits, words
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, create_submission, reconcile_forever
-from gpu_spawner.contract import FINISHED, JOBS_SERVICE as SERVICE_NAME, PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.services.jobs import gang, limits, words
+from gpu_spawner.services.jobs.options import GPUJobs
 from gpu_spawner.services.jobs.planner import Planner
 from gpu_spawner.services.jobs.submission import ServiceSettings
-from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.jobs.options import GPUJobs
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.notify.options import Notifications
 from gpu_spawner.services.web import Base

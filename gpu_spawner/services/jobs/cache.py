@@ -15,9 +15,9 @@ from typing import Callable
 from kubernetes_asyncio import client
 from tornado import web
 
+from gpu_spawner.contract import JOB_LABEL, JOBSET_GROUP, JOBSET_VERSION, KUEUE_GROUP, KUEUE_VERSION
 from gpu_spawner.kubeio.informer import Informer
 from gpu_spawner.services.jobs.index import INDEX_KEYS, ByKey, QueueIndex
-from gpu_spawner.contract import JOB_LABEL, JOBSET_GROUP, JOBSET_VERSION, KUEUE_GROUP, KUEUE_VERSION
 
 KUEUE = (KUEUE_GROUP, KUEUE_VERSION)
 JOBSET = (JOBSET_GROUP, JOBSET_VERSION)

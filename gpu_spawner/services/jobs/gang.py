@@ -13,8 +13,7 @@ from typing import Any
 
 from gpu_spawner.builders.jobs import JobRequestError
 from gpu_spawner.cluster.conditions import condition, is_true
-from gpu_spawner.contract import (ADMITTED, FAILED, FINISHED, JOBSET_JOB_INDEX, QUEUED, RESUMED, RUNNING,
-                                  RunnerExit)
+from gpu_spawner.contract import ADMITTED, FAILED, FINISHED, JOBSET_JOB_INDEX, QUEUED, RESUMED, RUNNING, RunnerExit
 from gpu_spawner.services.jobs.status import _runner_exit, derive_status
 
 

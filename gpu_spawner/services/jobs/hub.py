@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Any, Mapping
 
-from gpu_spawner.contract import ENV_PROFILES, JOBS_ACCESS_SCOPE, JOBS_SERVICE as SERVICE_NAME, JOBS_SERVICE_SCOPES
+from gpu_spawner.contract import ENV_PROFILES, JOBS_ACCESS_SCOPE, JOBS_SERVICE_SCOPES
+from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
 
 DEFAULT_PORT = 10101
 #: The service's own role and scopes (what its token may do in the hub).

@@ -53,7 +53,8 @@ def _finished(job: dict) -> bool:
 
 def _ours(obj: dict) -> bool:
     meta = obj["metadata"]
-    return bool((meta.get("labels") or {}).get(JOB_LABEL)) and bool((meta.get("annotations") or {}).get(USER_ANNOTATION))
+    return (bool((meta.get("labels") or {}).get(JOB_LABEL))
+            and bool((meta.get("annotations") or {}).get(USER_ANNOTATION)))
 
 
 async def check_home_claim(kube, namespace: str, claim: str) -> None:
@@ -73,7 +74,8 @@ async def check_home_claim(kube, namespace: str, claim: str) -> None:
         raise StorageNotReady(f"the claim {namespace}/{claim} is not labelled {HOME_SHARE_LABEL}=true, so it is not "
                               f"taken for the users' home share; {fix}")
     if status.get("phase") != "Bound":
-        raise StorageNotReady(f"the claim {namespace}/{claim} is {status.get('phase') or 'not bound'}, not Bound; {fix}")
+        phase = status.get("phase") or "not bound"
+        raise StorageNotReady(f"the claim {namespace}/{claim} is {phase}, not Bound; {fix}")
     if "ReadWriteMany" not in (status.get("accessModes") or []):
         raise StorageNotReady(f"the claim {namespace}/{claim} is {status.get('accessModes')}, not ReadWriteMany: a job "
                               f"on another node than your server could not mount it; {fix}")

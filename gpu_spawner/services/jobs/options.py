@@ -39,9 +39,9 @@ class GPUJobs(Application):
     home_subpath = Unicode(HomeStorage.subpath, help="A user's folder on the share: the same KubeSpawner template as "
                                                      "the servers' volume_mounts subPath (z2jh "
                                                      "singleuser.storage.static.subPath).").tag(config=True)
-    home_mount_path = Unicode(HomeStorage.mount_path, help="Where the home is mounted in a Job's pod: the same as "
-                                                           "in the servers (z2jh singleuser.storage.homeMountPath).").tag(
-        config=True)
+    home_mount_path = Unicode(HomeStorage.mount_path,
+                              help="Where the home is mounted in a Job's pod: the same as in the servers (z2jh "
+                                   "singleuser.storage.homeMountPath).").tag(config=True)
     home_slug_scheme = Unicode("safe", help="The hub's KubeSpawner.slug_scheme ('safe', KubeSpawner 7's default, "
                                             "or 'escape'): how {username} in home_subpath is spelled, so a Job "
                                             "mounts the folder the user's server mounts.").tag(config=True)

@@ -15,9 +15,24 @@ from typing import Any
 from gpu_spawner.builders.jobs import RUNNER_CONTAINER
 from gpu_spawner.cluster.conditions import condition, is_true
 from gpu_spawner.cluster.workloads import admissions, is_pending, queue_key
-from gpu_spawner.contract import (ADMITTED, FAILED, JOB_LABEL, JOB_NAME_LABEL, NOTEBOOK_ANNOTATION,
-                                  PRIORITY_LABEL, PROFILE_LABEL, PROGRESS_RE, QUEUE_LABEL, QUEUED, RESUMED,
-                                  RUNNING, SUCCEEDED, UNKNOWN, USER_ANNOTATION, RunnerExit)
+from gpu_spawner.contract import (
+    ADMITTED,
+    FAILED,
+    JOB_LABEL,
+    JOB_NAME_LABEL,
+    NOTEBOOK_ANNOTATION,
+    PRIORITY_LABEL,
+    PROFILE_LABEL,
+    PROGRESS_RE,
+    QUEUE_LABEL,
+    QUEUED,
+    RESUMED,
+    RUNNING,
+    SUCCEEDED,
+    UNKNOWN,
+    USER_ANNOTATION,
+    RunnerExit,
+)
 from gpu_spawner.model.wait_estimate import estimate
 
 

@@ -60,8 +60,9 @@ def check_priority(cfg: ProfilesConfig, profile: Profile, groups: list[str], pri
 def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dict[str, Any],
                     active_on_profile: int, settings: ServiceSettings = ServiceSettings(),
                     name: str | None = None, active_total: int = 0) -> list[dict[str, Any]]:
-    """[Job, ConfigMap] for `body`, the JSON the user posted ([JobSet, ConfigMap] with `nodes` > 1); `active_on_profile` / `active_total`: the
-    user's unfinished jobs on the requested profile / on all profiles (counted under a per-user lock)."""
+    """[Job, ConfigMap] for `body`, the JSON the user posted ([JobSet, ConfigMap] with `nodes` > 1);
+    `active_on_profile` / `active_total`: the user's unfinished jobs on the requested profile / on all profiles
+    (counted under a per-user lock)."""
     if not isinstance(body, dict):
         raise JobRequestError("the request body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)

@@ -8,9 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from gpu_spawner.contract import (ADMITTED, FINISHED, LAB_API_PREFIX, NOTIFY_ADMITTED, NOTIFY_CULL_WARNING,
-                                  NOTIFY_FAILED, NOTIFY_PREEMPTED, NOTIFY_RESUMED, NOTIFY_SUCCEEDED, QUEUED, RESUMED,
-                                  RUNNING, SUCCEEDED, output_notebook_path)
+from gpu_spawner.contract import (
+    ADMITTED,
+    FINISHED,
+    LAB_API_PREFIX,
+    NOTIFY_ADMITTED,
+    NOTIFY_CULL_WARNING,
+    NOTIFY_FAILED,
+    NOTIFY_PREEMPTED,
+    NOTIFY_RESUMED,
+    NOTIFY_SUCCEEDED,
+    QUEUED,
+    RESUMED,
+    RUNNING,
+    SUCCEEDED,
+    output_notebook_path,
+)
 
 #: Longest text taken from a status or warning into a message (they come from Kubernetes and the culler).
 MAX_TEXT = 500

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 from gpu_spawner.contract import adopt_hub_api_url
 from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.loopguard import LoopGuard
+from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.metrics import UsageMetrics
 from gpu_spawner.services.usage.metrics_http import ENV_TOKEN, metrics_token, serve_metrics

@@ -14,8 +14,8 @@ import os
 import sys
 from typing import Any, Mapping
 
-from gpu_spawner.contract import USAGE_PORT as PAGE_PORT  # gpu-jobs 10101, the culler 10102
 from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
+from gpu_spawner.contract import USAGE_PORT as PAGE_PORT  # gpu-jobs 10101, the culler 10102
 from gpu_spawner.services.usage.metrics_http import ENV_TOKEN as METRICS_TOKEN_ENV
 
 METRICS_PORT = 9402  # the collector's /metrics, for Prometheus
