@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension test-deps plan binaries node-deps test unit dev bench matrix-venv
+.PHONY: install labextension test-deps plan binaries node-deps test unit lint dev bench matrix-venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -98,7 +98,7 @@ matrix-venv: $(JH55_VENV)/.installed
 # the first run already). The images are built first (`make images`: seconds when cached), for the ship tier.
 JH55_TIERS := tests/unit tests/e2e/test_hub.py
 test: BINARIES_ARGS := --with-nodes
-test: binaries node-deps test-deps matrix-venv images
+test: plan lint binaries node-deps test-deps matrix-venv images
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
 	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
@@ -108,6 +108,10 @@ test: binaries node-deps test-deps matrix-venv images
 UNIT_TIER := not (cluster or services or kernel or browser or ship)
 unit: install
 	$(PY) -m pytest -m "$(UNIT_TIER)" $(PYTEST_ARGS)
+
+# ruff (pyproject.toml): pyflakes, pycodestyle and import order over the whole tree, in seconds; first in `make test`.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 
 dev: binaries
 	$(VENV)/bin/gpuhub dev
