@@ -28,6 +28,7 @@ from gpu_spawner.model.quantities import parse_or_none
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
 from gpu_spawner.tools.doctor_quota import check_quota_usable
+from gpu_spawner.tools.doctor_size import size_problems
 from gpu_spawner.tools.doctor_storage import check_storage
 
 KUEUE_VERSION = KUEUE_API.split("/")[1]
@@ -118,7 +119,6 @@ def check_pool(name: str, pool: Pool, nodes: list[dict[str, Any]], file: str) ->
 
 def check_node_size(cfg: ProfilesConfig, name: str, pool: Pool, nodes: list[dict[str, Any]]) -> list[Check]:
     """The profiles and the file's node size against the nodes' real allocatable (tools/doctor_size.py)."""
-    from gpu_spawner.tools.doctor_size import size_problems
 
     mine = pool_nodes(pool, nodes)
     if not mine:

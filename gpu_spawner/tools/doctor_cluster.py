@@ -11,8 +11,18 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpu_spawner.builders.deploy import HUB_ACCOUNT
+from gpu_spawner.builders.storage import HOME_CLAIM
 from gpu_spawner.kubeio.clients import api_client
-from gpu_spawner.tools.doctor import DEVICE_PLUGIN_NAME, KUEUE_CRDS, KUEUE_VERSION, Snapshot, access_requests
+from gpu_spawner.tools import doctor
+from gpu_spawner.tools.doctor import (
+    DEVICE_PLUGIN_NAME,
+    KUEUE_CRDS,
+    KUEUE_VERSION,
+    Snapshot,
+    access_requests,
+    request_accounts,
+)
 
 KUEUE_PLURALS = {"WorkloadPriorityClass": "workloadpriorityclasses", "ResourceFlavor": "resourceflavors",
                  "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
@@ -86,9 +96,6 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
         except ApiException as e:
             snap.errors["kueue"] = _why(e)
 
-    from gpu_spawner.builders.deploy import HUB_ACCOUNT
-    from gpu_spawner.tools.doctor import request_accounts
-
     accounts = request_accounts(cfg, hub_namespace)
 
     def account_sa(account: str) -> str:
@@ -115,8 +122,6 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
                     "spec": {"resourceAttributes": attrs}}
             r = authz.create_self_subject_access_review(body, _preload_content=False, _request_timeout=20)
         return req, bool(json.loads(r.data).get("status", {}).get("allowed"))
-
-    from gpu_spawner.builders.storage import HOME_CLAIM
 
     try:  # the users' home share: the claim in the hub namespace and in each team's, and their volumes
         snap.home_claims = {}
@@ -148,7 +153,6 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
 def run(cfg, file: str, kubeconfig: str | None, hub_service_account: str = "jhub/hub",
         hub_namespace: str | None = None, rbac: bool = True) -> tuple[int, str]:
     """(exit code, table). `hub_service_account`: NS/NAME, or "self" for the kubeconfig's identity."""
-    from gpu_spawner.tools import doctor
 
     sa = None if hub_service_account == "self" else hub_service_account
     ns = hub_namespace or (sa.split("/", 1)[0] if sa else "jhub")

@@ -37,11 +37,15 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import ENV_PROFILES
+from gpu_spawner.model.profiles_file import cached_profiles
+from gpu_spawner.model.validation import ProfilesError
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.services.culler.cycle import CullCycle, CycleResult, decision_log, user_url  # noqa: F401
 from gpu_spawner.services.culler.forward import Forwarder
 from gpu_spawner.services.culler.stops import Stopper
+from gpu_spawner.services.culler.web import make_app
 from gpu_spawner.services.loopguard import LoopGuard
+from gpu_spawner.services.stopped import exit_now
 
 # jupyterhub-idle-culler parses each server's two timestamps with dateutil's general parser, which is
 # the slowest step of a cycle over thousands of servers; the hub writes ISO 8601, which
@@ -187,7 +191,6 @@ class GPUCuller(IdleCuller):
         default = default_rule(self.timeout, self.max_age)
         if not self.profiles_file:
             return {}, default
-        from gpu_spawner.model.profiles_file import cached_profiles
 
         cfg = cached_profiles(self.profiles_file)
         return rules_from_profiles(cfg, self.timeout, self.max_age), default
@@ -278,8 +281,6 @@ class GPUCuller(IdleCuller):
     # ------------------------------------------------------------------ web
 
     def make_app(self) -> web.Application:
-        from gpu_spawner.services.culler.web import make_app
-
         return make_app(self)
 
     def listen_port(self) -> int | None:
@@ -308,7 +309,6 @@ class GPUCuller(IdleCuller):
         if not os.environ.get("JUPYTERHUB_API_TOKEN"):
             self.log.error("No hub API token: set JUPYTERHUB_API_TOKEN (the hub does for its services)")
             sys.exit(2)
-        from gpu_spawner.model.validation import ProfilesError
 
         try:
             self.rules()  # a bad profiles file stops the service now, with its problems listed
@@ -338,7 +338,6 @@ class GPUCuller(IdleCuller):
         try:
             loop.start()
         except KeyboardInterrupt:  # the hub stops its managed services with SIGINT (services/stopped.py)
-            from gpu_spawner.services.stopped import exit_now
 
             exit_now()
 

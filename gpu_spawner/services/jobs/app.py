@@ -15,6 +15,7 @@ Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed se
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
 from gpu_spawner.kubeio.clients import timeout_api_client
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.jobs import gang, limits, words
 from gpu_spawner.services.jobs.cache import JobsCache
@@ -49,6 +51,7 @@ from gpu_spawner.services.jobs.planner import Planner
 from gpu_spawner.services.jobs.submission import ServiceSettings
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.notify.options import Notifications
+from gpu_spawner.services.notify.watch import watch_jobs
 from gpu_spawner.services.web import Base
 
 log = logging.getLogger("gpuhub.jobs")
@@ -310,7 +313,6 @@ def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceS
 def listen_address(host: str | None) -> str:
     """Bind the service URL's IP (127.0.0.1 when the hub and proxy share the machine); a host name (z2jh:
     `http://hub:10101`, the proxy in its own pod) means all interfaces. $GPUHUB_JOBS_LISTEN_IP overrides."""
-    import ipaddress
 
     if "GPUHUB_JOBS_LISTEN_IP" in os.environ:
         return os.environ["GPUHUB_JOBS_LISTEN_IP"]
@@ -322,8 +324,6 @@ def listen_address(host: str | None) -> str:
 
 async def serve(opts) -> None:
     """Run the service with `options.GPUJobs` settings until stopped."""
-    from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
-    from gpu_spawner.services.notify.watch import watch_jobs
 
     path = opts.profiles_file or profiles_path()
     if not path:  # never the example file: a service without the hub's profiles would check nothing right

@@ -17,6 +17,7 @@ from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.contract import FINISHED, JOB_LABEL, JOBSET_JOB_INDEX, QUEUED, USER_ANNOTATION, USER_LABEL
 from gpu_spawner.kubeio.informer import read_json
+from gpu_spawner.model.quantities import parse
 from gpu_spawner.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.gang import derive_gang_status, is_jobset
 from gpu_spawner.services.jobs.status import derive_status, job_name_of, queue_positions, unreadable, workload_owner
@@ -254,7 +255,6 @@ class Kube:
             return out
         usage = {(f["name"], r["name"]): r.get("total", 0) for f in (cq.get("status") or {}).get("flavorsUsage") or []
                  for r in f.get("resources") or []}
-        from gpu_spawner.model.quantities import parse
         for group in (cq.get("spec") or {}).get("resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for r in flavor.get("resources") or []:

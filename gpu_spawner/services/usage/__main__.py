@@ -10,6 +10,8 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from gpu_spawner.contract import adopt_hub_api_url
+from gpu_spawner.kubeio.clients import api_client
+from gpu_spawner.model.durations import parse
 from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import accounting as acc
@@ -39,7 +41,6 @@ PRUNE_EVERY_S = 24 * 3600
 
 def retention_of(text: str) -> timedelta | None:
     """'400d' → 400 days; None for anything unparsable or under a day (that would drop today's usage)."""
-    from gpu_spawner.model.durations import parse
 
     try:
         seconds = parse(text)
@@ -74,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         p.error(f"--metrics-token-file / ${ENV_TOKEN}: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from gpu_spawner.kubeio.clients import api_client
 
     cfg, store, metrics = load_profiles(args.profiles_file), UsageStore(args.store), UsageMetrics()
     LoopGuard(metrics.registry).start_in_thread()  # no event loop here: the GIL stalls its /metrics thread

@@ -12,6 +12,7 @@ import requests
 
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_LABEL
 from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage.rightsize import hints
 from gpu_spawner.services.usage.store import UsageStore
 
 #: The culler's counter of GPU-hours it reclaimed (services/culler/service.py).
@@ -82,7 +83,6 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
            by: str, used: dict[tuple[str, str], acc.PodUse] | None, reclaimed: float | None,
            cfg=None) -> dict[str, Any]:
     """Everything `gpuhub report` prints (pure); right-sizing hints need `cfg` and DCGM use."""
-    from gpu_spawner.services.usage.rightsize import hints
 
     rows = acc.aggregate(lifetimes, since, until, by, used)
     costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()} if cfg is not None and used \

@@ -21,9 +21,13 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import ioloop, web
 
 from gpu_spawner.contract import adopt_hub_api_url
+from gpu_spawner.model.durations import parse
+from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import accounting as acc
+from gpu_spawner.services.usage import collect
 from gpu_spawner.services.usage.live import LiveStore
+from gpu_spawner.services.usage.rightsize import hints
 
 BAR_H, LABEL_W, CHART_W = 22, 160, 420
 
@@ -71,8 +75,6 @@ Hinter = Callable[[list[acc.Lifetime], datetime, datetime], list]
 
 def make_hinter(cfg, prometheus_url: str, scrape_interval: float) -> Hinter:
     """Right-sizing hints (rightsize.py) from DCGM use in Prometheus over the page's range (blocking I/O)."""
-    from gpu_spawner.services.usage import collect
-    from gpu_spawner.services.usage.rightsize import hints
 
     costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()}
 
@@ -175,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if bool(a.profiles_file) != bool(a.prometheus_url):
         p.error("--profiles-file and --prometheus-url go together (right-sizing hints need both)")
-    from gpu_spawner.model.durations import parse
 
     try:
         seconds = parse(a.since)
@@ -187,8 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-usage/")
     hinter = None
     if a.prometheus_url:
-        from gpu_spawner.model.profiles_file import load_profiles
-
         hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
     # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
     address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
