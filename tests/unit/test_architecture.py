@@ -72,3 +72,17 @@ def test_gpuhub_reaches_the_simulator_only_through_its_entry_point():
         "devcluster": "devcluster.commands:add_commands"}
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"validate", "render", "doctor", "report", "dev", "cluster"} <= set(commands)
+
+
+def test_a_declared_command_whose_module_is_absent_is_left_out(monkeypatch):
+    """The images install the package from gpu_spawner/, extension/ and runner/ alone: the entry point is
+    declared there, its module is not."""
+    from importlib.metadata import EntryPoint
+
+    from gpu_spawner.tools import cli
+
+    absent = EntryPoint("devcluster", "no_such_module_here.commands:add_commands", cli.COMMANDS_GROUP)
+    monkeypatch.setattr(cli, "entry_points", lambda group: [absent])
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"validate", "render", "doctor", "report"} <= set(commands) and "dev" not in commands
+    assert cli.main(["validate", str(Path(__file__).resolve().parents[2] / "gpu_spawner/examples/profiles.yaml")]) == 0
