@@ -86,3 +86,19 @@ def test_a_declared_command_whose_module_is_absent_is_left_out(monkeypatch):
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"validate", "render", "doctor", "report"} <= set(commands) and "dev" not in commands
     assert cli.main(["validate", str(Path(__file__).resolve().parents[2] / "gpu_spawner/examples/profiles.yaml")]) == 0
+
+
+def test_a_broken_command_plugin_is_said_and_the_products_commands_still_work(monkeypatch, capsys):
+    from importlib.metadata import EntryPoint
+
+    from gpu_spawner.tools import cli
+
+    def broken(sub):
+        raise RuntimeError("a bug in the plugin")
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [EntryPoint("x", "json:loads", cli.COMMANDS_GROUP)])
+    monkeypatch.setattr(EntryPoint, "load", lambda self: broken)
+    example = str(Path(__file__).resolve().parents[2] / "gpu_spawner/examples/profiles.yaml")
+    assert cli.main(["validate", example]) == 0
+    said = capsys.readouterr().err
+    assert "warning: gpuhub commands from json:loads left out: RuntimeError: a bug in the plugin" in said
