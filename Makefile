@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension test-deps plan binaries node-deps test unit lint dev bench matrix-venv
+.PHONY: install labextension test-deps plan binaries node-deps test test-binaries test-installs unit lint dev bench matrix-venv images image-deps
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -98,10 +98,20 @@ matrix-venv: $(JH55_VENV)/.installed
 # the first run already). The images are built first (`make images`: seconds when cached), for the ship tier.
 JH55_TIERS := tests/unit tests/e2e/test_hub.py
 test: BINARIES_ARGS := --with-nodes
-test: plan lint binaries node-deps test-deps matrix-venv images
+test: plan
+	$(MAKE) --no-print-directory -j2 test-binaries test-installs
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
 	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
+
+# A cold `make test` spends most of its time compiling Go, on every core, while the installs and the image
+# builds mostly wait on the registries and the disk: so the two run side by side (`-j2` above), the Go build
+# with the system python3 (binaries.py is standard library only) and the rest one after another (apt-get
+# allows one at a time). Warm, both are seconds.
+test-binaries:
+	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/binaries.py build --with-nodes
+test-installs:
+	$(MAKE) --no-print-directory -j1 lint install node-deps test-deps matrix-venv images
 
 # The pure tier, wherever its tests live: no cluster, no hub or Prometheus process, no kernel, no browser
 # (tiers are pytest markers; tests/conftest.py sets them from the fixtures a test uses).

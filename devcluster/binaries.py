@@ -26,6 +26,8 @@ HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"
 
 KUBERNETES_VERSION = "v1.36.3"
+#: KWOK and the Kueue controller: pinned by devcluster/go/controllers/go.mod too (a test checks they agree), one
+#: module for both, so the Kubernetes libraries and controller-runtime they share compile once.
 KWOK_VERSION = "v0.8.0"
 KUEUE_VERSION = "v0.19.2"
 #: The JobSet controller (`%gpu_submit --nodes N`); pinned by devcluster/go/jobset/go.mod too. Its binary is
@@ -43,6 +45,8 @@ HELM_BINARY = f"helm-{HELM_VERSION}"
 #: shim and `ctr` (images are imported with it: no registry can be reached here).
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+
+CONTROLLER_PACKAGES = {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kueue": "sigs.k8s.io/kueue/cmd/kueue"}
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: What the control plane and the KWOK pools need (`gpuhub cluster up`, `gpuhub dev`).
@@ -80,7 +84,7 @@ def _go_version() -> str:
 def stamp() -> str:
     """A short hash of every input that changes the binaries."""
     h = hashlib.sha256()
-    for name in ("kube", "etcd", "coredns", "node"):
+    for name in ("kube", "controllers", "etcd", "coredns", "node"):
         for f in ("go.mod", "go.sum"):
             h.update((GO_DIR / name / f).read_bytes())
     for main in ("etcd/main.go", "coredns/main.go", "node/pause/main.go", "node/deviceplugin/main.go"):
@@ -180,12 +184,9 @@ def _build_one(name: str, dest: Path, log: Path) -> None:
     elif name in (*KUBE_COMMANDS, *NODE_KUBE_COMMANDS):
         _run(["go", "build", "-trimpath", f"-ldflags={_kube_ldflags()}", "-o", str(dest / name),
               f"k8s.io/kubernetes/cmd/{name}"], GO_DIR / "kube", log, env, name)
-    elif name == "kwok":
-        _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
-             cache_root(), log, env, "kwok")
-    elif name == "kueue":
-        _run(["go", "install", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}"],
-             cache_root(), log, env, "kueue")
+    elif name in ("kwok", "kueue"):
+        _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), CONTROLLER_PACKAGES[name]],
+             GO_DIR / "controllers", log, env, name)
     elif name == JOBSET_BINARY:  # the controller only (the module's main package), from its wrapper module
         _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(dest / name), "sigs.k8s.io/jobset"],
              GO_DIR / "jobset", log, env, "the JobSet controller")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,3 +159,17 @@ def test_plan_says_what_a_fresh_machine_builds_and_nothing_once_it_is_built(tmp_
     assert "about 2 min in all (from this machine's earlier builds)" in r.stderr
     (dest / binaries.HELM_BINARY).write_text("")
     assert _plan(tmp_path).stderr == ""
+
+
+def test_the_go_wrapper_modules_pin_the_versions_binaries_py_names():
+    """kwok and kueue are built from devcluster/go/controllers, the JobSet controller from devcluster/go/jobset:
+    their go.mod files and binaries.py's constants (CRDs, stage files and the stamp are read from those) agree."""
+    def pinned(module_dir: str, path: str) -> str:
+        text = (binaries.GO_DIR / module_dir / "go.mod").read_text()
+        (version,) = re.findall(rf"^\s*{re.escape(path)} (v\S+)", text, re.M)
+        return version
+
+    assert pinned("controllers", "sigs.k8s.io/kwok") == binaries.KWOK_VERSION
+    assert pinned("controllers", "sigs.k8s.io/kueue") == binaries.KUEUE_VERSION
+    assert pinned("jobset", "sigs.k8s.io/jobset") == binaries.JOBSET_VERSION
+    assert binaries.CONTROLLER_PACKAGES.keys() == {"kwok", "kueue"}
