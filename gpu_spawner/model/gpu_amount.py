@@ -1,8 +1,8 @@
-"""How much GPU a profile gives, said as people say it (pure): "¼ T4 (time-sliced)", "1g.10gb MIG slice",
-"2 × H100 NVL" — never "1 GPU" for a share or a slice of one."""
+"""How much GPU a profile gives, said as people say it (pure): "¼ T4 (time-sliced)", "¼ T4 (MPS)",
+"1g.10gb MIG slice", "2 × H100 NVL" — never "1 GPU" for a share or a slice of one."""
 from __future__ import annotations
 
-from gpu_spawner.model.profiles import Profile, ProfilesConfig, TimeSlicing
+from gpu_spawner.model.profiles import MPSSharing, Profile, ProfilesConfig, TimeSlicing
 
 _FRACTIONS = {1: "1", 2: "½", 3: "⅓", 4: "¼", 5: "⅕", 6: "⅙", 8: "⅛", 10: "⅒"}
 
@@ -18,8 +18,8 @@ def gpu_amount(cfg: ProfilesConfig, profile: Profile) -> str:
     if profile.gpu.kind == "mig":
         slice_ = profile.gpu.profile or next(iter(pool.mig_layout), "")
         return f"{many}{slice_} MIG slice{'s' if n > 1 else ''}"
-    if profile.gpu.kind == "time-sliced":
-        replicas = pool.sharing.replicas if isinstance(pool.sharing, TimeSlicing) else 1
+    if profile.gpu.kind in ("time-sliced", "mps"):
+        replicas = pool.sharing.replicas if isinstance(pool.sharing, (TimeSlicing, MPSSharing)) else 1
         share = _FRACTIONS.get(replicas, f"1/{replicas}")
-        return f"{many}{share} {model} (time-sliced)"
+        return f"{many}{share} {model} ({'MPS' if profile.gpu.kind == 'mps' else 'time-sliced'})"
     return f"{n} × {model}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
+from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, ProfilesConfig, TimeSlicing
 from gpu_spawner.model.quantities import human_bytes, parse_or_none
 
 _FLAVOR_PART = re.compile(r"in flavor ([\w.-]+)|flavor ([\w.-]+) doesn't match")
@@ -44,12 +44,14 @@ class QueueContext:
 
 
 def slot_noun(pool: Pool | None) -> str:
-    """What one unit of a pool's quota is called: 'T4 slots', 'A100 80GB MIG slices', 'H100 GPUs'."""
+    """What one unit of a pool's quota is called: 'T4 slots', 'L4 MPS slots', 'A100 80GB MIG slices', 'H100 GPUs'."""
     if pool is None or pool.gpu is None:
         return "GPU slots"
     label = pool.label.removeprefix("NVIDIA ")
     if isinstance(pool.sharing, MIGSharing):
         return f"{label} MIG slices"
+    if isinstance(pool.sharing, MPSSharing):
+        return f"{label} MPS slots"
     if isinstance(pool.sharing, TimeSlicing):
         return f"{label} slots"
     return f"{label} GPUs"

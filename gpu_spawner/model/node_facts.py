@@ -6,7 +6,11 @@ build their nodes from them (they follow the product's facts, never the reverse)
 """
 from __future__ import annotations
 
-from gpu_spawner.model.profiles import MIGSharing, Pool, TimeSlicing, slice_memory_gb
+from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, TimeSlicing, slice_memory_gb
+
+#: GPU feature discovery's label saying the node's GPUs run MPS (its config has `sharing.mps` and no GPU is
+#: MIG-enabled); the device plugin's MPS control daemon DaemonSet runs only on nodes labelled "true".
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 
 
 def gpu_labels(pool: Pool) -> dict[str, str]:
@@ -24,11 +28,13 @@ def gpu_labels(pool: Pool) -> dict[str, str]:
         "nvidia.com/mig.capable": str(model.supports_mig).lower(),
         "nvidia.com/mig.strategy": "none",
     }
-    if isinstance(sharing, TimeSlicing):
+    if isinstance(sharing, (TimeSlicing, MPSSharing)):
         labels["nvidia.com/gpu.replicas"] = str(sharing.replicas)
-        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+        labels["nvidia.com/gpu.sharing-strategy"] = sharing.strategy  # time-slicing | mps
         if not sharing.rename_by_default:
             labels["nvidia.com/gpu.product"] = model.product + "-SHARED"
+        if isinstance(sharing, MPSSharing):
+            labels[MPS_CAPABLE_LABEL] = "true"
     elif isinstance(sharing, MIGSharing):
         layout = pool.mig_layout
         labels["nvidia.com/mig.strategy"] = sharing.mig_strategy

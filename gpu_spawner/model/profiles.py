@@ -11,7 +11,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 
 from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
@@ -115,13 +115,38 @@ class TimeSlicing(_Strict):
     fail_requests_greater_than_one: bool = False
 
 
+#: The most MPS clients (replicas) one GPU takes: the device plugin's MPS control daemon refuses more than 48 on
+#: GPUs of compute capability 7.5 or newer and more than 16 on older ones (model/sharing_rules.py checks per model).
+MPS_MAX_REPLICAS = 48
+
+
+class MPSSharing(_Strict):
+    """NVIDIA device plugin MPS (`sharing.mps`): the pods on a GPU share one CUDA context through the node's
+    MPS control daemon, each with an even share of its memory (GPU memory / replicas) and of its threads."""
+
+    strategy: Literal["mps"]
+    replicas: int
+    rename_by_default: bool = False
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, n: int) -> int:
+        if n < 2:
+            raise ValueError(f"{n}: MPS needs at least 2 replicas per GPU (the device plugin refuses fewer); "
+                             "for whole GPUs write strategy: none")
+        if n > MPS_MAX_REPLICAS:
+            raise ValueError(f"{n}: an MPS control daemon serves at most {MPS_MAX_REPLICAS} clients per GPU; "
+                             f"valid: 2..{MPS_MAX_REPLICAS}")
+        return n
+
+
 class MIGSharing(_Strict):
     strategy: Literal["mig"]
     mig_strategy: Literal["mixed", "single"] = "mixed"
     layout: Annotated[Union[str, dict[str, int]], BeforeValidator(_layout)]
 
 
-Sharing = Annotated[Union[NoSharing, TimeSlicing, MIGSharing], Field(discriminator="strategy")]
+Sharing = Annotated[Union[NoSharing, TimeSlicing, MPSSharing, MIGSharing], Field(discriminator="strategy")]
 
 
 class NodeShape(_Strict):
@@ -189,7 +214,7 @@ class Pool(_Strict):
         if not self.is_gpu:
             return None
         s = self.sharing
-        if isinstance(s, TimeSlicing) and s.rename_by_default:
+        if isinstance(s, (TimeSlicing, MPSSharing)) and s.rename_by_default:
             return "nvidia.com/gpu.shared"
         if isinstance(s, MIGSharing) and s.mig_strategy == "mixed":
             return mig_resource_name(mig_slice or next(iter(self.mig_layout)))
@@ -201,7 +226,7 @@ class Pool(_Strict):
             return {}
         gpus = self.gpu.count_per_node
         s = self.sharing
-        if isinstance(s, TimeSlicing):
+        if isinstance(s, (TimeSlicing, MPSSharing)):
             return {self.resource_name(): gpus * s.replicas}
         if isinstance(s, MIGSharing):
             if s.mig_strategy == "single":
@@ -285,7 +310,7 @@ class ProfileOption(_Strict):
 
 
 class ProfileGPU(_Strict):
-    kind: Literal["time-sliced", "mig", "full"]
+    kind: Literal["time-sliced", "mps", "mig", "full"]
     count: int = Field(1, ge=1, le=16)
     profile: str | None = Field(None, description="MIG slice, e.g. 1g.10gb (kind: mig only)")
 

@@ -16,11 +16,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import multinode, quota
-from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
+from gpu_spawner.model import multinode, quota, sharing_rules
+from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
     MIGSharing,
+    MPSSharing,
     NoSharing,
     Pool,
     Profile,
@@ -52,7 +53,7 @@ class ProfilesError(ValueError):
 
 
 NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
-KIND_FOR_STRATEGY = {NoSharing: "full", TimeSlicing: "time-sliced", MIGSharing: "mig"}
+KIND_FOR_STRATEGY = {NoSharing: "full", TimeSlicing: "time-sliced", MPSSharing: "mps", MIGSharing: "mig"}
 TOP_LEVEL_KEYS = [k for k, f in ProfilesConfig.model_fields.items() if not f.exclude]
 
 
@@ -129,7 +130,7 @@ def _problem_from_pydantic(prefix: str, model: type[BaseModel], err: dict) -> Pr
         return Problem(path, f"{ctx.get('tag')!r} is not a valid {ctx.get('discriminator', '').strip(chr(39))}; "
                              f"valid: {ctx.get('expected_tags', '').replace(' or ', ', ')}")
     if kind == "union_tag_not_found":
-        return Problem(path, f"needs {ctx.get('discriminator')} (none, time-slicing or mig)")
+        return Problem(path, f"needs {ctx.get('discriminator')} (none, time-slicing, mps or mig)")
     if kind == "value_error":
         return Problem(path, str(ctx.get("error", err["msg"])))
     if kind == "string_pattern_mismatch":
@@ -165,36 +166,12 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
         out.append(Problem(f"{at}.gpu.model", f"{pool.gpu.model!r} is not a known GPU model; valid: "
                                               f"{', '.join(GPU_MODELS)}"))
         return False
-    model = pool.gpu.spec
     if not any(t.effect in ("NoSchedule", "NoExecute") for t in pool.effective_taints):
         out.append(Problem(f"{at}.taints", "a GPU pool needs a NoSchedule taint (e.g. {key: sku, value: gpu, "
                                            "effect: NoSchedule}) so CPU-only pods stay off its nodes"))
-    if isinstance(pool.sharing, MIGSharing):
-        s = pool.sharing
-        if not model.supports_mig:
-            migs = [m.name for m in GPU_MODELS.values() if m.supports_mig]
-            out.append(Problem(f"{at}.sharing.strategy", f"{model.name} does not support MIG; MIG GPUs: "
-                                                         f"{', '.join(migs)}"))
-            return False
-        layout = s.layout
-        if isinstance(layout, str) and layout != "all-balanced":
-            sl = layout.removeprefix("all-")
-            if sl not in model.mig:
-                out.append(Problem(f"{at}.sharing.layout", f"{layout!r} is not a MIG layout of {model.name}; valid: "
-                                   + ", ".join(["all-balanced"] + [f"all-{x}" for x in model.mig])))
-                return False
-        elif isinstance(layout, dict):
-            layout_problems = mig_layout_problems(model, layout)
-            for msg in layout_problems:
-                out.append(Problem(f"{at}.sharing.layout", msg))
-            if layout_problems:
-                return False
-        if s.mig_strategy == "single" and len(pool.mig_layout) != 1:
-            out.append(Problem(f"{at}.sharing.layout", f"{layout!r}: the single MIG strategy needs one slice type "
-                                                       f"per node (e.g. all-{next(iter(model.mig))}); use "
-                                                       "mig_strategy: mixed for a mixed layout"))
-            return False
-    return True
+    rules = sharing_rules.pool_problems(name, pool)
+    out.extend(Problem(x.at, x.message) for x in rules)
+    return not rules
 
 
 def _check_priority_ceilings(data: dict, priorities: dict[str, int], profiles: list[tuple[int, Profile]],
@@ -331,9 +308,8 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
                                                     f"{pool.mig_config_name()}); offered: {', '.join(offered)}"))
             return
     per_node = pool.slots_per_node().get(pool.resource_name(p.gpu.profile), 0)
-    if isinstance(pool.sharing, TimeSlicing) and pool.sharing.fail_requests_greater_than_one and p.gpu.count > 1:
-        out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count}: pool {p.pool!r} fails time-sliced requests greater "
-                                              "than one (fail_requests_greater_than_one); valid: 1"))
+    if shared := sharing_rules.count_problem(at, p, pool):
+        out.append(Problem(shared.at, shared.message))
     elif p.gpu.kind == "full" and p.gpu.count > pool.gpu.count_per_node:
         out.append(Problem(f"{at}.gpu.count", f"{p.gpu.count} GPUs never fit: a node of pool {p.pool!r} has "
                                               f"{pool.gpu.count_per_node}; valid: 1..{pool.gpu.count_per_node}"))
@@ -442,6 +418,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
             pools[name] = pool
         else:
             broken.add(name)
+    problems.extend(Problem(x.at, x.message) for x in sharing_rules.file_problems(pools))
     priorities = data.get("priorities")
     if priorities is None:
         priorities = ProfilesConfig.model_fields["priorities"].default_factory()
