@@ -37,7 +37,7 @@ PREFIX = "GPU check failed"
 
 @dataclass(frozen=True)
 class Expected:
-    kind: str  # none | time-sliced | mig | full
+    kind: str  # none | time-sliced | mps | mig | full
     count: int
     resource: str
     mig_profile: str | None

@@ -6,7 +6,7 @@ from gpu_spawner.model.profiles import Pool, Profile
 
 
 def slot_noun(profile: Profile, pool: Pool | None, plural: bool = True) -> str:
-    """How people call one unit of this profile's GPU: 'MIG 1g.10gb slices', 'T4 shares', 'H100 NVL GPUs'."""
+    """How people call one unit of this profile's GPU: 'MIG 1g.10gb slices', 'T4 MPS shares', 'H100 NVL GPUs'."""
     s = "s" if plural else ""
     if profile.gpu is None or pool is None:
         return f"server{s}"
@@ -16,6 +16,8 @@ def slot_noun(profile: Profile, pool: Pool | None, plural: bool = True) -> str:
         return f"{label} MIG {profile.gpu.profile or next(iter(pool.mig_layout))} slice{s}"
     if profile.gpu.kind == "time-sliced":
         return f"{label} time-slice{s}"
+    if profile.gpu.kind == "mps":
+        return f"{label} MPS share{s}"
     return f"{label} GPU{s}"
 
 

@@ -37,6 +37,9 @@ def gpu_line(cfg: ProfilesConfig, profile: Profile) -> str:
     if profile.gpu.kind == "time-sliced":
         return (f"{name} · time-sliced, up to {pool.sharing.replicas} users per GPU · "
                 f"{model.memory_gib} GB GPU memory, shared")
+    if profile.gpu.kind == "mps":
+        return (f"{name} · MPS, up to {pool.sharing.replicas} users per GPU · "
+                f"{model.memory_gib / pool.sharing.replicas:.3g} GB GPU memory of its own, compute shared")
     many = f"{n} x " if n > 1 else ""
     return f"{many}{name} · whole GPU · {model.memory_gib * n} GB GPU memory"
 

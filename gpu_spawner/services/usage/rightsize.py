@@ -4,7 +4,10 @@ with DCGM memory and activity samples.
 
 A candidate must hold the sessions' peak GPU memory with `headroom` to spare and their busiest session's
 compute (its share of time at work × the GPUs held) with the same headroom, and cost less per hour. Candidates are whole
-GPUs and MIG slices (a time-sliced share's compute depends on its neighbours, so it is never promised).
+GPUs and MIG slices (a time-sliced share's compute depends on its neighbours, so it is never promised). An MPS
+share is never a candidate either: its memory is its own (the MPS daemon pins GPU memory / replicas to each
+client) but its compute is only capped at 1/replicas of the GPU's threads, with the memory bandwidth and
+the one CUDA context shared, so its neighbours decide what it gets, as on a time-sliced GPU.
 """
 from __future__ import annotations
 
@@ -42,9 +45,9 @@ class Hint:
 
 
 def capacity(cfg: ProfilesConfig, p: Profile) -> tuple[float, float] | None:
-    """(GPU memory in GB, compute in GPUs) a profile guarantees; None for time-sliced or CPU profiles."""
+    """(GPU memory in GB, compute in GPUs) a profile guarantees; None for time-sliced, MPS or CPU profiles."""
     pool = cfg.pool_of(p)
-    if p.gpu is None or pool is None or pool.gpu is None or p.gpu.kind == "time-sliced":
+    if p.gpu is None or pool is None or pool.gpu is None or p.gpu.kind in ("time-sliced", "mps"):
         return None
     n = p.gpu.count
     if p.gpu.kind == "mig":
