@@ -11,7 +11,8 @@
   a node picks its entry with the label `nvidia.com/device-plugin.config=<pool>`.
 - `render_mig_parted_config()`: mig-parted configs named like `Pool.mig_config_name()`, as the ConfigMap
   the GPU operator's `migManager.config.name` points at; a node picks one with `nvidia.com/mig.config`.
-- `render_aks_script()`: `az aks nodepool add` commands creating the file's pools.
+- `render_aks_script()`: `az aks nodepool add` commands creating the file's pools, from the per-pool facts in
+  `aks_pools.py` (which `terraform.py` renders as `azurerm_kubernetes_cluster_node_pool` resources).
 
 `generated_files()`: every generated file's name in deploy/ and its content. `gpuhub render deploy PROFILES
 --out DIR` (or `python -m gpu_spawner.tools.render_deploy`) (re)writes them; a unit test checks that the
@@ -25,6 +26,13 @@ from typing import Any
 
 import yaml
 
+from gpu_spawner.builders.aks_pools import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    AKSNodePool,
+    aks_node_pools,
+    one_line,
+)
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE, DEVICE_PLUGIN_CONFIG, JOBS_ACCOUNT, MIG_PARTED_CONFIG
 from gpu_spawner.builders.network import render_network_policies
 from gpu_spawner.builders.workloads import (
@@ -36,10 +44,7 @@ from gpu_spawner.builders.workloads import (
 from gpu_spawner.contract import JOBSET_GROUP, KUEUE_GROUP, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
 
-AGENTPOOL = "kubernetes.azure.com/agentpool"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DEFAULT_SERVICE_ACCOUNT = "hub"
 
 HUB_ACCOUNT = "hub"
@@ -195,57 +200,41 @@ def render_mig_parted_config(cfg: ProfilesConfig, namespace: str = GPU_OPERATOR_
             "data": {"config.yaml": yaml.safe_dump(mig_parted_configs(cfg), sort_keys=False)}}
 
 
-def aks_pool_name(name: str, pool: Pool) -> str:
-    """The AKS agent pool name: the `kubernetes.azure.com/agentpool` value the file selects on."""
-    return pool.node_selector.get(AGENTPOOL, name)
+class _Var(str):
+    """One of the script's own variables: the only words left unquoted (in double quotes). Every other word,
+    whatever the profiles file put in it (a `$` too), is quoted."""
 
 
-def node_labels_for_aks(name: str, pool: Pool) -> dict[str, str]:
-    """Labels `az aks nodepool add --labels` must set (AKS sets kubernetes.azure.com/* itself)."""
-    labels = {k: v for k, v in pool.node_selector.items() if not k.startswith("kubernetes.azure.com/")}
-    if pool.is_gpu:
-        labels[DEVICE_PLUGIN_CONFIG_LABEL] = name
-    if isinstance(pool.sharing, MIGSharing):
-        labels[MIG_CONFIG_LABEL] = pool.mig_config_name()
-    return labels
+_RESOURCE_GROUP, _CLUSTER = _Var("$RESOURCE_GROUP"), _Var("$CLUSTER")
 
 
-def aks_nodepool_command(name: str, pool: Pool) -> list[str]:
-    cmd = ["az", "aks", "nodepool", "add", "--resource-group", "$RESOURCE_GROUP", "--cluster-name", "$CLUSTER",
-           "--name", aks_pool_name(name, pool), "--mode", "User", "--os-type", "Linux"]
-    if pool.instance_type:
-        cmd += ["--node-vm-size", pool.instance_type]
-    labels = node_labels_for_aks(name, pool)
-    if labels:
-        cmd += ["--labels", *(f"{k}={v}" for k, v in labels.items())]
-    # AKS adds the spot taint to spot pools itself; the admin's own taints are set here.
-    taints = [t for t in pool.taints if t.key != "kubernetes.azure.com/scalesetpriority"]
-    if taints:
-        cmd += ["--node-taints", ",".join(f"{t.key}={t.value}:{t.effect}" for t in taints)]
-    if pool.max_nodes:
-        cmd += ["--enable-cluster-autoscaler", "--min-count", str(pool.min_nodes), "--max-count", str(pool.max_nodes),
-                "--node-count", str(pool.min_nodes)]
-    else:
-        cmd += ["--node-count", str(max(pool.min_nodes, 1))]
-    if pool.spot:
-        cmd += ["--priority", "Spot", "--eviction-policy", "Delete", "--spot-max-price", "-1"]
-    if pool.is_gpu:
-        cmd += ["--gpu-driver", "none"]  # the NVIDIA GPU operator installs driver, device plugin, GFD, mig-manager
+def aks_nodepool_command(facts: AKSNodePool) -> list[list[str]]:
+    """`az aks nodepool add` for one pool: the command, then one flag with its values a line."""
+    cmd = [["az", "aks", "nodepool", "add"], ["--resource-group", _RESOURCE_GROUP], ["--cluster-name", _CLUSTER],
+           ["--name", facts.name], ["--mode", facts.mode], ["--os-type", facts.os_type]]
+    if facts.vm_size:
+        cmd.append(["--node-vm-size", facts.vm_size])
+    if facts.labels:
+        cmd.append(["--labels", *(f"{k}={v}" for k, v in facts.labels.items())])
+    if facts.taints:  # the CLI leaves facts.aks_taints (the spot taint) to AKS
+        cmd.append(["--node-taints", ",".join(facts.taints)])
+    if facts.autoscale:
+        cmd += [["--enable-cluster-autoscaler"], ["--min-count", str(facts.min_count)],
+                ["--max-count", str(facts.max_count)]]
+    cmd.append(["--node-count", str(facts.node_count)])
+    if facts.spot:
+        cmd += [["--priority", facts.priority], ["--eviction-policy", facts.eviction_policy],
+                ["--spot-max-price", str(facts.spot_max_price)]]
+    if facts.gpu_driver:  # the NVIDIA GPU operator installs driver, device plugin, GFD, mig-manager
+        cmd.append(["--gpu-driver", facts.gpu_driver.lower()])  # the CLI's spelling of AKS's `None`
     return cmd
 
 
-def _shell(cmd: list[str]) -> str:
-    parts = [p if p.startswith("$") else shlex.quote(p) for p in cmd]
-    parts = [f'"{p}"' if p.startswith("$") else p for p in parts]
-    lines, line = [], parts[0]
-    for p in parts[1:]:
-        if p.startswith("--"):
-            lines.append(line)
-            line = "  " + p
-        else:
-            line += " " + p
-    lines.append(line)
-    return " \\\n".join(lines)
+def _shell(cmd: list[list[str]]) -> str:
+    def word(p: str) -> str:
+        return f'"{p}"' if isinstance(p, _Var) else shlex.quote(p)
+
+    return " \\\n".join(("  " if i else "") + " ".join(map(word, line)) for i, line in enumerate(cmd))
 
 
 def render_aks_script(cfg: ProfilesConfig) -> str:
@@ -258,14 +247,13 @@ def render_aks_script(cfg: ProfilesConfig) -> str:
             f"picked by {MIG_CONFIG_LABEL})."),
            "set -euo pipefail",
            ': "${RESOURCE_GROUP:?set RESOURCE_GROUP}" "${CLUSTER:?set CLUSTER}"', ""]
-    for name, pool in cfg.pools.items():
-        aks_name = aks_pool_name(name, pool)
-        if not pool.is_gpu and aks_name == "system":
-            out += [f"# pool {name!r}: the system pool is created with the cluster "
-                    f"(az aks create --nodepool-name system --node-vm-size {pool.instance_type or '<size>'}).", ""]
+    for facts in aks_node_pools(cfg):
+        if facts.with_cluster:
+            out += [one_line(f"# pool {facts.pool!r}: the system pool is created with the cluster "
+                             f"(az aks create --nodepool-name system --node-vm-size {facts.vm_size or '<size>'})."),
+                    ""]
             continue
-        what = pool.label + (" (spot)" if pool.spot and "spot" not in pool.label else "")
-        out += [f"# pool {name!r}: {what}", _shell(aks_nodepool_command(name, pool)), ""]
+        out += [f"# {facts.comment}", _shell(aks_nodepool_command(facts)), ""]
     return "\n".join(out)
 
 
