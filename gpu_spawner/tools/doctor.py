@@ -20,10 +20,11 @@ from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissi
 from gpu_spawner.builders.kueue import render_kueue
 from gpu_spawner.contract import KUEUE_API
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
-from gpu_spawner.model.node_facts import gpu_labels
+from gpu_spawner.model.node_facts import MPS_CAPABLE_LABEL, gpu_labels
 from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
-from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig
+from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, ProfilesConfig
 from gpu_spawner.model.quantities import parse_or_none
+from gpu_spawner.model.sharing_rules import MIG_CONFIG_LABEL, MIG_DISABLED
 
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
@@ -35,6 +36,9 @@ KUEUE_VERSION = KUEUE_API.split("/")[1]
 KUEUE_CRDS = ("resourceflavors", "clusterqueues", "localqueues", "workloads", "workloadpriorityclasses")
 KUEUE_KINDS = ("WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 DEVICE_PLUGIN_NAME = "nvidia-device-plugin"
+#: The device plugin's MPS control daemon: its DaemonSet (`<device plugin>-mps-control-daemon`) runs one pod on
+#: each node labelled nvidia.com/mps.capable=true; the doctor finds its pods among the device plugin's.
+MPS_DAEMON_NAME = "mps-control-daemon"
 
 #: Labels GFD / the device plugin / mig-manager publish that doctor compares exactly. Not
 #: gpu.product and gpu.memory: real values vary by driver and board (e.g. 15360 MiB on a 16 GiB T4).
@@ -223,9 +227,7 @@ def check_device_plugin(name: str, pool: Pool, nodes: list[dict[str, Any]], snap
     if not snap.daemonsets:
         return Check(sec, "device plugin", FAIL, f"no DaemonSet named like {DEVICE_PLUGIN_NAME} in any namespace",
                      INSTALL_OPERATOR)
-    ready_on = {p.get("spec", {}).get("nodeName") for p in snap.device_plugin_pods
-                if (p.get("status") or {}).get("phase") == "Running"
-                and all(c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [{}])}
+    ready_on = _ready_on(snap.device_plugin_pods, mps=False)
     missing = [_name(n) for n in mine if _name(n) not in ready_on]
     if missing:
         return Check(sec, "device plugin", FAIL, f"no ready device plugin pod on {_some(missing)}",
@@ -233,6 +235,46 @@ def check_device_plugin(name: str, pool: Pool, nodes: list[dict[str, Any]], snap
                      f"{DEVICE_PLUGIN_CONFIG_LABEL} label and the plugin pod's log")
     ds = _some(f"{d['metadata'].get('namespace')}/{_name(d)}" for d in snap.daemonsets)
     return Check(sec, "device plugin", OK, f"running on all {len(mine)} nodes ({ds})")
+
+
+def _ready_on(pods: list[dict[str, Any]], mps: bool) -> set[str]:
+    """Nodes with a Running, ready pod of the device plugin (`mps`: of its MPS control daemon)."""
+    return {p.get("spec", {}).get("nodeName") for p in pods
+            if (MPS_DAEMON_NAME in p.get("metadata", {}).get("name", "")) == mps
+            and (p.get("status") or {}).get("phase") == "Running"
+            and all(c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [{}])}
+
+
+def check_mps(name: str, pool: Pool, nodes: list[dict[str, Any]], snap: Snapshot) -> Check | None:
+    """An MPS pool's nodes carry GFD's nvidia.com/mps.capable=true (its config entry has sharing.mps and no GPU
+    is MIG-enabled), which the MPS control daemon's DaemonSet selects on, and that daemon is ready on each."""
+    mine = pool_nodes(pool, nodes)
+    if not isinstance(pool.sharing, MPSSharing) or not pool.is_gpu or not mine:
+        return None
+    sec, selector = f"pool {name}", label_selector(pool)
+    bad = [f"{_name(n)}: {node_labels(n).get(MPS_CAPABLE_LABEL, '<missing>')}" for n in mine
+           if node_labels(n).get(MPS_CAPABLE_LABEL) != "true"]
+    if bad:
+        mig = f" {MIG_CONFIG_LABEL}={MIG_DISABLED}" if pool.gpu.spec.supports_mig else ""
+        return Check(sec, "MPS daemon", FAIL, f"want {MPS_CAPABLE_LABEL}=true; {_some(bad, 2)}: without it no MPS "
+                     "control daemon runs there, so MPS pods cannot start",
+                     f"GPU feature discovery sets it when the node's device plugin config entry has sharing.mps and "
+                     f"MIG is off: kubectl label nodes -l {selector} {DEVICE_PLUGIN_CONFIG_LABEL}={name}{mig} "
+                     "--overwrite (deploy/nvidia-device-plugin-config.yaml), then read the gpu-feature-discovery "
+                     "pod's log on the node")
+    if all(node_labels(n).get(SIMULATED_LABEL) == "true" for n in mine):
+        return Check(sec, "MPS daemon", SIMULATED, f"{MPS_CAPABLE_LABEL}=true on simulated nodes: no real GPU, so "
+                                                   "no MPS control daemon; a real cluster runs one per node here")
+    if snap.device_plugin_pods is None:
+        return Check(sec, "MPS daemon", FAIL, f"cannot read pods: {snap.errors.get('device_plugin')}",
+                     "run doctor with a kubeconfig that may list daemonsets and pods in all namespaces")
+    missing = [_name(n) for n in mine if _name(n) not in _ready_on(snap.device_plugin_pods, mps=True)]
+    if missing:
+        return Check(sec, "MPS daemon", FAIL, f"no ready {MPS_DAEMON_NAME} pod on {_some(missing)}: MPS pods there "
+                     "wait for it", f"kubectl get pods -A -o wide | grep {MPS_DAEMON_NAME}; read that pod's log "
+                     "(the device plugin's MPS control daemon DaemonSet, enabled by the sharing.mps config)")
+    return Check(sec, "MPS daemon", OK, f"{MPS_CAPABLE_LABEL}=true and an MPS control daemon ready on all "
+                                        f"{len(mine)} nodes")
 
 
 # ---------------------------------------------------------------------------------------------- kueue
@@ -382,9 +424,8 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
         for name, pool in cfg.pools.items():
             out += check_pool(name, pool, snap.nodes, file)
             out += check_node_size(cfg, name, pool, snap.nodes)
-            dp = check_device_plugin(name, pool, snap.nodes, snap)
-            if dp:
-                out.append(dp)
+            out += filter(None, (check_device_plugin(name, pool, snap.nodes, snap),
+                                 check_mps(name, pool, snap.nodes, snap)))
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
     out += check_quota_usable(cfg, snap, file)  # per team and pool: can the live quota be used in full?
