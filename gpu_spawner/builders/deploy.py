@@ -7,7 +7,7 @@
 - `network.render_network_policies()`, `workloads.render_gpu_jobs()`, `workloads.render_gpu_operator_values()`:
   NetworkPolicies per team, the gpu-jobs Deployment, the GPU operator's Helm values.
 - `render_device_plugin_config()`: the NVIDIA device plugin config (one entry per GPU pool: time-slicing
-  replicas, MIG strategy), as the ConfigMap the GPU operator's `devicePlugin.config.name` points at;
+  or MPS replicas, MIG strategy), as the ConfigMap the GPU operator's `devicePlugin.config.name` points at;
   a node picks its entry with the label `nvidia.com/device-plugin.config=<pool>`.
 - `render_mig_parted_config()`: mig-parted configs named like `Pool.mig_config_name()`, as the ConfigMap
   the GPU operator's `migManager.config.name` points at; a node picks one with `nvidia.com/mig.config`.
@@ -42,7 +42,7 @@ from gpu_spawner.builders.workloads import (
     render_gpu_operator_values,
 )
 from gpu_spawner.contract import JOBSET_GROUP, KUEUE_GROUP, MANAGED_BY
-from gpu_spawner.model.profiles import MIGSharing, Pool, ProfilesConfig, TimeSlicing
+from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, ProfilesConfig, TimeSlicing
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 DEFAULT_SERVICE_ACCOUNT = "hub"
@@ -166,6 +166,12 @@ def device_plugin_entry(pool: Pool) -> dict[str, Any]:
         entry["sharing"] = {"timeSlicing": {
             "renameByDefault": s.rename_by_default,
             "failRequestsGreaterThanOne": s.fail_requests_greater_than_one,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": s.replicas}],
+        }}
+    elif isinstance(s, MPSSharing):  # one replica per container: set, as the plugin does by default since v0.20
+        entry["sharing"] = {"mps": {
+            "renameByDefault": s.rename_by_default,
+            "failRequestsGreaterThanOne": True,
             "resources": [{"name": "nvidia.com/gpu", "replicas": s.replicas}],
         }}
     return entry

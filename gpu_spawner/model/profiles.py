@@ -121,8 +121,9 @@ MPS_MAX_REPLICAS = 48
 
 
 class MPSSharing(_Strict):
-    """NVIDIA device plugin MPS (`sharing.mps`): the pods on a GPU share one CUDA context through the node's
-    MPS control daemon, each with an even share of its memory (GPU memory / replicas) and of its threads."""
+    """NVIDIA MPS: the pods on a GPU share one CUDA context, each with GPU memory / replicas of its own.
+
+    The device plugin's `sharing.mps`; the node's MPS control daemon splits memory and threads evenly."""
 
     strategy: Literal["mps"]
     replicas: int

@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("PoolGPU", P.PoolGPU, "`pools.<name>.gpu`"),
     ("NoSharing", P.NoSharing, "`pools.<name>.sharing` with `strategy: none`"),
     ("TimeSlicing", P.TimeSlicing, "`pools.<name>.sharing` with `strategy: time-slicing`"),
+    ("MPSSharing", P.MPSSharing, "`pools.<name>.sharing` with `strategy: mps`"),
     ("MIGSharing", P.MIGSharing, "`pools.<name>.sharing` with `strategy: mig`"),
     ("NodeShape", P.NodeShape, "`pools.<name>.node`"),
     ("Profile", P.Profile, "`profiles[]`"),
@@ -59,7 +60,7 @@ DESCRIPTIONS: dict[str, str] = {
     "Pool.taints": "The pool's taints. A GPU pool needs a `NoSchedule` taint so CPU pods stay off it; pods of "
                    "this pool's profiles tolerate exactly these (plus the spot taint on spot pools).",
     "Pool.gpu": "The GPUs of one node; absent for a CPU pool.",
-    "Pool.sharing": "How the GPUs are shared: `none` (whole GPUs), `time-slicing` or `mig`. Decides the "
+    "Pool.sharing": "How the GPUs are shared: `none` (whole GPUs), `time-slicing`, `mps` or `mig`. Decides the "
                     "resource name and the slots per node (see the table below).",
     "Pool.instance_type": "VM size (`node.kubernetes.io/instance-type`), e.g. `Standard_NC4as_T4_v3`; doctor "
                           "checks the nodes carry it.",
@@ -82,6 +83,12 @@ DESCRIPTIONS: dict[str, str] = {
                                      "(and the product label gets `-SHARED`).",
     "TimeSlicing.fail_requests_greater_than_one": "Device plugin `failRequestsGreaterThanOne`: a pod asking for "
                                                   "more than one slot fails instead of getting two time-slices.",
+    "MPSSharing.strategy": "NVIDIA device plugin MPS (`sharing.mps`): one CUDA context per GPU through the node's "
+                           "MPS control daemon, memory split evenly (see MPS below).",
+    "MPSSharing.replicas": "Shares per GPU (device plugin `replicas`): each gets GPU memory / replicas and "
+                           "at most 1/replicas of its threads; 2 to 48 (16 on V100).",
+    "MPSSharing.rename_by_default": "`true`: the resource is `nvidia.com/gpu.shared`; `false`: `nvidia.com/gpu` "
+                                    "(and the product label gets `-SHARED`).",
     "MIGSharing.strategy": "Multi-Instance GPU, partitioned by the GPU operator's mig-manager.",
     "MIGSharing.mig_strategy": "`mixed`: one resource per slice size, `nvidia.com/mig-<g>g.<mem>gb`; `single`: "
                                "every slice is `nvidia.com/gpu` (all slices must be the same size).",
@@ -109,8 +116,8 @@ DESCRIPTIONS: dict[str, str] = {
     "Profile.priority": "A name from `priorities`, for its servers and Jobs.",
     "Profile.max_per_user": "At most this many servers/Jobs of this profile per user at once.",
     "Profile.default": "Preselected in the picker.",
-    "ProfileGPU.kind": "`time-sliced` (a time-slicing pool), `mig` (a MIG pool, with `profile`) or `full` "
-                       "(whole GPUs).",
+    "ProfileGPU.kind": "`time-sliced` (a time-slicing pool), `mps` (an MPS pool; `count: 1`), `mig` (a MIG pool, "
+                       "with `profile`) or `full` (whole GPUs).",
     "ProfileGPU.count": "How many GPUs / slots / slices.",
     "Team.namespace": "Namespace of the team's Jobs and LocalQueue (created by `gpuhub render kueue`).",
     "Team.cohort": "Kueue cohort: teams in the same cohort borrow each other's unused quota.",
@@ -233,14 +240,40 @@ def reference() -> str:
             "| `none` | `nvidia.com/gpu` | GPUs per node |",
             ("| `time-slicing` | `nvidia.com/gpu` (`nvidia.com/gpu.shared` with `rename_by_default`) "
              "| GPUs × replicas |"),
+            ("| `mps` | `nvidia.com/gpu` (`nvidia.com/gpu.shared` with `rename_by_default`) "
+             "| GPUs × replicas |"),
             "| `mig`, `mixed` | `nvidia.com/mig-<g>g.<mem>gb` | GPUs × slices of that size in the layout |",
             "| `mig`, `single` | `nvidia.com/gpu` | GPUs × slices |", "",
+            *MPS_FACTS,
             "### MIG slices per GPU", "", "| model | slices (max per GPU) |", "|---|---|"]
     for m in GPU_MODELS.values():
         if m.mig:
             out.append(f"| {m.name} | " + ", ".join(f"{s} ×{n}" for s, n in m.mig.items()) + " |")
     out.append("")
     return "\n".join(out)
+
+
+#: What MPS does and refuses, as the NVIDIA device plugin's own source says (checked at v0.20.0).
+MPS_FACTS = [
+    "### MPS", "",
+    "Checked against the NVIDIA device plugin's source at v0.20.0 (`sharing.mps` exists since v0.15):", "",
+    "- The config entry of an MPS pool is `sharing.mps` with `resources: [{name: nvidia.com/gpu, replicas: N}]`, "
+    "`renameByDefault` and `failRequestsGreaterThanOne: true`; `flags.migStrategy` is `none` (the plugin refuses "
+    "`mixed` with MPS).",
+    "- Each node runs an MPS control daemon (a DaemonSet of the device plugin, on nodes labelled "
+    "`nvidia.com/mps.capable=true` by GPU feature discovery); the pods on a GPU share one CUDA context. The "
+    "daemon pins GPU memory / replicas to each client and caps its threads at 100 / replicas %.",
+    "- `replicas` must be at least 2; the daemon refuses more than 48 per GPU of compute capability 7.5 or newer "
+    "and more than 16 on older GPUs (V100).",
+    "- Not on MIG-enabled GPUs: the daemon skips MIG devices and the node is not labelled MPS-capable. A "
+    "MIG-capable GPU (A100, H100, H200) runs MPS with MIG disabled (`nvidia.com/mig.config=all-disabled`); "
+    "`gpuhub validate` refuses an MPS pool whose `node_selector` names a MIG layout or strategy, or that selects "
+    "the nodes of a MIG pool.",
+    "- A container gets one replica: the plugin fails a request for more than one (always before v0.20, by "
+    "default since), so an MPS profile has `gpu.count: 1`.",
+    "- Labels: `nvidia.com/gpu.sharing-strategy=mps`, `nvidia.com/gpu.replicas=<N>`, `nvidia.com/mps.capable=true`; "
+    "`gpuhub doctor` checks them and that the MPS control daemon is ready on every node of the pool.", "",
+]
 
 
 BEGIN = "<!-- BEGIN GENERATED: profiles reference (python -m gpu_spawner.tools.reference_docs) -->"
