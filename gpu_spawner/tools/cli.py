@@ -93,6 +93,25 @@ def cmd_render_deploy(args) -> int:
     return write(args)  # the same as python -m gpu_spawner.tools.render_deploy
 
 
+def cmd_render_terraform(args) -> int:
+    from gpu_spawner.builders.terraform import TerraformError, render_terraform
+
+    try:
+        text = render_terraform(_load(args.file), args.file)
+    except TerraformError as e:
+        raise CLIError(f"{args.file}: {e}") from None
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise CLIError(f"cannot write {args.out}: {e}") from None
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_render_storage(args) -> int:
     from gpu_spawner.builders.storage import StorageError, share_objects, share_source
 
@@ -219,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     deploy_arguments(rd)
     rd.set_defaults(run=cmd_render_deploy)
+    rt = rsub.add_parser("terraform", help="the AKS node pools as Terraform (azurerm_kubernetes_cluster_node_pool "
+                                           "resources; the same pools as deploy/aks-nodepools.sh)")
+    rt.add_argument("file")
+    rt.add_argument("-o", "--out", metavar="OUT", help="write to this file (e.g. infra/gpu-nodepools.tf), "
+                                                      "not stdout")
+    rt.set_defaults(run=cmd_render_terraform)
     rs = rsub.add_parser("storage", help="the users' home share: a PersistentVolume and claim `gpuhub-home` for the "
                                          "hub namespace and each team namespace, all on one ReadWriteMany share")
     rs.add_argument("file")
