@@ -13,7 +13,8 @@ only with autoscaling, `node_count` the initial count (ignored afterwards: the a
 provider's docs ask, or every plan would show them as drift.
 
 Every string the profiles file controls goes out as an HCL quoted string: `"` and `\\` escaped, control and
-other unprintable characters as `\\uNNNN`, and `${` / `%{` (template sequences) as `$${` / `%%{`. HCL normalizes
+other unprintable characters as `\\uNNNN`, and `${` / `%{` (template sequences) as `\\u0024{` / `\\u0025{`
+(the literal `${` / `%{` that HCL's `$${` / `%%{` also give). HCL normalizes
 string literals to Unicode NFC, so a string that is not in NFC (or not valid Unicode) could never arrive as
 written: it is refused (`TerraformError`), never changed silently.
 """
@@ -65,7 +66,9 @@ def hcl_string(value: str, where: str = "a value") -> str:
             out.append(f"\\u{ord(c):04X}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08X}")
         else:
             out.append(c)
-    return '"' + "".join(out).replace("${", "$${").replace("%{", "%%{") + '"'
+    # `${` and `%{` would start a template sequence: their `$` / `%` as an escape says the same as HCL's `$${` /
+    # `%%{`, in a form every HCL reader takes (python-hcl2 8.1.4 refuses a `$${` with no `}` after it)
+    return '"' + "".join(out).replace("${", "\\u0024{").replace("%{", "\\u0025{") + '"'
 
 
 def _body(items: list[tuple[str, str]], indent: str = "  ") -> list[str]:
