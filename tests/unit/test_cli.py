@@ -35,7 +35,7 @@ def test_validate_ok():
     assert r.stdout.strip() == f"ok: {EXAMPLE}: 5 pools (4 GPU), 5 profiles, 2 teams"
 
 
-@pytest.mark.parametrize("verb", [["validate"], ["render", "kueue"],
+@pytest.mark.parametrize("verb", [["validate"], ["render", "kueue"], ["render", "terraform"],
                                   ["render", "pod", "--profile", "cpu", "--user", "a"]])
 def test_bad_file_exit_2_all_errors_on_stderr_nothing_on_stdout(verb, bad_file):
     r = gpuhub(*verb[:2], bad_file, *verb[2:]) if len(verb) > 1 else gpuhub(verb[0], bad_file)
