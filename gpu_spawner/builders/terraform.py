@@ -14,9 +14,9 @@ provider's docs ask, or every plan would show them as drift.
 
 Every string the profiles file controls goes out as an HCL quoted string: `"` and `\\` escaped, control and
 other unprintable characters as `\\uNNNN`, and `${` / `%{` (template sequences) as `\\u0024{` / `\\u0025{`
-(the literal `${` / `%{` that HCL's `$${` / `%%{` also give). HCL normalizes
-string literals to Unicode NFC, so a string that is not in NFC (or not valid Unicode) could never arrive as
-written: it is refused (`TerraformError`), never changed silently.
+(the literal `${` / `%{` that HCL's `$${` / `%%{` also give). HCL normalizes string literals to Unicode NFC, so
+a string that is not in NFC (or not valid Unicode) could never arrive as written: it is refused
+(`TerraformError`), never changed silently.
 """
 from __future__ import annotations
 

@@ -276,6 +276,8 @@ def test_a_string_terraform_would_change_is_refused(tmp_path, capsys):
     decomposed = "cafe\u0301"  # HCL normalizes string literals to NFC: it would arrive as "café"
     with pytest.raises(terraform.TerraformError, match="NFC"):
         terraform.hcl_string(decomposed)
+    with pytest.raises(terraform.TerraformError, match="surrogate"):
+        terraform.hcl_string(yaml.safe_load('"\\ud800"'))  # YAML's escapes can make one; no UTF-8 file can
     cfg = with_pools({"odd": {"node_selector": {"team": decomposed}}})
     with pytest.raises(terraform.TerraformError, match="pool 'odd'"):
         terraform.render_terraform(cfg)
