@@ -76,3 +76,19 @@ az aks nodepool add \
   --eviction-policy Delete \
   --spot-max-price -1 \
   --gpu-driver none
+
+# pool 'gput4mps': NVIDIA T4
+az aks nodepool add \
+  --resource-group "$RESOURCE_GROUP" \
+  --cluster-name "$CLUSTER" \
+  --name gput4mps \
+  --mode User \
+  --os-type Linux \
+  --node-vm-size Standard_NC4as_T4_v3 \
+  --labels nvidia.com/device-plugin.config=gput4mps \
+  --node-taints sku=gpu:NoSchedule \
+  --enable-cluster-autoscaler \
+  --min-count 0 \
+  --max-count 2 \
+  --node-count 0 \
+  --gpu-driver none

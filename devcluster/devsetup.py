@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from gpu_spawner.model.profiles import MIGSharing, ProfilesConfig, TimeSlicing
+from gpu_spawner.model.profiles import MIGSharing, MPSSharing, ProfilesConfig, TimeSlicing
 
 from .nodes import node_name, with_system_pool
 
@@ -117,6 +117,8 @@ def _sharing(pool) -> str:
     s = pool.sharing
     if isinstance(s, TimeSlicing):
         return f"time-sliced {s.replicas} ways"
+    if isinstance(s, MPSSharing):
+        return f"shared {s.replicas} ways by MPS"
     if isinstance(s, MIGSharing):
         return "MIG " + ", ".join(f"{n}× {sl}" for sl, n in pool.mig_layout.items()) + " per GPU"
     return "whole GPUs"

@@ -1,6 +1,6 @@
 """Switching off one lever of the shared strategy at a time (pure: profiles dict and trace in, changed copies out).
 
-- `sharing` (time-slicing and MIG): every GPU pool hands out whole GPUs; GPU profiles ask for a full GPU.
+- `sharing` (time-slicing, MPS and MIG): every GPU pool hands out whole GPUs; GPU profiles ask for a full GPU.
 - `culling`: no idle timeouts or max ages; the culler stays off; servers left open run to the trace's end.
 - `queueing`: no gpu-jobs/Kueue; each batch job runs in its owner's notebook server instead, which stays
   busy (and holds its GPU) for the job's runtime, as people do when there is no queue.

@@ -44,6 +44,11 @@ def healthy(cfg, simulated=False) -> Snapshot:
     pods = [{"metadata": {"name": f"nvidia-device-plugin-{i}"}, "spec": {"nodeName": n["metadata"]["name"]},
              "status": {"phase": "Running", "containerStatuses": [{"ready": True}]}}
             for i, n in enumerate(nodes) if "nvidia.com/gpu.present" in n["metadata"]["labels"]]
+    # the device plugin's MPS control daemon, on the nodes GFD labels MPS-capable (the example's MPS pool)
+    pods += [{"metadata": {"name": f"nvidia-device-plugin-mps-control-daemon-{i}"},
+              "spec": {"nodeName": n["metadata"]["name"]},
+              "status": {"phase": "Running", "containerStatuses": [{"ready": True}]}}
+             for i, n in enumerate(nodes) if n["metadata"]["labels"].get("nvidia.com/mps.capable") == "true"]
     access = {req: True for req in access_requests(cfg, HUB_NS)}
     return Snapshot(nodes=nodes, daemonsets=ds, device_plugin_pods=pods, crds=crds, kueue=kueue, access=access)
 
@@ -71,7 +76,9 @@ def test_simulated_nodes_say_so_and_do_not_fail(cfg):
     checks = run_checks(cfg, snap, "p.yaml", HUB_NS)
     sim = [c for c in checks if c.status == SIMULATED]
     assert {c.section for c in sim} == {f"pool {p}" for p, pool in cfg.pools.items() if pool.is_gpu}
-    assert all(c.name == "device plugin" and "simulated" in c.detail for c in sim)
+    assert {(c.section, c.name) for c in sim} == {(f"pool {p}", "device plugin") for p, pool in cfg.pools.items()
+                                                  if pool.is_gpu} | {("pool gput4mps", "MPS daemon")}
+    assert all("simulated" in c.detail for c in sim)
     assert doctor.exit_code(checks) == 0
     assert "~ (simulated" in doctor.format_table(checks)
 

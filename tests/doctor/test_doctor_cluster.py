@@ -17,7 +17,7 @@ from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 pytestmark = pytest.mark.cluster
 
-GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100")
+GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100", "gput4mps")
 
 
 def doctor(kubeconfig: Path, profiles: Path | str = EXAMPLE_PROFILES, *args: str) -> subprocess.CompletedProcess:
@@ -49,12 +49,15 @@ def test_healthy_dev_cluster(cluster, hub_rbac):
     assert r.returncode == 0, r.stdout + r.stderr
     assert rows(r.stdout, "✗") == []
     simulated = rows(r.stdout, "~")
-    assert len(simulated) == len(GPU_POOLS) and all("device plugin" in s and "simulated" in s for s in simulated)
+    # a device plugin row per GPU pool, and the MPS pool's MPS daemon row: no daemon without a real GPU
+    assert all("simulated" in s for s in simulated)
+    assert len([s for s in simulated if "device plugin" in s]) == len(GPU_POOLS)
+    assert [s.split()[2] for s in simulated if "MPS daemon" in s] == ["gput4mps"]
     ok = "\n".join(rows(r.stdout, "✓"))
     for pool in GPU_POOLS:
         assert f"pool {pool}" in ok
     assert "MIG state" in ok and "LocalQueue team-ds/data-science" in ok and "rbac" in ok
-    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS)} ~ (simulated, see the row)")
+    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS) + 1} ~ (simulated, see the row)")
 
 
 def test_hub_service_account_without_roles(cluster):

@@ -32,7 +32,7 @@ def bad_file(tmp_path):
 def test_validate_ok():
     r = gpuhub("validate", EXAMPLE)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"ok: {EXAMPLE}: 5 pools (4 GPU), 5 profiles, 2 teams"
+    assert r.stdout.strip() == f"ok: {EXAMPLE}: 6 pools (5 GPU), 6 profiles, 2 teams"
 
 
 @pytest.mark.parametrize("verb", [["validate"], ["render", "kueue"], ["render", "terraform"],
@@ -78,7 +78,7 @@ def test_render_kueue_yaml():
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
     kinds = [d["kind"] for d in docs]
-    assert kinds.count("ResourceFlavor") == 4 and kinds.count("ClusterQueue") == 2
+    assert kinds.count("ResourceFlavor") == 5 and kinds.count("ClusterQueue") == 2
     # each team's LocalQueue in its namespace (Jobs) and in the hub namespace (servers)
     assert kinds.count("LocalQueue") == 4 and kinds.count("WorkloadPriorityClass") == 6
     assert all(d["apiVersion"] == "kueue.x-k8s.io/v1beta2" for d in docs if d["kind"] in

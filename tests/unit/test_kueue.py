@@ -21,7 +21,7 @@ def quota(cq, flavor, resource):
 
 def test_flavor_per_gpu_pool_with_labels_and_tolerations():
     flavors = objects("ResourceFlavor")
-    assert set(flavors) == {"gput4", "gpumig", "gpuh100", "spota100"}
+    assert set(flavors) == {"gput4", "gpumig", "gpuh100", "spota100", "gput4mps"}
     spot = flavors["spota100"]["spec"]
     assert spot["nodeLabels"] == {"kubernetes.azure.com/agentpool": "spota100"}
     assert {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",

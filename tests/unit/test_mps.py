@@ -321,3 +321,19 @@ def test_doctor_mps_fix_turns_mig_off_on_mig_capable_gpus():
     del nodes[0]["metadata"]["labels"][MPS_CAPABLE_LABEL]
     row = check_mps("a100mps", c.pools["a100mps"], nodes, Snapshot(nodes=nodes))
     assert row.status == FAIL and "nvidia.com/mig.config=all-disabled" in row.fix
+
+
+# ---------------------------------------------------------------------------------------------- the example
+def test_the_example_file_has_an_mps_pool_for_its_teaching_group():
+    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+
+    example = load_profiles(EXAMPLE_PROFILES)
+    pool = example.pools["gput4mps"]
+    assert isinstance(pool.sharing, MPSSharing) and pool.slots_per_node() == {"nvidia.com/gpu": 4}
+    mps = example.profile("t4-mps")
+    assert mps.gpu.kind == "mps" and gpu_amount(example, mps) == "¼ T4 (MPS)"
+    assert [p.slug for p in example.profiles_for(["teaching"])] == ["cpu", "t4-shared", "t4-mps"]
+    assert example.team_for(["teaching"])[0] == "data-science"
+    assert example.teams["data-science"].quota["gput4mps"] == 4
+    entry = yaml.safe_load(render_device_plugin_config(example)["data"]["gput4mps"])
+    assert plugin_accepts(entry, "T4") == []

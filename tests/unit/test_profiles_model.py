@@ -360,8 +360,8 @@ def test_profile_lookup_by_slug():
 def test_example_file_loads():
     cfg = load_profiles(EXAMPLE)
     assert cfg.source == str(EXAMPLE)
-    assert list(cfg.pools) == ["system", "gput4", "gpumig", "gpuh100", "spota100"]
-    assert [p.slug for p in cfg.profiles] == ["cpu", "t4-shared", "a100-mig-1g10gb", "h100-full", "a100-spot"]
+    assert list(cfg.pools) == ["system", "gput4", "gpumig", "gpuh100", "spota100", "gput4mps"]
+    assert [p.slug for p in cfg.profiles] == ["cpu", "t4-shared", "a100-mig-1g10gb", "h100-full", "a100-spot", "t4-mps"]
     assert list(cfg.teams) == ["data-science", "ml-research"]
     assert {n: p.slots_per_node() for n, p in cfg.pools.items()} == {
         "system": {},
@@ -369,6 +369,7 @@ def test_example_file_loads():
         "gpumig": {"nvidia.com/mig-1g.10gb": 7},
         "gpuh100": {"nvidia.com/gpu": 1},
         "spota100": {"nvidia.com/gpu": 1},
+        "gput4mps": {"nvidia.com/gpu": 4},
     }
     assert {p.slug: cfg.resource_name(p) for p in cfg.profiles} == {
         "cpu": None,
@@ -376,6 +377,7 @@ def test_example_file_loads():
         "a100-mig-1g10gb": "nvidia.com/mig-1g.10gb",
         "h100-full": "nvidia.com/gpu",
         "a100-spot": "nvidia.com/gpu",
+        "t4-mps": "nvidia.com/gpu",
     }
     assert [p.slug for p in cfg.profiles if p.default] == ["cpu"]
     assert cfg.team_for(["nobody"])[0] == "data-science"

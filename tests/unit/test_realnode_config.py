@@ -17,7 +17,7 @@ from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from gpu_spawner.model.node_facts import gpu_labels
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
-GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100")
+GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100", "gput4mps")
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,7 @@ def test_extra_labels_are_added_and_win(pools):
     ("gpumig", ("nvidia.com/mig-1g.10gb", 7)),  # mixed strategy, all-1g.10gb
     ("gpuh100", ("nvidia.com/gpu", 1)),
     ("spota100", ("nvidia.com/gpu", 1)),
+    ("gput4mps", ("nvidia.com/gpu", 4)),       # 1 T4 x 4 MPS replicas
     ("system", None),
 ])
 def test_gpu_resource_and_count(pools, pool, gpu):
