@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpu_spawner.model.profiles import SPOT_TAINT, MIGSharing, Pool, ProfilesConfig, Taint
+from gpu_spawner.model.profiles import SPOT_TAINT, MIGSharing, MPSSharing, Pool, ProfilesConfig, Taint
+from gpu_spawner.model.sharing_rules import MIG_DISABLED
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -82,6 +83,8 @@ def node_labels_for_aks(name: str, pool: Pool) -> dict[str, str]:
         labels[DEVICE_PLUGIN_CONFIG_LABEL] = name
     if isinstance(pool.sharing, MIGSharing):
         labels[MIG_CONFIG_LABEL] = pool.mig_config_name()
+    elif isinstance(pool.sharing, MPSSharing) and pool.gpu.spec.supports_mig:
+        labels[MIG_CONFIG_LABEL] = MIG_DISABLED  # MPS needs MIG off; mig-manager turns it off on these GPUs
     return labels
 
 

@@ -337,3 +337,14 @@ def test_the_example_file_has_an_mps_pool_for_its_teaching_group():
     assert example.teams["data-science"].quota["gput4mps"] == 4
     entry = yaml.safe_load(render_device_plugin_config(example)["data"]["gput4mps"])
     assert plugin_accepts(entry, "T4") == []
+
+
+def test_aks_labels_turn_mig_off_for_mps_on_mig_capable_gpus():
+    from gpu_spawner.builders.aks_pools import node_labels_for_aks
+
+    c = cfg()
+    assert node_labels_for_aks("a100mps", c.pools["a100mps"])["nvidia.com/mig.config"] == "all-disabled"
+    data = edit(pools__a100mps__node_selector={"kubernetes.azure.com/agentpool": "a100mps"})
+    labels = node_labels_for_aks("a100mps", parse_profiles(data).pools["a100mps"])
+    assert labels == {"nvidia.com/device-plugin.config": "a100mps", "nvidia.com/mig.config": "all-disabled"}
+    assert "nvidia.com/mig.config" not in node_labels_for_aks("t4mps", c.pools["t4mps"])
