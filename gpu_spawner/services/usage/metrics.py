@@ -25,7 +25,7 @@ WAIT_BUCKETS = (5, 30, 60, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 2
 class UsageMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
-        self.held = Gauge("gpuhub_usage_gpus_held", "GPUs (or MIG slices / time-sliced shares) held now",
+        self.held = Gauge("gpuhub_usage_gpus_held", "GPUs (or MIG slices / time-sliced or MPS shares) held now",
                           LABELS, registry=r)
         self.cost_rate = Gauge("gpuhub_usage_cost_dollars_per_hour", "$/h of what is held now "
                                "(the profiles file's cost_per_node_hour, the profile's share)", LABELS, registry=r)

@@ -65,7 +65,7 @@ def page(title: str, rows: list[dict[str, Any]], since: datetime, until: datetim
             "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:right}"
             "td:first-child,th:first-child{text-align:left}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{since:%Y-%m-%d %H:%M} → {until:%Y-%m-%d %H:%M} UTC · GPU-hours held "
-            "(GPUs, MIG slices or time-sliced shares × hours) and their $ from the profiles file's prices</p>"
+            "(GPUs, MIG slices or time-sliced or MPS shares × hours) and their $ from the profiles file's prices</p>"
             f"{bar_chart_svg(rows)}<table><tr><th>who / what</th><th>GPU-h held</th><th>$</th><th>pods</th></tr>"
             f"{cells}</table>{extra}</body></html>")
 
