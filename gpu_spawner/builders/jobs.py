@@ -185,6 +185,8 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
     env = {**podspec.environment(cfg, profile), "HOME": home, ENV_CHECKPOINT_DIR: f"{out_dir}/{CHECKPOINTS_FOLDER}",
            ENV_OUTPUT_DIR: out_dir, ENV_SNAPSHOT: "/snapshot/notebook.gz", ENV_NOTEBOOK_NAME: nb_name,
            ENV_PARAMETERS: json.dumps(parameters), ENV_JOB: name}
+    # an MPS pod's /dev/shm is the device plugin's (the node's MPS daemon talks through it), never its own
+    shm_mounts, shm_volumes = ([podspec.shm_mount()], [podspec.shm_volume(profile)]) if profile.own_shm else ([], [])
     pod_spec = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
@@ -197,14 +199,11 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
             "env": [{"name": k, "value": v} for k, v in env.items()] + [
                 {"name": k, **v} for k, v in podspec.NODE_NAME_ENV.items()],
             "resources": {"requests": res, "limits": dict(res)},
-            "volumeMounts": [podspec.shm_mount(),
-                             {"name": "snapshot", "mountPath": "/snapshot", "readOnly": True},
-                             home_mount],
+            "volumeMounts": shm_mounts + [{"name": "snapshot", "mountPath": "/snapshot", "readOnly": True},
+                                          home_mount],
         }],
-        "volumes": [podspec.shm_volume(profile),
-                    {"name": "snapshot", "configMap": {"name": name, "items": [{"key": "notebook.gz",
-                                                                                "path": "notebook.gz"}]}},
-                    home_volume],
+        "volumes": shm_volumes + [{"name": "snapshot", "configMap": {"name": name, "items": [
+            {"key": "notebook.gz", "path": "notebook.gz"}]}}, home_volume],
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",

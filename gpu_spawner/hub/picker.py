@@ -53,8 +53,10 @@ def size_line(profile: Profile, traits: dict[str, Any] | None = None) -> str:
         parts.append(f"{float(traits['cpu_guarantee']):g} CPU")
     if traits.get("mem_guarantee") or traits.get("mem_limit"):
         mem = traits.get("mem_guarantee") or traits["mem_limit"]
-        parts.append(f"{human_bytes(int(mem) - int(profile.shm) if 'memory' in profile.model_fields_set else mem)} RAM")
-    return " · ".join(parts + [f"{human_bytes(profile.shm)} /dev/shm"])
+        own = int(profile.shm) if profile.own_shm else 0
+        parts.append(f"{human_bytes(int(mem) - own if 'memory' in profile.model_fields_set else mem)} RAM")
+    shm = f"{human_bytes(profile.shm)} /dev/shm" if profile.own_shm else "/dev/shm shared (MPS)"
+    return " · ".join(parts + [shm])
 
 
 def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:

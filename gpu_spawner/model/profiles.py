@@ -359,9 +359,15 @@ class Profile(_Strict):
         return self.groups is None or bool(set(self.groups) & set(groups))
 
     @property
+    def own_shm(self) -> bool:
+        """Does the pod mount its own memory-backed /dev/shm? Not on MPS: the device plugin mounts the node's MPS
+        /dev/shm there (the MPS daemon and its clients talk through it), shared by the node's MPS pods."""
+        return self.gpu is None or self.gpu.kind != "mps"
+
+    @property
     def memory_limit(self) -> int:
-        """Memory the container may use: the server's memory plus the memory-backed /dev/shm."""
-        return int(self.memory + self.shm)
+        """Memory the container may use: the server's memory plus its own memory-backed /dev/shm."""
+        return int(self.memory + (self.shm if self.own_shm else 0))
 
 
 class Team(_Strict):

@@ -10,7 +10,9 @@ would be valid. MPS facts, as the NVIDIA device plugin (checked at v0.20.0) enfo
   may run MPS with MIG disabled: such a pool's nodes must not be labelled for a MIG layout, and no MIG pool
   of the file may select the same nodes;
 - one replica per container: the plugin fails a request for more than one shared replica
-  (`failRequestsGreaterThanOne`, always on before v0.20 and on by default since; the rendered config sets it).
+  (`failRequestsGreaterThanOne`, always on before v0.20 and on by default since; the rendered config sets it);
+- its own /dev/shm: the plugin mounts the node's MPS shm directory at /dev/shm in every MPS container, so an
+  MPS profile sets no `shm` (its pods mount none of their own: `Profile.own_shm`).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
 from gpu_spawner.model.profiles import MPS_MAX_REPLICAS, MIGSharing, MPSSharing, Pool, Profile, TimeSlicing
+from gpu_spawner.model.quantities import human_bytes
 
 #: GPU models of compute capability below 7.5 (Volta and older), whose MPS server takes at most 16 clients.
 MPS_MAX_REPLICAS_OLD_GPUS = 16
@@ -104,6 +107,15 @@ def file_problems(pools: dict[str, Pool]) -> list[SharingProblem]:
                            "work on MIG-enabled GPUs, so give the pools node selectors that tell their nodes apart")
             for name, p in pools.items() if isinstance(p.sharing, MPSSharing)
             for mig, m in migs.items() if _same_nodes(p.node_selector, m.node_selector)]
+
+
+def shm_problem(at: str, p: Profile, pool: Pool) -> SharingProblem | None:
+    """An MPS profile that sizes its own /dev/shm: the device plugin mounts the node's MPS /dev/shm there."""
+    if isinstance(pool.sharing, MPSSharing) and "shm" in p.model_fields_set:
+        return SharingProblem(f"{at}.shm", f"{human_bytes(p.shm)}: an MPS pod gets the device plugin's /dev/shm (the "
+                                           "node's MPS daemon and its clients talk through it; it is shared by the "
+                                           "node's MPS pods), not one of its own; remove shm")
+    return None
 
 
 def count_problem(at: str, p: Profile, pool: Pool) -> SharingProblem | None:

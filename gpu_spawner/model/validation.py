@@ -308,6 +308,8 @@ def _check_profile(i: int, p: Profile, cfg_pools: dict[str, Pool], priorities: d
                                                     f"{pool.mig_config_name()}); offered: {', '.join(offered)}"))
             return
     per_node = pool.slots_per_node().get(pool.resource_name(p.gpu.profile), 0)
+    if shm := sharing_rules.shm_problem(at, p, pool):
+        out.append(Problem(shm.at, shm.message))
     if shared := sharing_rules.count_problem(at, p, pool):
         out.append(Problem(shared.at, shared.message))
     elif p.gpu.kind == "full" and p.gpu.count > pool.gpu.count_per_node:

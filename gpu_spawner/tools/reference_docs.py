@@ -106,7 +106,8 @@ DESCRIPTIONS: dict[str, str] = {
     "Profile.cpu": "CPU request (guaranteed).",
     "Profile.cpu_limit": "CPU limit (default: none, the server may burst).",
     "Profile.memory": "Memory request and limit of the server.",
-    "Profile.shm": "Size of the memory-backed `/dev/shm` (PyTorch data loaders need it); added to the memory "
+    "Profile.shm": "Size of the memory-backed `/dev/shm` (PyTorch data loaders need it; not on MPS profiles, whose "
+                   "`/dev/shm` is the device plugin's); added to the memory "
                    "limit.",
     "Profile.image": "Singleuser image for this profile (also runs its `%gpu_submit` Jobs); default: the hub's.",
     "Profile.idle_timeout": "The culler stops a server idle this long (GPU profiles: 30–60 min).",
@@ -271,6 +272,9 @@ MPS_FACTS = [
     "the nodes of a MIG pool.",
     "- A container gets one replica: the plugin fails a request for more than one (always before v0.20, by "
     "default since), so an MPS profile has `gpu.count: 1`.",
+    "- The plugin mounts the node's MPS shm directory (a tmpfs of half the node's memory, shared by the daemon and "
+    "every MPS pod of the node) at `/dev/shm` in each MPS container, so an MPS profile sets no `shm`: its pods "
+    "mount no `/dev/shm` of their own and their memory limit is `memory` alone.",
     "- Labels: `nvidia.com/gpu.sharing-strategy=mps`, `nvidia.com/gpu.replicas=<N>`, `nvidia.com/mps.capable=true`; "
     "`gpuhub doctor` checks them and that the MPS control daemon is ready on every node of the pool.", "",
 ]

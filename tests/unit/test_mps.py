@@ -46,7 +46,7 @@ def base() -> dict[str, Any]:
         },
         "profiles": [
             {"slug": "t4-mps", "display_name": "T4 quarter (MPS)", "pool": "t4mps", "gpu": {"kind": "mps"},
-             "cpu": "900m", "memory": "5Gi", "shm": "1Gi"},
+             "cpu": "900m", "memory": "5Gi"},
             {"slug": "a100-mps", "display_name": "A100 eighth (MPS)", "pool": "a100mps", "gpu": {"kind": "mps"}},
             {"slug": "mig", "display_name": "MIG", "pool": "gpumig", "gpu": {"kind": "mig", "profile": "1g.10gb"}},
         ],
@@ -117,6 +117,9 @@ def test_base_is_valid():
     ({"pools__t4mps__node_selector": {"kubernetes.azure.com/agentpool": "t4mps", MPS_CAPABLE_LABEL: "false"}},
      "pools.t4mps.node_selector", [f"{MPS_CAPABLE_LABEL}=false"]),
     # one replica per container
+    # its /dev/shm is the device plugin's
+    ({"profiles__0__shm": "1Gi"}, "profiles[0].shm", ["1 GiB: an MPS pod gets the device plugin's /dev/shm",
+                                                       "remove shm"]),
     ({"profiles__0__gpu": {"kind": "mps", "count": 2}}, "profiles[0].gpu.count",
      ["2: the device plugin fails an MPS request for more than one replica", "valid: 1"]),
     # the profile's kind follows the pool's strategy
@@ -212,6 +215,30 @@ def test_rightsize_never_promises_an_mps_share():
     c = cfg()
     assert capacity(c, c.profile("a100-mps")) is None
     assert capacity(c, c.profile("mig")) is not None
+
+
+def test_an_mps_pod_mounts_no_dev_shm_of_its_own():
+    from gpu_spawner.builders import pods as podspec
+    from gpu_spawner.builders.jobs import build_job
+    from gpu_spawner.hub.picker import size_line
+
+    c = cfg()
+    mps, mig = c.profile("t4-mps"), c.profile("mig")
+    assert not mps.own_shm and mps.memory_limit == 5 * 2**30  # memory alone: the shm is not the pod's
+    assert mig.own_shm and mig.memory_limit == int(mig.memory + mig.shm)
+    over = podspec.spawner_overrides(c, mps)
+    assert over["volumes"] == [] and over["volume_mounts"] == []
+    assert over["mem_limit"] == 5 * 2**30
+    assert [v["name"] for v in podspec.spawner_overrides(c, mig)["volumes"]] == [podspec.SHM_VOLUME]
+    nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    job, _ = build_job(c, mps, "ana", ["ds"], "a.ipynb", nb)
+    spec = job["spec"]["template"]["spec"]
+    assert podspec.SHM_VOLUME not in {v["name"] for v in spec["volumes"]}
+    assert "/dev/shm" not in {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert spec["containers"][0]["resources"]["limits"]["memory"] == str(5 * 2**30)
+    job, _ = build_job(c, mig, "ana", ["ds"], "a.ipynb", nb)
+    assert "/dev/shm" in {m["mountPath"] for m in job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert size_line(mps) == "0.9 CPU · 5 GiB RAM · /dev/shm shared (MPS)"
 
 
 # ---------------------------------------------------------------------------------------------- property
