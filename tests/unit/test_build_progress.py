@@ -57,9 +57,9 @@ def test_estimates_use_this_machines_record_else_the_two_core_default():
 def test_the_plan_names_each_binary_why_and_the_total_once():
     est = bp.estimates(ORDER, {})
     text = bp.plan(ORDER, est, {}, Path("/cache/bin-abc"))
-    total = bp.minutes(sum(est.values()))  # 24 min with the measured defaults
+    total = bp.minutes(sum(est.values()))  # 21 min with the measured defaults
     assert text.startswith(f"building 8 dev-cluster binaries from Go modules into /cache/bin-abc: about {total}")
-    assert total == "24 min"
+    assert total == "21 min"
     assert "measured on 2 cores" in text and "later runs reuse it" in text
     for b in ORDER:
         assert f"  {b}: {bp.PURPOSE[bp.family(b)]}, ~" in text
