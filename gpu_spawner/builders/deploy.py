@@ -182,7 +182,7 @@ DEFAULT_DEVICE_PLUGIN_ENTRY = "default"
 
 
 def render_device_plugin_config(cfg: ProfilesConfig, namespace: str = GPU_OPERATOR_NAMESPACE) -> dict[str, Any]:
-    data = {DEFAULT_DEVICE_PLUGIN_ENTRY: yaml.safe_dump(device_plugin_entry(Pool(node_selector={"-": "-"})),
+    data = {DEFAULT_DEVICE_PLUGIN_ENTRY: yaml.safe_dump(device_plugin_entry(Pool(node_selector={"any": "pool"})),
                                                         sort_keys=False)}
     data |= {name: yaml.safe_dump(device_plugin_entry(pool), sort_keys=False)
              for name, pool in cfg.pools.items() if pool.is_gpu}

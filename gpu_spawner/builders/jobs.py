@@ -87,7 +87,7 @@ def compress_notebook(nb: dict[str, Any]) -> bytes:
 
 
 def check_parameters(params: dict[str, Any]) -> None:
-    bad = [k for k in params if not isinstance(k, str) or not PARAM_NAME.match(k) or k.startswith("__")]
+    bad = [k for k in params if not isinstance(k, str) or not PARAM_NAME.fullmatch(k) or k.startswith("__")]
     if bad:
         raise JobRequestError(f"parameter name(s) {', '.join(map(repr, bad))} are not Python identifiers; "
                               "use names like learning_rate or epochs")

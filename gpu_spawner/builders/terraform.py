@@ -44,7 +44,7 @@ def resource_name(pool: str) -> str:
     """The Terraform resource name of a pool: its name (a DNS label: letters, digits, `-`), with `pool_` before
     one that starts with a digit (an identifier starts with a letter). Unique: no pool name has a `_`."""
     name = pool if pool[:1].isalpha() else f"pool_{pool}"
-    if not _IDENTIFIER.match(name):
+    if not _IDENTIFIER.fullmatch(name):
         raise TerraformError(f"pool {pool!r}: {name!r} is not a Terraform identifier")
     return name
 

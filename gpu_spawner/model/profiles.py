@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
+from gpu_spawner.model.labels import LabelKey, LabelValue
 from gpu_spawner.model.vm_sizes import allocatable_of
 
 #: The taint AKS puts on every spot node pool.
@@ -83,8 +84,8 @@ class _Strict(BaseModel):
 
 
 class Taint(_Strict):
-    key: str = Field(min_length=1)
-    value: str = ""
+    key: LabelKey
+    value: LabelValue = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
     def toleration(self) -> dict[str, str]:
@@ -159,7 +160,7 @@ class NodeShape(_Strict):
 class Pool(_Strict):
     """A node pool as it exists in the cluster (an AKS agent pool)."""
 
-    node_selector: dict[str, str] = Field(min_length=1)
+    node_selector: dict[LabelKey, LabelValue] = Field(min_length=1)
     taints: list[Taint] = []
     gpu: PoolGPU | None = None
     sharing: Sharing = NoSharing()

@@ -153,7 +153,7 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
     """Check one parsed pool; False when its GPU or MIG setup is broken, so that profiles and quotas
     naming it are not checked against nonsense (its own problem is already reported)."""
     at = f"pools.{name}"
-    if not re.match(DNS_LABEL, name):
+    if not re.fullmatch(DNS_LABEL, name):
         out.append(Problem(at, f"pool name {name!r} is not valid: {NAME_RULE}"))
     if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
         out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
@@ -337,7 +337,7 @@ def _check_fits(at: str, p: Profile, pool: Pool | None, out: list[Problem]) -> N
 def _check_team(name: str, team: Team, pools: dict[str, Pool], out: list[Problem],
                 broken: set[str] = frozenset()) -> None:
     at = f"teams.{name}"
-    if not re.match(DNS_LABEL, name):
+    if not re.fullmatch(DNS_LABEL, name):
         out.append(Problem(at, f"team name {name!r} is not valid: {NAME_RULE}"))
     gpu_pools = [n for n, p in pools.items() if p.is_gpu]
     for pool_name in team.quota:
@@ -431,7 +431,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
                                               "e.g. {low: 100, normal: 1000, high: 10000}"))
         priorities = None  # reported above; profiles naming a priority are not checked against it
     for name in priorities or {}:
-        if not re.match(DNS_LABEL, str(name)):
+        if not re.fullmatch(DNS_LABEL, str(name)):
             problems.append(Problem(f"priorities.{name}", f"{name!r} is not a valid name: {NAME_RULE}"))
 
     raw_profiles = data.get("profiles")

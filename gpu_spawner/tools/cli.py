@@ -53,7 +53,7 @@ def _namespace(value: str) -> str:
 
     from gpu_spawner.model.profiles import DNS_LABEL
 
-    if not re.match(DNS_LABEL, value):
+    if not re.fullmatch(DNS_LABEL, value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a namespace name (lowercase letters, digits, '-')")
     return value
 

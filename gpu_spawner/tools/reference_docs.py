@@ -56,7 +56,8 @@ DESCRIPTIONS: dict[str, str] = {
                             "JupyterHub groups, else the `default: true` team.",
     "ProfilesConfig.priorities": "Priority name → value; each becomes a Kueue WorkloadPriorityClass and a "
                                  "PriorityClass `gpuhub-<name>` (servers queue ahead, never preempt).",
-    "Pool.node_selector": "Labels that select the pool's nodes (AKS: `kubernetes.azure.com/agentpool: <pool>`).",
+    "Pool.node_selector": "Labels that select the pool's nodes (AKS: `kubernetes.azure.com/agentpool: <pool>`); "
+                          "keys and values in Kubernetes label syntax (no spaces, commas, `=` or `$`).",
     "Pool.taints": "The pool's taints. A GPU pool needs a `NoSchedule` taint so CPU pods stay off it; pods of "
                    "this pool's profiles tolerate exactly these (plus the spot taint on spot pools).",
     "Pool.gpu": "The GPUs of one node; absent for a CPU pool.",
@@ -71,8 +72,8 @@ DESCRIPTIONS: dict[str, str] = {
     "Pool.min_nodes": "Autoscaler minimum; 0 lets the pool scale from zero (doctor accepts a pool with no nodes).",
     "Pool.max_nodes": "Autoscaler maximum; with `min_nodes: 0` it says the pool can scale from zero.",
     "Pool.display_name": "The pool's name in the picker (default: the GPU model, or CPU).",
-    "Taint.key": "Taint key, e.g. `sku`.",
-    "Taint.value": "Taint value, e.g. `gpu`; empty: the toleration uses `operator: Exists`.",
+    "Taint.key": "Taint key, e.g. `sku` (Kubernetes label key syntax).",
+    "Taint.value": "Taint value, e.g. `gpu` (label value syntax); empty: the toleration uses `operator: Exists`.",
     "Taint.effect": "Taint effect.",
     "PoolGPU.model": "GPU model: " + ", ".join(f"`{m}`" for m in GPU_MODELS) + ".",
     "PoolGPU.count_per_node": "GPUs per node.",

@@ -3,7 +3,9 @@ deploy/ files that `builders.deploy.generated_files()` renders from a profiles f
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from gpu_spawner.builders.deploy import generated_files
@@ -14,13 +16,19 @@ from gpu_spawner.model.profiles import ProfilesConfig
 def write_generated(cfg: ProfilesConfig, out: Path, source: str, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
                     image: str | None = None, runner_image: str | None = None,
                     jobs_options: dict[str, str] | None = None) -> list[Path]:
+    """Every file rendered and encoded before any is written, and each replaced by a rename: a file that cannot
+    be rendered (a UnicodeEncodeError for a lone surrogate YAML's escapes made) leaves the old ones whole."""
+    files = {name: text.encode("utf-8") for name, text in
+             generated_files(cfg, source, hub_namespace, image, runner_image, jobs_options).items()}
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in generated_files(cfg, source, hub_namespace, image, runner_image, jobs_options).items():
+    for name, data in files.items():
         path = out / name
-        path.write_text(text)
-        if name.endswith(".sh"):
-            path.chmod(0o755)
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o755 if name.endswith(".sh") else 0o644)
+        os.replace(tmp, path)
         written.append(path)
     return written
 
@@ -70,8 +78,14 @@ def write(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for path in write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image, args.runner_image,
-                                options):
+    try:
+        paths = write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image, args.runner_image,
+                                options)
+    except UnicodeEncodeError as e:
+        print(f"error: {args.file}: {e.object[e.start:e.end]!r} cannot be written as UTF-8 (a lone surrogate "
+              "from a \\u escape?): nothing was written", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0
 

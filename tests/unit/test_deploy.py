@@ -428,3 +428,22 @@ def test_the_culler_calls_the_hub_on_localhost_not_through_the_hub_service(tmp_p
     (culler,) = [s for s in c.JupyterHub.services if s["name"] == CULLER]
     assert "command" in culler  # managed: runs in the hub pod
     assert not {"JUPYTERHUB_API_URL", "JUPYTERHUB_HUB_URL"} & set(culler.get("environment") or {})
+
+
+def test_render_deploy_that_cannot_encode_a_file_writes_none_and_keeps_the_old_ones(tmp_path, capsys):
+    """A lone surrogate (YAML's \\ud800 escape) in a VM size reaches the script: exit 2 and every file already
+    in the folder as it was, none truncated."""
+    from gpu_spawner.tools.cli import main
+
+    out = tmp_path / "deploy"
+    assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    text = Path(EXAMPLE_PROFILES).read_text().replace("instance_type: Standard_NC4as_T4_v3\n",
+                                                      'instance_type: "Standard_NC4as_T4_v3\\ud800"\n', 1)
+    assert "\\ud800" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    capsys.readouterr()
+    assert main(["render", "deploy", str(bad), "--out", str(out)]) == 2
+    assert "nothing was written" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -30,7 +30,7 @@ from gpu_spawner.builders.aks_pools import (
 from gpu_spawner.builders.deploy import render_aks_script
 from gpu_spawner.model.profiles import SPOT_TAINT
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles_text
+from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
 from gpu_spawner.tools import cli
 
 SPOT_KEY = SPOT_TAINT["key"]
@@ -169,13 +169,14 @@ def terraform_pools(text: str) -> dict[str, dict]:
 
 
 #: Pools beyond the example's: a CPU user pool, a fixed-size one, a name starting with a digit, a custom MIG
-#: layout, labels and taints with quotes, `$`, `${`, `%{`, backslashes and spaces (no commas: the CLI's
-#: --node-taints is a comma-separated list).
+#: layout, labels and taints at the edges of Kubernetes' syntax (prefixes, dots, underscores, 63 characters,
+#: an empty value), and a display name with a line break and `${`.
 MORE_POOLS = {
-    "cpuwork": {"node_selector": {AGENTPOOL: "cpuwork", "team": "a b"}, "instance_type": "Standard_D16s_v5",
+    "cpuwork": {"node_selector": {AGENTPOOL: "cpuwork", "team": "a_b.c-D"}, "instance_type": "Standard_D16s_v5",
                 "max_nodes": 3},
-    "fixed": {"node_selector": {AGENTPOOL: "fixed", 'we"ird': "$HOME ${x} %{y} \\n"}, "min_nodes": 2,
-              "taints": [{"key": "dedicated", "value": "$(id)", "effect": "NoExecute"}]},
+    "fixed": {"node_selector": {AGENTPOOL: "fixed", "example.com/we.ird_Key": "x" * 63, "empty": ""},
+              "min_nodes": 2, "taints": [{"key": "dedicated.example.com/batch", "value": "Batch_1.0",
+                                          "effect": "NoExecute"}]},
     "9spot": {"node_selector": {AGENTPOOL: "ninespot"}, "spot": True, "max_nodes": 2,
               "taints": [{"key": "sku", "value": "gpu"}, SPOT_TAINT], "gpu": {"model": "T4"},
               "instance_type": "Standard_NC4as_T4_v3", "display_name": "two\nlines ${x}"},
@@ -183,6 +184,13 @@ MORE_POOLS = {
              "gpu": {"model": "A100-80GB"}, "sharing": {"strategy": "mig", "layout": {"3g.40gb": 1, "1g.10gb": 2}},
              "instance_type": "Standard_NC24ads_A100_v4", "max_nodes": 1, "min_nodes": 1},
 }
+
+#: What az's --labels / --node-taints would split, drop or refuse, or the API server would refuse on a node
+#: selector or toleration: validation refuses each, so neither renderer ever sees it.
+HOSTILE_LABELS = [("team", "a b"), ("team=x", "y"), ("k", "a,b=c"), ("k", "a\x00b"), ("k", "$(id)"),
+                  ("k", "${x}"), ("k", "x\n"), ('we"ird', "v"), ("k", "x" * 64), ("a/b/c", "v"), ("", "v")]
+HOSTILE_TAINTS = [{"key": "evil", "value": "v:NoSchedule,other=1"}, {"key": "k,x", "value": "v"},
+                  {"key": "k", "value": "$(id)"}, {"key": "k", "value": "a b"}]
 
 
 def with_pools(pools: dict) -> object:
@@ -216,24 +224,47 @@ def test_comments_stay_comments():
         assert "\nlines ${x}" not in text and "# pool '9spot': two lines ${x}" in text
 
 
+@pytest.mark.parametrize("label", HOSTILE_LABELS, ids=repr)
+def test_a_label_that_az_or_the_api_server_would_change_or_refuse_is_refused(label):
+    key, value = label
+    with pytest.raises(ProfilesError, match="Kubernetes label"):
+        with_pools({"odd": {"node_selector": {AGENTPOOL: "odd", key: value}}})
+
+
+@pytest.mark.parametrize("taint", HOSTILE_TAINTS, ids=repr)
+def test_a_taint_that_az_would_split_or_refuse_is_refused(taint):
+    with pytest.raises(ProfilesError, match="Kubernetes label"):
+        with_pools({"odd": {"node_selector": {AGENTPOOL: "odd"}, "taints": [taint]}})
+
+
+def test_a_pool_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(ProfilesError, match="pool name"):
+        with_pools({"odd\n": {"node_selector": {AGENTPOOL: "odd"}}})
+
+
 # ---------------------------------------------------------------------------------- hostile strings
 FRAGMENTS = ['"', "\\", "${", "%{", "$${", "%%{", "$", "%", "{", "}", "\n", "\r", "\t", "\x00", "\x7f", "\u2028",
              "\ufeff", "é", "\U0001f600", "\\u0041", "\\n", "=", ":", " ", "#", "//", "/*", "<<EOF", "a"]
 text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(st.characters(blacklist_categories=("Cs",)),
                                                               max_size=4)), max_size=6) \
     .map(lambda parts: unicodedata.normalize("NFC", "".join(parts)))
-key = text.filter(lambda s: s and not s.startswith("kubernetes.azure.com/"))
+#: Labels and taints as Kubernetes allows them (validation refuses the rest: HOSTILE_LABELS); the free-text
+#: strings (display names, VM sizes) take every hostile fragment.
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+label_value = st.from_regex(rf"({_NAME})?", fullmatch=True)
+key = st.from_regex(rf"([a-z0-9]([-a-z0-9]{{0,8}}[a-z0-9])?(\.[a-z0-9]{{1,5}}){{0,2}}/)?{_NAME}", fullmatch=True) \
+    .filter(lambda s: not s.startswith("kubernetes.azure.com/"))
 effect = st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"])
-taint = st.fixed_dictionaries({"key": text.filter(bool), "value": text, "effect": effect})
+taint = st.fixed_dictionaries({"key": key, "value": label_value, "effect": effect})
 
 
 @st.composite
 def pools(draw):
     out = {}
     for i in range(draw(st.integers(1, 3))):
-        selector = draw(st.dictionaries(key, text, min_size=1, max_size=3))
+        selector = draw(st.dictionaries(key, label_value, min_size=1, max_size=3))
         if draw(st.booleans()):
-            selector[AGENTPOOL] = draw(text)
+            selector[AGENTPOOL] = draw(label_value)
         pool = {"node_selector": selector, "display_name": draw(text) or None,
                 "taints": draw(st.lists(taint, max_size=3)), "spot": draw(st.booleans()),
                 "min_nodes": draw(st.integers(0, 2)), "instance_type": draw(text) or None}
@@ -248,9 +279,9 @@ def pools(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pools())
-@example({"p0": {"node_selector": {"${": "", "%{": "$${", '"\\': "x\n\u2028${a}%{ if b }"}, "min_nodes": 0,
-                 "taints": [{"key": "k${", "value": "\\u0041", "effect": "NoSchedule"}], "spot": True,
-                 "display_name": None, "instance_type": "Standard_NC4as_T4_v3 ${var.x}"}})
+@example({"p0": {"node_selector": {"a.b/c_d": "", "x": "Y-1.2_3"}, "min_nodes": 0,
+                 "taints": [{"key": "k.example/x", "value": "v", "effect": "NoSchedule"}], "spot": True,
+                 "display_name": "x\n\u2028${a}%{ if b }", "instance_type": "Standard_NC4as_T4_v3 ${var.x} $${ \\"}})
 def test_any_label_and_taint_comes_back_exactly(drawn):
     data = {"pools": drawn, "profiles": [{"slug": "cpu", "display_name": "CPU", "cpu": 1, "memory": "1Gi"}]}
     cfg = parse_profiles_text(yaml.safe_dump(data))
@@ -278,11 +309,11 @@ def test_a_string_terraform_would_change_is_refused(tmp_path, capsys):
         terraform.hcl_string(decomposed)
     with pytest.raises(terraform.TerraformError, match="surrogate"):
         terraform.hcl_string(yaml.safe_load('"\\ud800"'))  # YAML's escapes can make one; no UTF-8 file can
-    cfg = with_pools({"odd": {"node_selector": {"team": decomposed}}})
+    cfg = with_pools({"odd": {"node_selector": {"team": "odd"}, "instance_type": decomposed}})
     with pytest.raises(terraform.TerraformError, match="pool 'odd'"):
         terraform.render_terraform(cfg)
     data = yaml.safe_load(EXAMPLE_PROFILES.read_text())
-    data["pools"]["odd"] = {"node_selector": {"team": decomposed}}
+    data["pools"]["odd"] = {"node_selector": {"team": "odd"}, "instance_type": decomposed}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["render", "terraform", str(path)]) == 2
