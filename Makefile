@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install labextension test-deps plan binaries node-deps test test-binaries test-installs unit lint dev bench matrix-venv images image-deps
+.PHONY: install labextension test-deps plan binaries node-deps test test-binaries test-installs dev-binaries unit lint dev bench matrix-venv images image-deps
 $(VENV)/.installed: setup.cfg pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -123,8 +123,12 @@ unit: install
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-dev: binaries
+# As `make test`: the Go build (system python3) beside the installs the dev hub needs, then the hub.
+dev: plan
+	$(MAKE) --no-print-directory -j2 dev-binaries install
 	$(VENV)/bin/gpuhub dev
+dev-binaries:
+	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/binaries.py build
 
 # Every benchmark with its defaults, one after another (each starts and stops what it needs); figures
 # go to bench/results/ and, by hand with the command, to docs/benchmarks.md. Tens of minutes on 2 cores.

@@ -55,11 +55,13 @@ def test_dev_and_test_say_the_build_plan_first_before_any_install_and_the_build_
         assert build.startswith("GPUHUB_BUILD_PLAN_SAID=1 ")
 
 
-def test_make_test_builds_go_beside_the_installs_with_the_system_python():
-    """The cold Go build (most of a fresh machine's run) needs no venv, so the installs and image builds go on
-    beside it instead of before it."""
-    out = recipes("test")
+@pytest.mark.parametrize("target, parallel, then", [("test", "-j2 test-binaries test-installs", "-m pytest"),
+                                                    ("dev", "-j2 dev-binaries install", "gpuhub dev")])
+def test_make_test_and_dev_build_go_beside_the_installs_with_the_system_python(target, parallel, then):
+    """The cold Go build (most of a fresh machine's first run) needs no venv, so the installs (and, for the
+    tests, the image builds) go on beside it instead of before it."""
+    out = recipes(target)
     (build,) = [line for line in out.splitlines() if GO_BUILD in line]
     assert build.split()[1] == "python3", build
-    assert "-j2 test-binaries test-installs" in out
-    assert out.index("-j2 test-binaries test-installs") < out.index("-m pytest")
+    assert parallel in out
+    assert out.index(parallel) < out.index(then)
