@@ -17,6 +17,7 @@ from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
 from gpu_spawner.model.labels import LabelKey, LabelValue
 from gpu_spawner.model.vm_sizes import allocatable_of
+from gpu_spawner.model.warm_schedule import WarmWindow, ZoneName
 
 #: The taint AKS puts on every spot node pool.
 SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
@@ -174,6 +175,12 @@ class Pool(_Strict):
     queue_servers: bool | None = Field(None, description=(
         "Notebook servers on this pool wait in their team's Kueue queue, counted in its quota (default: yes "
         "for GPU pools); a profile's own `queue_servers` wins."))
+    time_zone: ZoneName = Field("UTC", description=(
+        "IANA time zone of the pool's `warm` schedule (e.g. `Europe/Berlin`; daylight saving followed)."))
+    warm: list[WarmWindow] = Field([], description=(
+        "Nodes kept ready on a schedule, e.g. `[{days: Mon-Fri, from: \"08:30\", to: \"18:00\", nodes: 1}]`: the "
+        "autoscaler's minimum is raised in the window and back to `min_nodes` after it, so the first servers of "
+        "the day do not wait for a node (AKS: `gpuhub render deploy` writes the CronJobs; docs/admin-guide.md)."))
 
     @property
     def is_gpu(self) -> bool:

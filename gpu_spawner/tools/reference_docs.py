@@ -24,6 +24,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from gpu_spawner.model import profiles as P
+from gpu_spawner.model import warm_schedule as W
 from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.quantities import memory
 
@@ -38,6 +39,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("MPSSharing", P.MPSSharing, "`pools.<name>.sharing` with `strategy: mps`"),
     ("MIGSharing", P.MIGSharing, "`pools.<name>.sharing` with `strategy: mig`"),
     ("NodeShape", P.NodeShape, "`pools.<name>.node`"),
+    ("WarmWindow", W.WarmWindow, "`pools.<name>.warm[]`"),
     ("Profile", P.Profile, "`profiles[]`"),
     ("ProfileGPU", P.ProfileGPU, "`profiles[].gpu`"),
     ("ProfileOption", P.ProfileOption, "`profiles[].options.<name>`"),
@@ -142,6 +144,12 @@ def _validator_kind(meta: list[Any]) -> str | None:
             f = m.func
             if f is P.duration_seconds:
                 return "duration (`30m`, `2h`, `1h30m`, seconds)"
+            if f is W.parse_days:
+                return "days (`Mon-Fri`, `Sat,Sun`)"
+            if f is W.parse_hhmm:
+                return "`\"HH:MM\"`"
+            if f is W.zone_name:
+                return "IANA time zone"
             if f is P._layout:
                 return "`all-<slice>` \\| `all-balanced` \\| map slice → count"
             if f.__qualname__.startswith("_quantity"):
@@ -234,8 +242,9 @@ def reference() -> str:
         for name, field in model.model_fields.items():
             if field.exclude:
                 continue
-            out.append(f"| `{name}` | {type_name(field.annotation, field.metadata)} | {_default(model, name, field)} "
-                       f"| {_constraints(field.metadata)} | {description(model, name)} |")
+            out.append(f"| `{field.alias or name}` | {type_name(field.annotation, field.metadata)} "
+                       f"| {_default(model, name, field)} | {_constraints(field.metadata)} "
+                       f"| {description(model, name)} |")
         out.append("")
     out += ["### Resource names and slots", "",
             "| sharing | resource a pod asks for | slots per node |", "|---|---|---|",

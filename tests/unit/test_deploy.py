@@ -77,7 +77,7 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
         ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
             ("gpu-jobs", ns, "batch", "jobs"): read | {"create", "delete"},
-            ("gpu-jobs", ns, "", "configmaps"): {"create", "delete", "list", "patch"},
+            ("gpu-jobs", ns, "", "configmaps"): {"create", "delete", "get", "list", "patch"},
             ("gpu-jobs", ns, "", "persistentvolumeclaims"): {"get"},
             ("gpu-jobs", ns, "", "pods"): {"list", "watch"},
             ("gpu-jobs", ns, "", "pods/log"): {"get"},
@@ -343,7 +343,7 @@ def test_reference_names_every_field_with_type_and_default():
     for _, model, _ in refdoc.SECTIONS:
         for name, field in model.model_fields.items():
             if not field.exclude:
-                assert f"| `{name}` |" in text
+                assert f"| `{field.alias or name}` |" in text
     assert "| `idle_timeout` | duration" in text and "| `memory` | memory quantity (`8Gi`, `512Mi`) | `4Gi` |" in text
     assert "| `replicas` | integer | **required** | ≥ 2, ≤ 64 |" in text
     assert "| `cohort` | DNS label |" in text

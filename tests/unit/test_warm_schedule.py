@@ -1,0 +1,138 @@
+"""Warm capacity by schedule (model/warm_schedule.py): parsing, the rules `gpuhub validate` applies, the weekly
+step function and the daily min-count changes rendered for AKS."""
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_spawner.model import warm_schedule as W
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.validation import ProfilesError, parse_profiles, parse_profiles_text
+
+BASE = yaml.safe_load(EXAMPLE_PROFILES.read_text())
+
+
+def with_warm(warm, pool="gput4", **extra):
+    data = copy.deepcopy(BASE)
+    data["pools"][pool].update(warm=warm, **extra)
+    return data
+
+
+def problems(data) -> list[str]:
+    with pytest.raises(ProfilesError) as e:
+        parse_profiles(data)
+    return [str(p) for p in e.value.problems]
+
+
+WORKDAY = {"days": "Mon-Fri", "from": "08:30", "to": "18:00", "nodes": 1}
+
+
+def test_the_issue_example_parses_and_steps():
+    cfg = parse_profiles(with_warm([WORKDAY], time_zone="Europe/Berlin"))
+    pool = cfg.pools["gput4"]
+    assert pool.time_zone == "Europe/Berlin" and pool.warm[0].days == "Mon,Tue,Wed,Thu,Fri"
+    assert W.steps(pool)[:3] == [(0, 0), (510, 1), (1080, 0)]
+    assert [(c.cron, c.min_count) for c in W.changes(pool)] == [("30 8 * * 1,2,3,4,5", 1), ("0 18 * * 1,2,3,4,5", 0)]
+
+
+def test_unquoted_times_from_yaml_are_refused_with_the_reason():
+    text = EXAMPLE_PROFILES.read_text().replace(
+        "    max_nodes: 4\n  gpumig:",
+        "    max_nodes: 4\n    warm: [{days: Mon-Fri, from: 8:30, to: 18:00, nodes: 1}]\n  gpumig:", 1)
+    with pytest.raises(ProfilesError) as e:
+        parse_profiles_text(text)
+    msgs = [str(p) for p in e.value.problems]
+    assert any(m.startswith("pools.gput4.warm[0].from: 510") and "quoted" in m for m in msgs)
+    assert any(m.startswith("pools.gput4.warm[0].to: 1080") for m in msgs)
+
+
+@pytest.mark.parametrize("window, where, words", [
+    ({**WORKDAY, "days": "Mon-Fry"}, "warm[0].days", "'Fry' is not a day"),
+    ({**WORKDAY, "days": ""}, "warm[0].days", "not a list of days"),
+    ({**WORKDAY, "from": "8:30"}, "warm[0].from", "not a time of day"),
+    ({**WORKDAY, "to": "24:01"}, "warm[0].to", "not a time of day"),
+    ({**WORKDAY, "from": "18:00", "to": "08:30"}, "warm[0]", "across midnight is two windows"),
+    ({**WORKDAY, "nodes": 5}, "warm[0].nodes", "above max_nodes 4"),
+    ({**WORKDAY, "nodes": 0}, "warm[0].nodes", "greater than or equal to 1"),
+    ({**WORKDAY, "size": 1}, "warm[0].size", "size"),
+])
+def test_bad_windows_say_where_and_why(window, where, words):
+    found = problems(with_warm([window]))
+    assert any(f"pools.gput4.{where}" in m and words in m for m in found), found
+
+
+def test_bad_time_zones():
+    for zone in ("Mars/Olympus", "../../etc/passwd", "", "E" * 65, 3):
+        found = problems(with_warm([WORKDAY], time_zone=zone))
+        assert any(m.startswith("pools.gput4.time_zone") for m in found), (zone, found)
+
+
+def test_overlaps_and_pool_rules():
+    found = problems(with_warm([WORKDAY, {"days": "Fri-Mon", "from": "17:00", "to": "20:00", "nodes": 2}]))
+    assert any("warm[1]" in m and "overlaps warm[0]" in m and "Mon, Fri" in m for m in found), found
+    # back to back is no overlap; weekends apart neither
+    parse_profiles(with_warm([WORKDAY, {"days": "Mon-Fri", "from": "18:00", "to": "20:00", "nodes": 2},
+                              {"days": "Sat,Sun", "from": "08:00", "to": "18:00", "nodes": 1}]))
+    gpumig = problems(with_warm([{**WORKDAY, "nodes": 1}], pool="gpumig"))  # min_nodes 1 there
+    assert any("not above min_nodes 1" in m for m in gpumig), gpumig
+    fixed = copy.deepcopy(BASE)
+    fixed["pools"]["gput4"].pop("max_nodes")
+    fixed["pools"]["gput4"]["warm"] = [WORKDAY]
+    assert any("needs max_nodes" in m for m in problems(fixed))
+
+
+def test_minimum_at_follows_the_pools_time_zone_and_daylight_saving():
+    pool = parse_profiles(with_warm([WORKDAY], time_zone="Europe/Berlin")).pools["gput4"]
+    # Monday 2026-03-30 (CEST, UTC+2): 08:30 local is 06:30 UTC
+    assert W.minimum_at(pool, datetime(2026, 3, 30, 6, 29, tzinfo=timezone.utc)) == 0
+    assert W.minimum_at(pool, datetime(2026, 3, 30, 6, 30, tzinfo=timezone.utc)) == 1
+    # Monday 2026-01-05 (CET, UTC+1): 08:30 local is 07:30 UTC
+    assert W.minimum_at(pool, datetime(2026, 1, 5, 7, 0, tzinfo=timezone.utc)) == 0
+    assert W.minimum_at(pool, datetime(2026, 1, 5, 7, 30, tzinfo=timezone.utc)) == 1
+    assert W.minimum_at(pool, datetime(2026, 1, 10, 10, 0, tzinfo=timezone.utc)) == 0  # a Saturday
+
+
+def test_a_window_to_midnight_and_one_from_midnight_join():
+    pool = parse_profiles(with_warm([{"days": "Fri", "from": "20:00", "to": "24:00", "nodes": 2},
+                                     {"days": "Sat", "from": "00:00", "to": "02:00", "nodes": 2}])).pools["gput4"]
+    assert [(c.day_names, c.at, c.min_count) for c in W.changes(pool)] == [("Sat", "02:00", 0), ("Fri", "20:00", 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sets(st.integers(0, 6), min_size=1), st.integers(0, 47), st.integers(1, 48),
+                          st.integers(1, 4)), min_size=1, max_size=5))
+def test_changes_replayed_over_the_week_give_the_step_function(raw):
+    """Whatever valid schedule: applying the daily changes in time order reproduces `minimum_at_minute` at every
+    half hour of the week (the CronJobs and the replay's model cannot disagree)."""
+    windows, taken = [], []
+    for days, a, length, nodes in raw:
+        b = min(48, a + length)
+        if a >= b or any(set(days) & d and a < y and x < b for d, x, y in taken):
+            continue
+        taken.append((set(days), a, b))
+        windows.append({"days": ",".join(W.DAYS[d] for d in sorted(days)), "from": f"{a // 2:02d}:{a % 2 * 30:02d}",
+                        "to": f"{b // 2:02d}:{b % 2 * 30:02d}", "nodes": nodes})
+    if not windows:
+        return
+    pool = parse_profiles(with_warm(windows)).pools["gput4"]
+    events = sorted((d * 1440 + W.minutes(c.at), c.min_count) for c in W.changes(pool) for d in c.days)
+    value = events[-1][1] if events else W.minimum_at_minute(pool, 0)  # Sunday night carries into Monday
+    for t in range(0, W.WEEK_MIN, 30):
+        for at, v in events:
+            if at == t:
+                value = v
+        assert value == W.minimum_at_minute(pool, t), (t, windows)
+
+
+@given(st.text(max_size=70))
+def test_days_parser_never_crashes(text):
+    try:
+        out = W.parse_days(text)
+    except ValueError:
+        return
+    assert out and all(d in W.DAYS for d in out.split(","))
