@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,14 @@ from urllib.parse import parse_qsl, quote
 
 import requests
 
-from gpu_spawner.contract import ENV_JOBS_URL, ENV_PROFILE, ENV_PROFILE_OPTIONS, JOBS_SERVICE, UNLISTED_CHOICE_SUFFIX
+from gpu_spawner.contract import (
+    ENV_JOBS_URL,
+    ENV_PROFILE,
+    ENV_PROFILE_OPTIONS,
+    IDEMPOTENCY_KEY_HEADER,
+    JOBS_SERVICE,
+    UNLISTED_CHOICE_SUFFIX,
+)
 
 SERVICE = JOBS_SERVICE
 
@@ -104,18 +112,29 @@ def saved_note(nb: Notebook, now: float | None = None) -> str:
             "save (Ctrl+S) and submit again if you changed it since.")
 
 
+#: Answers after which a submission is sent again under its key: none came (None), or gpu-jobs or the proxy in
+#: front of it was briefly unavailable (a restart).
+RETRIED = (None, 502, 503, 504)
+
+
+def new_idempotency_key() -> str:
+    """A fresh key per submission: 32 URL-safe characters (contract.IDEMPOTENCY_KEY_RE)."""
+    return secrets.token_urlsafe(24)
+
+
 class JobsClient:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30):
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30, attempts: int = 4,
+                 backoff: float = 1.0):
         self.url = (url or service_url()).rstrip("/") + "/"
         self.token = token or os.environ.get("JUPYTERHUB_API_TOKEN")
         if not self.token:
             raise JobsError("no $JUPYTERHUB_API_TOKEN: %gpu_submit works inside a JupyterHub server")
-        self.timeout = timeout
+        self.timeout, self.attempts, self.backoff = timeout, max(1, attempts), backoff
 
-    def _call(self, method: str, path: str, **kw) -> requests.Response:
+    def _call(self, method: str, path: str, headers: dict | None = None, **kw) -> requests.Response:
         try:
-            r = requests.request(method, self.url + path, headers={"Authorization": f"token {self.token}"},
-                                 timeout=self.timeout, **kw)
+            r = requests.request(method, self.url + path, timeout=self.timeout, **kw,
+                                 headers={**(headers or {}), "Authorization": f"token {self.token}"})
         except requests.RequestException as e:
             raise JobsError(f"the gpu-jobs service is not reachable at {self.url}: {e}") from None
         if r.status_code >= 400:
@@ -131,8 +150,9 @@ class JobsClient:
 
     def submit(self, profile: str, notebook_path: str, notebook: dict, parameters: dict | None = None,
                priority: str | None = None, timeout: str | int | None = None, options: dict | None = None,
-               nodes: int | None = None) -> dict:
-        """The notebook goes without its outputs (the snapshot drops them; gpu-jobs takes at most 4 MiB)."""
+               nodes: int | None = None, key: str | None = None) -> dict:
+        """The notebook goes without its outputs (the snapshot drops them; gpu-jobs takes at most 4 MiB).
+        `key`: the submission's Idempotency-Key (the lab routes pass the browser's own; else a fresh one)."""
         from gpu_spawner.builders.jobs import strip_outputs  # here: the kernel imports this module at load
 
         body = {"profile": profile, "notebook_path": notebook_path, "notebook": strip_outputs(notebook),
@@ -143,7 +163,21 @@ class JobsClient:
             body["priority"] = priority
         if timeout:
             body["timeout"] = timeout
-        return self._call("POST", "jobs", json=body).json()
+        return self.post_job(body, key)
+
+    def post_job(self, body: dict, key: str | None = None) -> dict:
+        """POST /jobs under an Idempotency-Key (a fresh one unless given), tried again with the same key when
+        no answer came or gpu-jobs was briefly unavailable: a retry gets the job the first try made, never a
+        second one."""
+        key, attempt = key or new_idempotency_key(), 0
+        while True:
+            try:
+                return self._call("POST", "jobs", headers={IDEMPOTENCY_KEY_HEADER: key}, json=body).json()
+            except JobsError as e:
+                attempt += 1
+                if attempt >= self.attempts or e.status not in RETRIED:
+                    raise
+            time.sleep(self.backoff * 2 ** (attempt - 1))
 
     def jobs(self, everyone: bool = False) -> list[dict]:
         return self._call("GET", "jobs", params={"all": "1"} if everyone else None).json()["jobs"]

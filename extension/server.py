@@ -7,6 +7,7 @@ $JUPYTERHUB_API_TOKEN in the Authorization header, through the same `JobsClient`
   GET    <base>/gpuhub/profiles         the user's GPU profiles (gpu-jobs)
   GET    <base>/gpuhub/jobs             the user's jobs, each with `output_path` and `summary` (see for_lab)
   POST   <base>/gpuhub/jobs             {path, profile, parameters, priority, timeout}: submit the SAVED notebook
+                                        (the browser's Idempotency-Key goes on to gpu-jobs: its retry makes no 2nd job)
   GET    <base>/gpuhub/jobs/<name>      status;  DELETE: cancel;  GET .../logs: {log: the log tail}
   GET    <base>/gpuhub/culling          this user's culling warnings (the culler's warnings/<user>)
   POST   <base>/gpuhub/keep             "keep my server": reports activity to the hub now
@@ -33,6 +34,8 @@ from gpu_spawner.contract import (
     CULLER_SERVICE,
     ENV_CULLER_URL,
     ENV_JOBS_URL,
+    IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENCY_KEY_RE,
     JOBS_SERVICE,
     LAB_API_PREFIX,
     output_notebook_path,
@@ -40,7 +43,7 @@ from gpu_spawner.contract import (
 from gpu_spawner.parameters import parse_assignments, split_assignments
 from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
 
-from .client import JobsClient, JobsError
+from .client import JobsClient, JobsError, new_idempotency_key
 from .widgets import view
 
 #: A submit request carries names and a few short strings; the notebook itself is read here, not sent.
@@ -142,6 +145,16 @@ class ProfilesHandler(_Base):
 
 
 class JobsHandler(_Base):
+    def idempotency_key(self) -> str:
+        """The browser's key for this submission (its retries send the same), else a fresh one."""
+        key = self.request.headers.get(IDEMPOTENCY_KEY_HEADER)
+        if key is None:
+            return new_idempotency_key()
+        if not IDEMPOTENCY_KEY_RE.fullmatch(key):
+            raise web.HTTPError(400, f"the {IDEMPOTENCY_KEY_HEADER} header must be 8 to 64 letters, digits, "
+                                     "'-' or '_'")
+        return key
+
     @web.authenticated
     async def get(self):
         jobs = await self.call("jobs")
@@ -159,7 +172,7 @@ class JobsHandler(_Base):
             raise web.HTTPError(400, f"cannot read {req['path']}: {e.log_message}") from None
         notebook = json.loads(json.dumps(model["content"], default=str))
         status = await self.call("submit", req["profile"], req["path"], notebook, req["parameters"],
-                                 req.get("priority"), req.get("timeout"))
+                                 req.get("priority"), req.get("timeout"), None, None, self.idempotency_key())
         self.set_status(201)
         self.finish(for_lab(status))
 

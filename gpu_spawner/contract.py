@@ -20,6 +20,10 @@ USER_LABEL = f"{LABEL_PREFIX}/user"
 #: Set on a `%gpu_submit` Job, its pods and its ConfigMap; the value is the Job's name.
 JOB_LABEL = f"{LABEL_PREFIX}/job"
 USER_ANNOTATION = f"{LABEL_PREFIX}/username"
+#: On a Job / JobSet and its ConfigMap made under an `Idempotency-Key`: a hash of (user, key), so a retry finds
+#: the job it made (services/jobs/idempotency.py); the body's digest tells a retry from a reused key.
+SUBMISSION_LABEL = f"{LABEL_PREFIX}/submission"
+REQUEST_DIGEST_ANNOTATION = f"{LABEL_PREFIX}/request-digest"
 NOTEBOOK_ANNOTATION = f"{LABEL_PREFIX}/notebook"
 GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"
 GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
@@ -60,6 +64,11 @@ USAGE_COLLECTOR_SERVICE = "gpu-usage-collector"
 JOBS_PORT = 10101
 CULLER_PORT = 10102
 USAGE_PORT = 10103
+#: The header of `POST /jobs` that makes a retried submission return the job it made (a fresh key per submission,
+#: the same key on the client's own retries): the kernel's client, the lab routes and gpu-jobs send or read it.
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+#: Its syntax: what a UUID or `secrets.token_urlsafe` gives, bounded.
+IDEMPOTENCY_KEY_RE = re.compile(r"[A-Za-z0-9_-]{8,64}")
 #: What a user's token (and the server token a kernel sees) needs to call gpu-jobs.
 JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE}"
 #: Hub API scopes of gpu-jobs' own token: none. It learns who calls from the caller's own token

@@ -106,8 +106,9 @@ def jobs_permissions(cfg: ProfilesConfig) -> list[Permission]:
         perms += [Permission(*p, ns, why, JOBS_ACCOUNT) for *p, why in (
             ("batch", "jobs", ("create", "delete", "get", "list", "watch"),
              "%gpu_submit Jobs (created suspended; Kueue admits them); watched for the service's cache"),
-            ("", "configmaps", ("create", "delete", "list", "patch"),
-             "the notebook snapshot of a Job (created first, then owned by the Job; orphans removed)"),
+            ("", "configmaps", ("create", "delete", "get", "list", "patch"),
+             "the notebook snapshot of a Job (created first, then owned by the Job; orphans removed; a retried "
+             "submission's read back)"),
             ("", "persistentvolumeclaims", ("get",), "the team's home claim exists before a Job mounts it"),
             ("", "pods", ("list", "watch"), "the Jobs' pods, for status"),
             ("", "pods/log", ("get",), "%gpu_logs"),

@@ -49,6 +49,8 @@ RUNNER_CONTAINER = "runner"
 #: A ConfigMap holds at most 1 MiB; keep room for metadata.
 MAX_SNAPSHOT_BYTES = 900 * 1024
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A Job's name: its pods (`<job>-<5 random>`) stay within 63 characters.
+JOB_NAME_LIMIT = 52
 
 
 class JobRequestError(ValueError):
@@ -97,12 +99,15 @@ def check_parameters(params: dict[str, Any]) -> None:
         raise JobRequestError("parameter values must be JSON values (numbers, strings, lists, ...)") from None
 
 
-def job_name(user: str, notebook: str, limit: int = 52) -> str:
+def job_name(user: str, notebook: str, limit: int = JOB_NAME_LIMIT, suffix: str | None = None) -> str:
     """Unique, valid DNS-1123 label: gpu-<user>-<notebook>-<random> in at most `limit` characters, so the
-    pods Kubernetes names after it stay within 63."""
+    pods Kubernetes names after it stay within 63. `suffix` (6 lowercase hex digits) instead of the random
+    part: a retried submission's name (services/jobs/idempotency.py)."""
     stem = re.sub(r"\.ipynb$", "", notebook.rsplit("/", 1)[-1])
     base = safe_slug(f"{user}-{stem}", max_length=38).replace("---", "-")[:limit - 11].strip("-")
-    return f"gpu-{base}-{secrets.token_hex(3)}"[:limit].strip("-")
+    if suffix is not None and not re.fullmatch(r"[0-9a-f]{6}", suffix):
+        raise ValueError(f"a job name's suffix is 6 lowercase hex digits, not {suffix[:20]!r}")
+    return f"gpu-{base}-{suffix or secrets.token_hex(3)}"[:limit].strip("-")
 
 
 def notebook_folder(notebook_path: str) -> str:

@@ -7,9 +7,10 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import { ILabJob } from './wire';
 
-/** Must match LAB_API_PREFIX and LAB_COMM_TARGET in gpu_spawner/contract.py. */
+/** Must match LAB_API_PREFIX, LAB_COMM_TARGET and IDEMPOTENCY_KEY_HEADER in gpu_spawner/contract.py. */
 export const API_PREFIX = 'gpuhub';
 export const COMM_TARGET = 'gpuhub.frontend';
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 
 /** The culler's warning about this server (not a gpu-jobs answer, so not in wire.ts). */
 export interface ICullWarning {
@@ -38,6 +39,29 @@ export async function request<T>(path: string, init: RequestInit = {}): Promise<
     throw new Error(message); // a sentence for people; the status code is no help to them
   }
   return JSON.parse(text) as T; // every gpuhub route answers JSON
+}
+
+/** A fresh Idempotency-Key per submission: 32 hex digits (getRandomValues works outside secure contexts too). */
+export function newIdempotencyKey(): string {
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, b => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** A POST under one Idempotency-Key, sent again with the same key when no answer came (a dropped connection,
+ * a restarting server): the retry gets the job the first try made, never a second one. */
+export async function postOnce<T>(path: string, body: string, attempts = 3): Promise<T> {
+  const headers = { [IDEMPOTENCY_KEY_HEADER]: newIdempotencyKey() };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await request<T>(path, { method: 'POST', body, headers });
+    } catch (e) {
+      if (!(e instanceof ServerConnection.NetworkError) || attempt >= attempts) {
+        throw e;
+      }
+      await new Promise(resolve => setTimeout(resolve, 1000 * attempt));
+    }
+  }
 }
 
 /** What the panel and notifications say about a job: the server's summary (the same line as the

@@ -10,7 +10,7 @@ import {
 import { ICommandPalette, Notification, ToolbarButton } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { COMM_TARGET, ICullWarning, request } from './api';
+import { COMM_TARGET, ICullWarning, postOnce, request } from './api';
 import { askSubmit } from './form';
 import { JobsPanel } from './panel';
 import { JobWatcher } from './watch';
@@ -35,10 +35,7 @@ async function runOnQueue(panel: NotebookPanel, watcher: JobWatcher): Promise<vo
     return;
   }
   try {
-    const job = await request<ILabJob>('jobs', {
-      method: 'POST',
-      body: JSON.stringify({ path: panel.context.path, ...choice })
-    });
+    const job = await postOnce<ILabJob>('jobs', JSON.stringify({ path: panel.context.path, ...choice }));
     watcher.submitted(job);
   } catch (e) {
     Notification.error(`GPU job not submitted: ${(e as Error).message}`, { autoClose: false });

@@ -1,6 +1,7 @@
 """The `gpu-jobs` hub service: a tornado app, authenticated with the caller's own JupyterHub token.
 
   POST   /jobs              submit   {profile, notebook_path, notebook, parameters, priority, timeout, nodes}
+                            (`Idempotency-Key` header: a retry answers 200 with the job the first try made)
   GET    /jobs              list (own; `?all=1` for admins: everyone's)
   GET    /jobs/{name}       status
   GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`; a multi-node job's `?rank=K`, default 0)
@@ -35,14 +36,14 @@ from tornado.httpserver import HTTPServer
 from gpu_spawner import wire
 from gpu_spawner.builders.jobs import JobRequestError, JobSettings
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
-from gpu_spawner.contract import FINISHED, PROFILE_LABEL, USER_ANNOTATION
+from gpu_spawner.contract import FINISHED, IDEMPOTENCY_KEY_HEADER, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
 from gpu_spawner.kubeio.clients import timeout_api_client
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.jobs import gang, limits, words
+from gpu_spawner.services.jobs import gang, idempotency, limits, words
 from gpu_spawner.services.jobs.cache import JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, create_submission, reconcile_forever
@@ -134,7 +135,8 @@ class JobsBase(Base):
 
 
 def refusal(e: JobRequestError) -> web.HTTPError:
-    return web.HTTPError(413 if isinstance(e, limits.TooLarge) else 400, str(e))
+    code = 413 if isinstance(e, limits.TooLarge) else 422 if isinstance(e, idempotency.KeyReused) else 400
+    return web.HTTPError(code, str(e))
 
 
 @web.stream_request_body  # prepare() runs before the body is read: the in-flight limit first, then the body
@@ -193,26 +195,48 @@ class JobsHandler(JobsBase):
         if self._size > limits.MAX_BODY_BYTES:
             raise refusal(limits.too_large(self._size))
         raw, self._body = b"".join(self._body), []
+        try:  # a retry under the same key gets the job the first try made (idempotency.py)
+            key = idempotency.check_key(self.request.headers.get(IDEMPOTENCY_KEY_HEADER))
+        except JobRequestError as e:
+            raise refusal(e) from None
+        submission = idempotency.submission_id(user, key) if key else None
         gate: SubmitGate = self.settings["gate"]
         self.kube.require_current()  # limits are counted from the cache: only from a current one
         async with gate.lock(user):  # count and create as one step per user
+            if submission and (earlier := idempotency.find(await self.kube.jobs(user), user, submission)):
+                return await self.replayed(raw, earlier)  # before the limits: it counts among them already
             active = await self.unfinished(user)
             try:  # parse and plan in a worker process: never on this loop (planner.py)
-                objs, slug = await self.settings["planner"].plan(raw, user, groups, dict(active))
+                objs, slug = await self.settings["planner"].plan(raw, user, groups, dict(active), submission)
             except JobRequestError as e:
                 raise refusal(e) from None
             except BrokenProcessPool:
                 raise web.HTTPError(503, "the submission could not be checked right now; try again") from None
-            job = await self.create(user, objs)
-            if await self.kube.job(job["metadata"]["name"]) is None:  # the cache has not seen it yet: count it
+            job, made = await self.create(user, objs)
+            if made and await self.kube.job(job["metadata"]["name"]) is None:  # the cache lags: count it
                 gate.created(user, job["metadata"]["name"], slug)
-        log.info("%s submitted %s/%s (%s)", user, job["metadata"]["namespace"], job["metadata"]["name"], slug)
+        log.info("%s submitted %s/%s (%s)%s", user, job["metadata"]["namespace"], job["metadata"]["name"], slug,
+                 "" if made else ": a retry, the job its first try made")
         (status,) = self.explained(await self.kube.statuses([job], with_logs=False))
-        self.send(wire.dump(wire.JobStatus, status), 201)
+        self.send(wire.dump(wire.JobStatus, status), 201 if made else 200)
 
-    async def create(self, user: str, objs: list[dict]) -> dict:
+    async def replayed(self, raw: bytes, job: dict) -> None:
+        """A retry of a submission whose job exists: that job (200), if the body is the one it was made from."""
         try:
-            job = await create_submission(self.kube, objs, self.settings["service"].job.home.claim)
+            idempotency.check_replay(job, await self.settings["planner"].digest(raw))
+        except JobRequestError as e:
+            raise refusal(e) from None
+        except BrokenProcessPool:
+            raise web.HTTPError(503, "the submission could not be checked right now; try again") from None
+        log.info("%s retried the submission of %s: answered with it", self.who.name, job["metadata"]["name"])
+        (status,) = self.explained(await self.kube.statuses([job], with_logs=False))
+        self.send(wire.dump(wire.JobStatus, status), 200)
+
+    async def create(self, user: str, objs: list[dict]) -> tuple[dict, bool]:
+        try:
+            return await create_submission(self.kube, objs, self.settings["service"].job.home.claim)
+        except JobRequestError as e:  # the key reused with another body, found at the API server
+            raise refusal(e) from None
         except StorageNotReady as e:
             raise web.HTTPError(503, str(e)) from None
         except client.ApiException as e:
@@ -222,7 +246,6 @@ class JobsHandler(JobsBase):
             except (TypeError, ValueError, AttributeError):
                 why = e.reason
             raise web.HTTPError(502 if e.status >= 500 else 400, f"Kubernetes refused the job: {why}") from None
-        return job
 
 
 class JobHandler(JobsBase):

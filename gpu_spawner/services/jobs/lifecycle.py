@@ -5,7 +5,9 @@ Order: the notebook ConfigMap first, then the Job (suspended; Kueue admits it), 
 made owned by the Job (garbage-collected with it). A JobSet also gets its ranks' own NetworkPolicy right
 after it is created (owned by it; `builders.network.jobset_ranks_policy`): if that fails, the JobSet and
 the ConfigMap are deleted again, since its ranks could not reach each other. A failure before the Job
-exists deletes the ConfigMap; whatever survives a failed rollback or a lost response is found by `reconcile`:
+exists deletes the ConfigMap (one this request made: under an Idempotency-Key an earlier try's ConfigMap and
+Job are taken as they are, `idempotency`); whatever survives a failed rollback or a lost response is found by
+`reconcile`:
   - a ConfigMap of ours whose Job does not exist, older than the grace period: deleted;
   - a ConfigMap whose Job exists but which is not owned by it yet: owned;
   - an unfinished Job of ours whose ConfigMap is gone (its pod could never start, yet Kueue would
@@ -28,7 +30,14 @@ from kubernetes_asyncio import client
 
 from gpu_spawner.builders.metadata import owner_reference
 from gpu_spawner.builders.network import jobset_ranks_policy
-from gpu_spawner.contract import HOME_SHARE_LABEL, JOB_LABEL, USER_ANNOTATION
+from gpu_spawner.contract import (
+    HOME_SHARE_LABEL,
+    JOB_LABEL,
+    REQUEST_DIGEST_ANNOTATION,
+    SUBMISSION_LABEL,
+    USER_ANNOTATION,
+)
+from gpu_spawner.services.jobs import idempotency
 from gpu_spawner.services.jobs.cache import JOBSET
 from gpu_spawner.services.jobs.kube import api_json
 
@@ -81,8 +90,9 @@ async def check_home_claim(kube, namespace: str, claim: str) -> None:
                               f"on another node than your server could not mount it; {fix}")
 
 
-async def create_submission(kube, objs: list[dict], home_claim: str | None = None) -> dict:
-    """[Job, ConfigMap] → created all or nothing (see the module). Returns the created Job."""
+async def create_submission(kube, objs: list[dict], home_claim: str | None = None) -> tuple[dict, bool]:
+    """[Job, ConfigMap] → created all or nothing (see the module). Returns (the created Job, True), or (the Job
+    an earlier try of the same Idempotency-Key made, False) when the API server holds it under this name."""
 
     job = next(o for o in objs if o["kind"] in ("Job", "JobSet"))
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
@@ -90,7 +100,13 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if home_claim:
         await check_home_claim(kube, ns, home_claim)
-    await api_json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
+    made_cm = True
+    try:
+        await api_json(kube.core.create_namespaced_config_map(ns, cm, _preload_content=False))
+    except client.ApiException as e:  # an earlier try of this submission got this far: its ConfigMap is this one
+        if e.status != 409 or not _earlier_try(await _held(kube, "configmaps", ns, name), job):
+            raise
+        made_cm = False
     try:
         if kind == "jobsets":
             created = await api_json(kube.custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", job,
@@ -98,11 +114,16 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
             await _gang_policy(kube, created)  # the ranks reach each other, and nothing else reaches them
         else:
             created = await api_json(kube.batch.create_namespaced_job(ns, job, _preload_content=False))
-    except BaseException:
-        try:  # the Job was refused: no ConfigMap without it (if this fails too, reconcile removes it)
-            await api_json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
-        except Exception as e:  # noqa: BLE001 - the original error is the one to report
-            log.warning("rollback of ConfigMap %s/%s failed (%s); the reconcile loop will remove it", ns, name, e)
+    except BaseException as e:
+        try:
+            held = await _held(kube, kind, ns, name) if isinstance(e, client.ApiException) and e.status == 409 \
+                else None
+            if held is not None and _earlier_try(held, job):  # its ConfigMap is its own: kept
+                return held, False
+        except BaseException:
+            await _roll_back(kube, ns, name, made_cm)
+            raise
+        await _roll_back(kube, ns, name, made_cm)
         raise
     try:
         await api_json(kube.core.patch_namespaced_config_map(
@@ -111,7 +132,45 @@ async def create_submission(kube, objs: list[dict], home_claim: str | None = Non
         log.warning("could not make ConfigMap %s/%s owned by its Job (%s); the reconcile loop will", ns, name, e)
     if kube.cached([ns], kind):
         await kube.cache.wait_for(lambda: kube.cache.get(kind, ns, name) is not None)
-    return created
+    return created, True
+
+
+async def _roll_back(kube, ns: str, name: str, made_cm: bool) -> None:
+    """The Job was refused: no ConfigMap without it, if this request made it (if the delete fails too,
+    the reconcile loop removes it)."""
+    if not made_cm:
+        return
+    try:
+        await api_json(kube.core.delete_namespaced_config_map(name, ns, _preload_content=False))
+    except Exception as e:  # noqa: BLE001 - the original error is the one to report
+        log.warning("rollback of ConfigMap %s/%s failed (%s); the reconcile loop will remove it", ns, name, e)
+
+
+async def _held(kube, kind: str, ns: str, name: str) -> dict | None:
+    """The object the API server holds under this name (None: none now)."""
+    try:
+        if kind == "configmaps":
+            return await api_json(kube.core.read_namespaced_config_map(name, ns, _preload_content=False))
+        if kind == "jobsets":
+            return await api_json(kube.custom.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name,
+                                                                           _preload_content=False))
+        return await api_json(kube.batch.read_namespaced_job(name, ns, _preload_content=False))
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _earlier_try(held: dict | None, job: dict) -> bool:
+    """`held` was made by an earlier try of `job`'s submission (the same user's Idempotency-Key); under that key
+    with another body it is `idempotency.KeyReused`. Another submission's object is False (a name clash)."""
+    meta = job["metadata"]
+    submission = (meta.get("labels") or {}).get(SUBMISSION_LABEL)
+    if not submission or not idempotency.is_submission(held, (meta.get("annotations") or {}).get(USER_ANNOTATION),
+                                                       submission):
+        return False
+    idempotency.check_replay(held, meta["annotations"][REQUEST_DIGEST_ANNOTATION])
+    return True
 
 
 async def _gang_policy(kube, jobset: dict) -> None:

@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs import idempotency, limits
 from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
 
 _worker: dict[str, Any] = {}
@@ -26,15 +26,22 @@ def _start(cfg: ProfilesConfig, settings: ServiceSettings) -> None:
 
 
 def plan_raw(raw: bytes, user: str, groups: list[str], active: dict[str, int],
-             cfg: ProfilesConfig | None = None, settings: ServiceSettings | None = None) -> tuple[list[dict], Any]:
+             cfg: ProfilesConfig | None = None, settings: ServiceSettings | None = None,
+             submission: str | None = None) -> tuple[list[dict], Any]:
     """(the manifests, the requested profile) for the raw body (pure); `active`: the user's unfinished jobs
-    per profile. Runs in the worker, with the worker's profiles unless `cfg` is given."""
+    per profile; `submission`: an Idempotency-Key's id (idempotency.py). Runs in the worker, with the
+    worker's profiles unless `cfg` is given."""
     body = limits.parse_body(raw)
     slug = body.get("profile") if isinstance(body, dict) else None
     on_profile = active.get(slug, 0) if isinstance(slug, str) else 0
     objs = plan_submission(cfg or _worker["cfg"], user, groups, body, on_profile, settings or _worker["settings"],
-                           active_total=sum(active.values()))
+                           active_total=sum(active.values()), submission=submission)
     return objs, slug
+
+
+def digest_raw(raw: bytes) -> str:
+    """A retried body's digest (idempotency.body_digest), parsed within the same bounds as a submission."""
+    return idempotency.body_digest(limits.parse_body(raw))
 
 
 class Planner:
@@ -56,10 +63,17 @@ class Planner:
                                                                           self.settings)
                                for _ in range(self.workers)))
 
-    async def plan(self, raw: bytes, user: str, groups: list[str], active: dict[str, int]) -> tuple[list[dict], Any]:
+    async def plan(self, raw: bytes, user: str, groups: list[str], active: dict[str, int],
+                   submission: str | None = None) -> tuple[list[dict], Any]:
+        return await self._run(plan_raw, raw, user, groups, active, None, None, submission)
+
+    async def digest(self, raw: bytes) -> str:
+        return await self._run(digest_raw, raw)
+
+    async def _run(self, fn, *args):
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor(), plan_raw, raw, user, groups, active)
+            return await loop.run_in_executor(self._executor(), fn, *args)
         except BrokenProcessPool:  # the worker died (e.g. out of memory): a fresh one next time
             self.close()
             raise

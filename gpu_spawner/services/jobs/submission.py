@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
-from gpu_spawner.builders.jobsets import build_jobset
+from gpu_spawner.builders.jobs import JOB_NAME_LIMIT, JobRequestError, JobSettings, build_job, job_name
+from gpu_spawner.builders.jobsets import JOBSET_NAME_LIMIT, build_jobset
 from gpu_spawner.model.choices import ChoiceError, choose_profile
 from gpu_spawner.model.multinode import check_nodes
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, duration_seconds
-from gpu_spawner.services.jobs import limits
+from gpu_spawner.services.jobs import idempotency, limits
 
 FIELDS = {"profile", "notebook_path", "notebook", "parameters", "priority", "timeout", "gpus", "name", "options",
           "nodes"}
@@ -59,10 +59,12 @@ def check_priority(cfg: ProfilesConfig, profile: Profile, groups: list[str], pri
 
 def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dict[str, Any],
                     active_on_profile: int, settings: ServiceSettings = ServiceSettings(),
-                    name: str | None = None, active_total: int = 0) -> list[dict[str, Any]]:
+                    name: str | None = None, active_total: int = 0,
+                    submission: str | None = None) -> list[dict[str, Any]]:
     """[Job, ConfigMap] for `body`, the JSON the user posted ([JobSet, ConfigMap] with `nodes` > 1);
     `active_on_profile` / `active_total`: the user's unfinished jobs on the requested profile / on all profiles
-    (counted under a per-user lock)."""
+    (counted under a per-user lock). `submission`: the id of an `Idempotency-Key` (idempotency.py): the name
+    is derived from it and every object is marked with it and the body's digest."""
     if not isinstance(body, dict):
         raise JobRequestError("the request body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
@@ -95,10 +97,14 @@ def plan_submission(cfg: ProfilesConfig, user: str, groups: list[str], body: dic
     priority = check_priority(cfg, profile, groups, body.get("priority"))
     if body.get("name") is not None and not isinstance(body.get("name"), str):
         raise JobRequestError("name must be text")
+    if submission is not None and name is None:  # a retry must come to the same name
+        name = job_name(user, nb_path, JOBSET_NAME_LIMIT if nodes > 1 else JOB_NAME_LIMIT,
+                        idempotency.name_suffix(submission))
     build = partial(build_jobset, nodes=nodes) if nodes > 1 else build_job
-    return build(cfg, profile, user, groups, nb_path, nb, parameters=params, priority=priority,
+    objs = build(cfg, profile, user, groups, nb_path, nb, parameters=params, priority=priority,
                  timeout=parse_timeout(body.get("timeout")), settings=settings.job, name=name,
                  options=body.get("options"))
+    return objs if submission is None else idempotency.stamp(objs, submission, idempotency.body_digest(body))
 
 
 __all__ = ["JobRequestError", "ServiceSettings", "plan_submission", "parse_timeout"]
