@@ -1,0 +1,103 @@
+"""Warm capacity on AKS (pure): each pool's `warm` schedule (model/warm_schedule.py) as the node pool's autoscaler
+minimum changed on time, by CronJobs that run `az aks nodepool update --update-cluster-autoscaler --min-count N
+--max-count M`, and as the same commands for an admin who runs them from elsewhere (`warm_commands`).
+
+Least privilege: the CronJobs' ServiceAccount has no Kubernetes RBAC at all (it binds no Role; its pods do not
+mount its API token) and talks to Azure only, through workload identity, as a managed identity whose one role
+assignment (`AZURE_ROLE`, on the cluster) allows reading and writing agent pools: `az aks nodepool update` GETs
+the agent pool and PUTs it back (azure-cli's acs module). AKS's cluster autoscaler enforces a raised minimum by
+adding nodes (AKS release 2021-07-22); a lowered one lets it remove unneeded nodes after its scale-down delay.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_spawner.builders.aks_pools import aks_pool_name
+from gpu_spawner.builders.hardening import container_security_context
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.warm_schedule import Change, changes
+
+NAMESPACE = "gpuhub-warm"
+ACCOUNT = "warm-capacity"
+TARGET = "warm-capacity-target"  # ConfigMap: RESOURCE_GROUP, CLUSTER (the admin's)
+AZ_IMAGE = "mcr.microsoft.com/azure-cli:2.72.0"
+WI_CLIENT_ID = "azure.workload.identity/client-id"
+WI_USE = "azure.workload.identity/use"
+#: A CronJob that missed its time (controller down, node drained) still runs within this many seconds.
+STARTING_DEADLINE_S = 3600
+#: The Azure role the managed identity needs, on the AKS cluster's resource id (nothing wider).
+AZURE_ROLE = {
+    "Name": "gpuhub warm capacity",
+    "Description": "Change the autoscaler bounds of an AKS cluster's agent pools (jupyterhub-gpu warm schedules).",
+    "Actions": ["Microsoft.ContainerService/managedClusters/agentPools/read",
+                "Microsoft.ContainerService/managedClusters/agentPools/write"],
+    "NotActions": [], "DataActions": [], "NotDataActions": [],
+    "AssignableScopes": ["/subscriptions/<subscription-id>/resourceGroups/<resource-group>/providers/"
+                         "Microsoft.ContainerService/managedClusters/<cluster>"],
+}
+#: The container's script: constant; every value comes from the environment (nothing from the file is spliced in).
+SCRIPT = ('az login --service-principal --username "$AZURE_CLIENT_ID" --tenant "$AZURE_TENANT_ID" '
+          '--federated-token "$(cat "$AZURE_FEDERATED_TOKEN_FILE")" --output none\n'
+          'az aks nodepool update --resource-group "$RESOURCE_GROUP" --cluster-name "$CLUSTER" --name "$NODEPOOL" '
+          '--update-cluster-autoscaler --min-count "$MIN_COUNT" --max-count "$MAX_COUNT" --output none\n'
+          'echo "$NODEPOOL: min-count $MIN_COUNT (max $MAX_COUNT)"\n')
+
+
+def _job_name(aks_name: str, change: Change) -> str:
+    days = "".join(d[0:2].lower() for d in change.day_names.split(","))
+    return f"warm-{aks_name}-{change.at.replace(':', '')}-{days}"[:52].rstrip("-")  # CronJob names: ≤ 52
+
+
+def cronjob(pool: str, aks_name: str, max_count: int, time_zone: str, change: Change) -> dict[str, Any]:
+    """One change of one pool's minimum, at its time in the pool's time zone."""
+    env = [{"name": "NODEPOOL", "value": aks_name}, {"name": "MIN_COUNT", "value": str(change.min_count)},
+           {"name": "MAX_COUNT", "value": str(max_count)}, {"name": "HOME", "value": "/tmp"},
+           {"name": "AZURE_CONFIG_DIR", "value": "/tmp/.azure"}]
+    container = {"name": "az", "image": AZ_IMAGE, "command": ["bash", "-ceu", SCRIPT], "env": env,
+                 "envFrom": [{"configMapRef": {"name": TARGET}}],
+                 "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+                 "securityContext": {**container_security_context(), "runAsUser": 65532, "runAsGroup": 65532,
+                                     "readOnlyRootFilesystem": True},
+                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+    pod = {"metadata": {"labels": {WI_USE: "true", "app.kubernetes.io/name": "warm-capacity"}},
+           "spec": {"serviceAccountName": ACCOUNT, "automountServiceAccountToken": False, "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container], "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]}}
+    return {"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": _job_name(aks_name, change), "namespace": NAMESPACE,
+                         "labels": {"app.kubernetes.io/name": "warm-capacity", "gpuhub/pool": pool},
+                         "annotations": {"gpuhub/warm": f"{change.day_names} {change.at} {time_zone}: min-count "
+                                                        f"{change.min_count}"}},
+            "spec": {"schedule": change.cron, "timeZone": time_zone, "concurrencyPolicy": "Forbid",
+                     "startingDeadlineSeconds": STARTING_DEADLINE_S, "successfulJobsHistoryLimit": 1,
+                     "failedJobsHistoryLimit": 3,
+                     "jobTemplate": {"spec": {"backoffLimit": 3, "activeDeadlineSeconds": 900, "template": pod}}}}
+
+
+def render_warm_capacity(cfg: ProfilesConfig) -> list[dict[str, Any]]:
+    """Namespace, ServiceAccount (workload identity; no RBAC), the target ConfigMap and one CronJob per change of
+    every pool with a `warm` schedule; [] when no pool has one."""
+    jobs = [cronjob(name, aks_pool_name(name, pool), pool.max_nodes, pool.time_zone, change)
+            for name, pool in cfg.pools.items() if pool.warm for change in changes(pool)]
+    if not jobs:
+        return []
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+             "metadata": {"name": ACCOUNT, "namespace": NAMESPACE,
+                          "annotations": {WI_CLIENT_ID: "<client-id of the managed identity>"}}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": TARGET, "namespace": NAMESPACE},
+             "data": {"RESOURCE_GROUP": "<resource-group>", "CLUSTER": "<cluster>"}},
+            *jobs]
+
+
+def warm_commands(cfg: ProfilesConfig) -> list[tuple[str, str, list[str]]]:
+    """(pool, when, the az command's words) for every change: what the CronJobs run, for running it elsewhere."""
+    out = []
+    for name, pool in cfg.pools.items():
+        for c in changes(pool) if pool.warm else []:
+            out.append((name, f"{c.day_names} {c.at} {pool.time_zone} (cron {c.cron})",
+                        ["az", "aks", "nodepool", "update", "--resource-group", "$RESOURCE_GROUP", "--cluster-name",
+                         "$CLUSTER", "--name", aks_pool_name(name, pool), "--update-cluster-autoscaler",
+                         "--min-count", str(c.min_count), "--max-count", str(pool.max_nodes)]))
+    return out
