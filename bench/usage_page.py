@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/usage_page.py [--users 500 --days 400] [--views 20] [--concurrent-s 10]
 
-`before`: each view re-reads and parses the whole store on the event loop, then filters it (the page until
-issue 25, kept here as the baseline). `after`: `usage_view` over a `LiveStore` (services/usage/live.py):
-the store parsed once in a thread, then only what the collector appended, rows per user. Both run in this
+`before`: each view reads the whole store (`UsageStore.finished()`) on the event loop, then filters it (the
+page until issue 25, kept here as the baseline; it parsed finished.jsonl, now it reads every SQLite row).
+`after`: `usage_view` over a `UsageReader` (services/usage/live.py): one range query per view, in a thread
+(issue 30; bench/usage_scale.py measures it from 10 k to 2 M lifetimes). Both run in this
 process on one asyncio loop, as the page's handler would (the HTTP and OAuth parts are the same for both and
 left out). Figures: one user's view, the admins' view, a view after the collector appended a cycle, and
 "noisy": one user keeping 4 views in flight while another user's views are timed, with the loop's longest
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import write_result  # noqa: E402
 from gpu_spawner.services.usage import accounting as acc  # noqa: E402
-from gpu_spawner.services.usage.live import LiveStore  # noqa: E402
+from gpu_spawner.services.usage.live import UsageReader  # noqa: E402
 from gpu_spawner.services.usage.store import UsageStore  # noqa: E402
 from gpu_spawner.services.usage.web import usage_view  # noqa: E402
 
@@ -44,13 +45,7 @@ def lifetimes(users: int, days: int, until: datetime, first_day: int = 0):
 def write_store(directory: Path, users: int, days: int, until: datetime) -> UsageStore:
     """A store of users × days finished lifetimes and one open lifetime per tenth user."""
     store = UsageStore(directory)
-    batch = []
-    for lt in lifetimes(users, days, until, first_day=1):
-        batch.append(lt)
-        if len(batch) == 10000:
-            store.append_finished(batch)
-            batch = []
-    store.append_finished(batch)
+    store.append_finished(lifetimes(users, days, until, first_day=1))  # one transaction, streamed
     running = {f"open-{u}": acc.Lifetime(f"open-{u}", "server", "jhub", f"jupyter-user{u}", f"user{u}", "",
                                          "h100-full", "", 1, 6.98, until - timedelta(hours=3))
                for u in range(0, users, 10)}
@@ -111,7 +106,7 @@ async def run(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         store = write_store(Path(tmp), a.users, a.days, until)
-        size = store.finished_path.stat().st_size
+        size = sum(p.stat().st_size for p in Path(tmp).glob("usage.sqlite*"))  # the WAL too
         out = {"users": a.users, "days": a.days, "lifetimes": a.users * (a.days - 1),
                "store_mib": round(size / 2**20, 1), "write_s": round(time.perf_counter() - t, 1)}
 
@@ -121,9 +116,9 @@ async def run(a) -> dict:
         out["before"] = {"user_view_s": round(await timed(lambda: old("user7"), 3), 3),
                          "admin_view_s": round(await timed(lambda: old(None), 3), 3),
                          **(await noisy(old, a.concurrent_s))}
-        live = LiveStore(tmp)
+        live = UsageReader(tmp)
         t = time.perf_counter()
-        await live.refresh()
+        await usage_view(live, None, "user7", since, until)
         first = time.perf_counter() - t
 
         async def new(user):
@@ -135,7 +130,7 @@ async def run(a) -> dict:
         t = time.perf_counter()
         await new("user7")
         appended = time.perf_counter() - t
-        out["after"] = {"first_load_in_thread_s": round(first, 3), "user_view_s": round(user_s, 5),
+        out["after"] = {"first_view_s": round(first, 4), "user_view_s": round(user_s, 5),
                         "admin_view_s": round(admin_s, 4), f"view_after_{a.users}_appended_s": round(appended, 4),
                         **(await noisy(new, a.concurrent_s))}
         live.close()

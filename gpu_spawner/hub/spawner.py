@@ -30,7 +30,7 @@ from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
 from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
-from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, read_store_and_prometheus
+from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, StoreAndPrometheus
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
@@ -295,7 +295,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         if cls._usage_hints is None:
             store = os.path.abspath(env.get(usage_env.ENV_STORE) or "gpuhub-usage")
             cls._usage_hints = PickerHints(lambda path=self.profiles_file: cached_profiles(path),
-                                           read_store_and_prometheus(store, prometheus, SCRAPE_INTERVAL))
+                                           StoreAndPrometheus(store, prometheus, SCRAPE_INTERVAL))
         try:
             return await cls._usage_hints.for_user(self.user.name, allowed)
         except Exception as e:  # never fail the picker over a hint

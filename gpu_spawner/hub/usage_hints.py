@@ -3,10 +3,10 @@ each profile, e.g. "Your last 10 sessions here peaked at 7 GB, 12 % — “A100 
 cheaper". Nothing without enough data, and never a reason for the picker to fail.
 
 The hints need the usage store (lifetimes of past pods) and DCGM use from Prometheus: both blocking reads,
-so they run in a thread, one at a time, and their answer (a failure included) is reused for `ttl` seconds;
-each user's hints are cached as well (at most `size` users), so a page render never reads a file. The store
-stays parsed between reads (`LiveStore`) and the snapshot is grouped per user in the thread, so
-a render costs that user's rows, never the whole store's.
+so they run in a thread, one at a time. Prometheus' answer (every pod's use over the window, a failure
+included) is read once per `ttl`; the store is asked for the logged-in user's rows of the window only (one
+index range query, store.query), and each user's hints are cached as well (at most `size` users), so a
+render never reads the whole store, and a user without past sessions never makes Prometheus be asked.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from cachetools import TTLCache
 
@@ -26,8 +25,14 @@ from gpu_spawner.services.usage.rightsize import hints
 log = logging.getLogger(__name__)
 #: The DCGM exporter's scrape interval, seconds (the usage page's default too).
 SCRAPE_INTERVAL = 30.0
-#: (lifetimes, DCGM use per pod) over [since, until]: the blocking read.
-Reader = Callable[[datetime, datetime], tuple[list[acc.Lifetime], dict[tuple[str, str], acc.PodUse]]]
+
+
+class Source(Protocol):
+    """The two blocking reads: a user's stored lifetimes of [since, until], and DCGM use per pod."""
+
+    def lifetimes(self, user: str, since: datetime, until: datetime) -> list[acc.Lifetime]: ...
+
+    def used(self, since: datetime, until: datetime) -> dict[tuple[str, str], acc.PodUse]: ...
 
 
 def picker_hints(lifetimes: Iterable[acc.Lifetime], used: dict[tuple[str, str], acc.PodUse], cfg: ProfilesConfig,
@@ -46,42 +51,31 @@ def picker_hints(lifetimes: Iterable[acc.Lifetime], used: dict[tuple[str, str], 
     return out
 
 
-def read_store_and_prometheus(store_dir: str, prometheus_url: str, scrape_interval: float) -> Reader:
-    """The hub's reader: the usage store's lifetimes in the range (never creating the folder; kept parsed
-    between reads, so a read parses only what the collector appended) and Prometheus's DCGM use."""
-    from gpu_spawner.services.usage import collect
-    from gpu_spawner.services.usage.live import LiveStore
+class StoreAndPrometheus:
+    """The hub's source: the usage store read only (never creating the folder) and Prometheus."""
 
-    live = LiveStore(store_dir)  # read in the reader's thread only (PickerHints: one read at a time)
+    def __init__(self, store_dir: str, prometheus_url: str, scrape_interval: float) -> None:
+        from gpu_spawner.services.usage.live import UsageReader
 
-    def read(since: datetime, until: datetime):
-        if not Path(store_dir).is_dir():
-            return [], {}
-        live.refresh_now()
-        lifetimes = live.lifetimes(None, since, until)
-        if not lifetimes:
-            return [], {}
-        return lifetimes, collect.used_from_prometheus(prometheus_url, since, until, scrape_interval)
+        self.reader, self.url, self.scrape_interval = UsageReader(store_dir), prometheus_url, scrape_interval
 
-    return read
+    def lifetimes(self, user: str, since: datetime, until: datetime) -> list[acc.Lifetime]:
+        return self.reader.lifetimes(user, since, until)
 
+    def used(self, since: datetime, until: datetime) -> dict[tuple[str, str], acc.PodUse]:
+        from gpu_spawner.services.usage import collect
 
-def by_user(lifetimes: Iterable[acc.Lifetime]) -> dict[str, list[acc.Lifetime]]:
-    """Lifetimes per user: a render then reads only the logged-in user's rows."""
-    out: dict[str, list[acc.Lifetime]] = {}
-    for lt in lifetimes:
-        out.setdefault(lt.user, []).append(lt)
-    return out
+        return collect.used_from_prometheus(self.url, since, until, self.scrape_interval)
 
 
 class PickerHints:
     """The hints as every picker render shares them (see the module's docstring)."""
 
-    def __init__(self, cfg: Callable[[], ProfilesConfig], read: Reader, window: timedelta = timedelta(days=30),
+    def __init__(self, cfg: Callable[[], ProfilesConfig], source: Source, window: timedelta = timedelta(days=30),
                  ttl: float = 300.0, size: int = 1024, clock: Callable[[], float] = time.monotonic,
                  now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
-        self.cfg, self.read, self.window, self.now = cfg, read, window, now
-        self.snapshot: TTLCache = TTLCache(1, ttl, timer=clock)
+        self.cfg, self.source, self.window, self.now = cfg, source, window, now
+        self.snapshot: TTLCache = TTLCache(1, ttl, timer=clock)  # Prometheus' answer and its window
         self.users: TTLCache = TTLCache(size, ttl, timer=clock)
         self._lock = asyncio.Lock()
 
@@ -89,29 +83,34 @@ class PickerHints:
         found = self.users.get(user)
         if found is not None:
             return found
-        async with self._lock:  # renders waiting here take the snapshot the first one read
+        async with self._lock:  # renders waiting here take what the first one read
             if user not in self.users:
-                snap = self.snapshot.get("all")
-                if snap is None:
-                    until = self.now()
-                    since = until - self.window
-                    try:
-                        per_user, used = await asyncio.get_running_loop().run_in_executor(
-                            None, self._read_per_user, since, until)
-                    except Exception as e:  # store unreadable, Prometheus down: no hints until ttl passes
-                        log.warning("right-sizing hints for the picker unavailable: %s: %s", type(e).__name__, e)
-                        per_user, used = {}, {}
-                    snap = self.snapshot["all"] = (per_user, used, since, until)
-                per_user, used, since, until = snap
-                try:
-                    self.users[user] = picker_hints(per_user.get(user, []), used, self.cfg(), user, since, until,
-                                                    allowed)
-                except Exception as e:  # a profiles file changed under the snapshot: no hint, not a broken picker
-                    log.warning("right-sizing hints for %s failed: %s: %s", user, type(e).__name__, e)
-                    self.users[user] = {}
+                self.users[user] = await self._hints(user, allowed)
             return self.users[user]
 
-    def _read_per_user(self, since: datetime, until: datetime):
-        """The read and its grouping per user, both in the reader's thread."""
-        lifetimes, used = self.read(since, until)
-        return by_user(lifetimes), used
+    async def _hints(self, user: str, allowed: set[str] | None) -> dict[str, str]:
+        loop = asyncio.get_running_loop()
+        snap = self.snapshot.get("all")
+        until = snap[2] if snap else self.now()
+        since = until - self.window
+        try:
+            mine = await loop.run_in_executor(None, self.source.lifetimes, user, since, until)
+        except Exception as e:  # store unreadable: no hints for this user until ttl passes
+            log.warning("right-sizing hints for the picker unavailable: %s: %s", type(e).__name__, e)
+            return {}
+        if not mine:
+            return {}  # nothing to size: Prometheus is not asked
+        if snap is None:
+            try:
+                snap = (True, await loop.run_in_executor(None, self.source.used, since, until), until)
+            except Exception as e:  # Prometheus down: no hints until ttl passes, not a read per render
+                log.warning("right-sizing hints for the picker unavailable: %s: %s", type(e).__name__, e)
+                snap = (False, e, until)
+            self.snapshot["all"] = snap
+        if not snap[0]:
+            return {}
+        try:
+            return picker_hints(mine, snap[1], self.cfg(), user, since, until, allowed)
+        except Exception as e:  # a profiles file changed under the snapshot: no hint, not a broken picker
+            log.warning("right-sizing hints for %s failed: %s: %s", user, type(e).__name__, e)
+            return {}

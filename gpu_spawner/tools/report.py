@@ -31,7 +31,22 @@ def add_arguments(p) -> None:
                                             "use is reported as unknown, never as 0")
     p.add_argument("--scrape-interval", type=float, default=30.0,
                    help="Prometheus' scrape interval for the DCGM exporter, seconds (default 30)")
-    p.add_argument("--store", help="the usage collector's directory (finished pods' lifetimes)")
+    p.add_argument("--store", help="the usage collector's directory (finished pods' lifetimes; read only)")
+    p.add_argument("--user", help="only this user's pods (the store reads only their rows of the range)")
+    p.add_argument("--team", help="only this team's jobs (the store reads only its rows of the range)")
+
+
+#: The longest --user / --team accepted (JupyterHub names and team names are far shorter).
+MAX_NAME = 256
+
+
+def name_of(flag: str, text: str | None) -> str | None:
+    """A --user / --team value: bounded, printable (it is only ever a query parameter, never SQL)."""
+    if text is None:
+        return None
+    if not 0 < len(text) <= MAX_NAME or not text.isprintable():
+        raise ReportError(f"{flag} {text[:40]!r}: a name of 1 to {MAX_NAME} printable characters")
+    return text
 
 
 def since_of(text: str, now: datetime) -> datetime:
@@ -81,11 +96,13 @@ def render(rep: dict[str, Any], fmt: str) -> str:
 def run(args) -> int:
     from gpu_spawner.kubeio.clients import api_client
     from gpu_spawner.model.profiles_file import load_profiles
+    from gpu_spawner.services.usage import accounting as acc
     from gpu_spawner.services.usage import collect
-    from gpu_spawner.services.usage.store import UsageStore
+    from gpu_spawner.services.usage.live import UsageReader
 
     now = datetime.now(timezone.utc)
     since = since_of(args.since, now)
+    user, team = name_of("--user", args.user), name_of("--team", args.team)
     if not 0 < args.scrape_interval <= 3600:
         raise ReportError("--scrape-interval must be between 0 and 3600 seconds")
     cfg = load_profiles(args.file)
@@ -97,6 +114,13 @@ def run(args) -> int:
     if args.prometheus_url:
         used = collect.used_from_prometheus(args.prometheus_url, since, now, args.scrape_interval)
         reclaimed = collect.reclaimed_from_prometheus(args.prometheus_url, since, now)
-    lifetimes = collect.all_lifetimes(live, UsageStore(args.store) if args.store else None)
+    if team is not None:  # the queue figures of that team's namespaces only
+        namespaces = {ns for ns, t in acc.rules_and_teams(cfg)[1].items() if t == team}
+        workloads = [w for w in workloads if (w.get("metadata") or {}).get("namespace") in namespaces]
+    store = UsageReader(args.store) if args.store else None
+    if store is not None and store.unimported():
+        raise ReportError(f"--store {args.store}: only a finished.jsonl of the version before; the usage "
+                          "collector imports it when it starts (or run it once with --once)")
+    lifetimes = collect.all_lifetimes(live, store, since, now, user, team)
     print(render(collect.report(lifetimes, workloads, since, now, args.by, used, reclaimed, cfg), args.format))
     return 0

@@ -11,7 +11,7 @@ from jinja2 import Environment, FileSystemLoader
 from test_picker_markup import TEMPLATES, Walk  # same folder (rootdir-less test modules)
 
 from gpu_spawner.hub import picker
-from gpu_spawner.hub.usage_hints import PickerHints, picker_hints, read_store_and_prometheus
+from gpu_spawner.hub.usage_hints import PickerHints, StoreAndPrometheus, picker_hints
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.store import UsageStore
@@ -63,10 +63,19 @@ def test_thin_data_well_sized_or_unreachable_suggestion_gives_none():
 
 
 class Reads:
-    def __init__(self, answer=None, error=None):
-        self.answer, self.error, self.calls, self.threads = answer, error, 0, []
+    """A hints source: the store's rows of the asked user (`asked`), Prometheus' answer (`calls` reads)."""
 
-    def __call__(self, since, until):
+    def __init__(self, rows=(), used=None, error=None):
+        self.rows, self.answer, self.error = list(rows), used or {}, error
+        self.calls, self.threads, self.asked = 0, [], []
+
+    def lifetimes(self, user, since, until):
+        self.asked.append(user)
+        self.threads.append(threading.current_thread())
+        assert until - since == timedelta(days=30)
+        return [lt for lt in self.rows if lt.user == user]
+
+    def used(self, since, until):
         self.calls += 1
         self.threads.append(threading.current_thread())
         assert until - since == timedelta(days=30)
@@ -77,13 +86,13 @@ class Reads:
 
 def test_one_read_per_ttl_off_the_event_loop_cached_per_user():
     lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
-    read, clock = Reads((lts, used)), [0.0]
+    read, clock = Reads(lts, used), [0.0]
     shared = PickerHints(lambda: CFG, read, ttl=300, size=2, clock=lambda: clock[0], now=lambda: UNTIL)
 
     async def go():
         loop_thread = threading.current_thread()
         first = await asyncio.gather(*(shared.for_user(u) for u in ("alice", "alice", "bob")))
-        assert read.calls == 1 and read.threads[0] is not loop_thread
+        assert read.calls == 1 and loop_thread not in read.threads and read.asked == ["alice", "bob"]
         assert first[0] == first[1] and "h100-full" in first[0] and first[2] == {}
         await shared.for_user("carol")  # a third user: the cache keeps at most two
         assert len(shared.users) == 2 and read.calls == 1
@@ -95,7 +104,9 @@ def test_one_read_per_ttl_off_the_event_loop_cached_per_user():
 
 
 def test_a_failed_read_means_no_hints_and_is_not_retried_per_render():
-    read, clock = Reads(error=OSError("unreadable")), [0.0]
+    lts, _ = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
+    bob, _ = sessions("bob", "h100-full", 4, 7 * 1024, 0.10)
+    read, clock = Reads(lts + bob, error=OSError("unreadable")), [0.0]
     shared = PickerHints(lambda: CFG, read, ttl=300, clock=lambda: clock[0], now=lambda: UNTIL)
 
     async def go():
@@ -106,13 +117,34 @@ def test_a_failed_read_means_no_hints_and_is_not_retried_per_render():
     asyncio.run(go())
 
 
-def test_the_hubs_reader_with_no_store_reads_nothing_and_creates_nothing(tmp_path):
+def test_the_hubs_source_with_no_store_reads_nothing_and_creates_nothing(tmp_path):
     missing = tmp_path / "gpuhub-usage"
-    read = read_store_and_prometheus(str(missing), "http://127.0.0.1:9", 30.0)  # nothing listens there
-    assert read(T0, UNTIL) == ([], {})
-    assert not missing.exists()
+    source = StoreAndPrometheus(str(missing), "http://127.0.0.1:9", 30.0)  # nothing listens there
+    shared = PickerHints(lambda: CFG, source, now=lambda: UNTIL)
+    assert source.lifetimes("alice", T0, UNTIL) == [] and not missing.exists()
     UsageStore(missing)  # an empty store: no lifetimes, so Prometheus is not asked either
-    assert read(T0, UNTIL) == ([], {})
+    assert asyncio.run(shared.for_user("alice")) == {} and "all" not in shared.snapshot
+
+
+def test_a_render_reads_only_the_users_own_rows_never_the_whole_store(tmp_path):
+    lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
+    others = [lt for u in range(200) for lt in sessions(f"user{u}", "t4-shared", 3, 1024, 0.5)[0]]
+    UsageStore(tmp_path).append_finished(lts + others)
+    source = StoreAndPrometheus(str(tmp_path), "http://127.0.0.1:9", 30.0)
+    source.used = lambda since, until: used  # Prometheus' answer
+    rows, real = [], source.reader.finished
+    source.reader.finished = lambda *a: rows.append((threading.current_thread(), real(*a))) or rows[-1][1]
+    shared = PickerHints(lambda: CFG, source, ttl=300, now=lambda: UNTIL)
+
+    async def go():
+        loop_thread = threading.current_thread()
+        got = [await shared.for_user(u) for u in ("alice", *(f"user{u}" for u in range(50)))]
+        assert "h100-full" in got[0] and not any(got[1:])
+        # one range query per render, in a thread, of that user's rows only (4 of alice's, 3 of each other's)
+        assert [len(r) for _, r in rows] == [4] + [3] * 50 and loop_thread not in {t for t, _ in rows}
+        assert all({lt.user for lt in r} == {u} for (_, r), u in zip(rows, ["alice", *(f"user{u}" for u in range(50))]))
+
+    asyncio.run(go())
 
 
 def test_the_card_describes_the_hint_escaped_and_the_radio_name_stays_short():
@@ -140,7 +172,7 @@ async def test_the_spawners_picker_shows_the_logged_in_users_hint(monkeypatch):
     from gpu_spawner.hub.spawner import GPUSpawner
 
     lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
-    read = Reads((lts, used))
+    read = Reads(lts, used)
     monkeypatch.setenv("GPUHUB_USAGE_PROMETHEUS_URL", "http://prometheus.invalid:9090")
     monkeypatch.setattr(GPUSpawner, "_usage_hints", PickerHints(lambda: CFG, read, now=lambda: UNTIL))
     pages = {}
@@ -157,29 +189,3 @@ async def test_the_spawners_picker_shows_the_logged_in_users_hint(monkeypatch):
     assert 'class="gpuhub-hint"' not in pages["bob"] and read.calls == 1
 
 
-class CountedLifetimes(list):
-    """The read's lifetimes, counting who walks through all of them and in which thread."""
-
-    def __init__(self, items):
-        super().__init__(items)
-        self.walks = []
-
-    def __iter__(self):
-        self.walks.append(threading.current_thread())
-        return super().__iter__()
-
-
-def test_a_render_reads_only_the_users_own_rows_never_the_whole_store():
-    lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
-    others = [lt for u in range(200) for lt in sessions(f"user{u}", "t4-shared", 3, 1024, 0.5)[0]]
-    everyone = CountedLifetimes(lts + others)
-    shared = PickerHints(lambda: CFG, Reads((everyone, used)), ttl=300, now=lambda: UNTIL)
-
-    async def go():
-        loop_thread = threading.current_thread()
-        got = [await shared.for_user(u) for u in ("alice", *(f"user{u}" for u in range(50)))]
-        assert "h100-full" in got[0] and not any(got[1:])
-        # one walk through the whole snapshot, in the reader's thread; each render then reads its user's rows
-        assert len(everyone.walks) == 1 and everyone.walks[0] is not loop_thread
-
-    asyncio.run(go())

@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.collect import report
@@ -74,3 +76,36 @@ def test_usage_page_hints_and_note_are_escaped():
     html = page("t", [], T0, T0, hints=["a <b> hint"], note="hints unavailable: <x>")
     assert "<ul class='hints'><li>a &lt;b&gt; hint</li></ul>" in html and "hints unavailable: &lt;x&gt;" in html
     assert "Right-sizing" not in page("t", [], T0, T0)
+
+
+@given(st.text(max_size=300))
+def test_user_and_team_names_are_bounded_and_printable(text):
+    from gpu_spawner.tools.report import MAX_NAME, name_of
+
+    if 0 < len(text) <= MAX_NAME and text.isprintable():
+        assert name_of("--team", text) == text
+    else:
+        with pytest.raises(ReportError, match="--team"):
+            name_of("--team", text)
+    assert name_of("--user", None) is None
+
+
+def test_a_ranged_report_reads_the_stores_rows_of_the_range_user_and_team(tmp_path):
+    from gpu_spawner.services.usage.collect import all_lifetimes
+    from gpu_spawner.services.usage.live import UsageReader
+    from gpu_spawner.services.usage.store import UsageStore
+
+    def lt(uid, user, team, days_ago):
+        end = T0 - timedelta(days=days_ago)
+        return acc.Lifetime(uid, "job" if team else "server", "ns", uid, user, team, "mig", "j" if team else "",
+                            1, 0.524, end - timedelta(hours=1), end)
+
+    UsageStore(tmp_path).append_finished([lt("old", "bob", "vision", 40), lt("b", "bob", "vision", 3),
+                                          lt("c", "carol", "nlp", 2), lt("a", "alice", "", 1)])
+    live = [lt("b", "bob", "vision", 0), lt("live", "carol", "nlp", 0)]  # live wins for a uid in both
+    reader, since = UsageReader(tmp_path), T0 - timedelta(days=30)
+    got = {x.uid: x for x in all_lifetimes(live, reader, since, T0, team="vision")}
+    assert set(got) == {"b"} and got["b"].end == T0
+    assert {x.uid for x in all_lifetimes(live, reader, since, T0, user="carol")} == {"c", "live"}
+    assert {x.uid for x in all_lifetimes([], reader, since, T0)} == {"b", "c", "a"}
+    assert {x.uid for x in all_lifetimes([], reader)} == {"old", "b", "c", "a"}  # no range: all of it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     adopt_hub_api_url()
     p = argparse.ArgumentParser(prog="gpuhub-usage", description=__doc__)
     p.add_argument("--profiles-file", required=True)
-    p.add_argument("--store", required=True, help="directory for finished.jsonl and open.json (a volume)")
+    p.add_argument("--store", required=True, help="directory for usage.sqlite and open.json (a volume)")
     p.add_argument("--hub-namespace", default="jhub")
     p.add_argument("--kubeconfig")
     p.add_argument("--every", type=float, default=60.0, help="seconds between cycles (default 60)")
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if n := store.prune(datetime.now(timezone.utc) - retention):
                     log.info("pruned %d finished lifetimes older than %s", n, args.retention)
-            except OSError:
+            except (OSError, sqlite3.Error):
                 log.exception("pruning the store failed; retrying in a day")
         try:
             open_, last = cycle(api, cfg, args.hub_namespace, store, metrics, open_, last)

@@ -13,7 +13,6 @@ import requests
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_LABEL
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.rightsize import hints
-from gpu_spawner.services.usage.store import UsageStore
 
 #: The culler's counter of GPU-hours it reclaimed (services/culler/service.py).
 RECLAIMED_METRIC = "gpuhub_culler_gpu_hours_reclaimed_total"
@@ -107,8 +106,12 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
             "hints": [h.text for h in hints(lifetimes, used, cfg, costs, since, until)] if costs else []}
 
 
-def all_lifetimes(live: list[acc.Lifetime], store: UsageStore | None) -> list[acc.Lifetime]:
-    """The stored finished lifetimes and the live ones (live wins for a uid in both)."""
-    out = {lt.uid: lt for lt in (store.finished() if store else [])}
-    out.update({lt.uid: lt for lt in live})
+def all_lifetimes(live: list[acc.Lifetime], store, since: datetime | None = None, until: datetime | None = None,
+                  user: str | None = None, team: str | None = None) -> list[acc.Lifetime]:
+    """The stored finished lifetimes and the live ones (live wins for a uid in both). `store`: a UsageStore
+    or a live.UsageReader (or None); with a range only its rows are read (an index range, `store.query`),
+    and `user` / `team` narrow both."""
+    out = {lt.uid: lt for lt in (store.finished(since, until, user, team) if store else [])}
+    out.update({lt.uid: lt for lt in live
+                if (user is None or lt.user == user) and (team is None or lt.team == team)})
     return list(out.values())

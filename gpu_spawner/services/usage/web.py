@@ -26,7 +26,7 @@ from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage import collect
-from gpu_spawner.services.usage.live import LiveStore
+from gpu_spawner.services.usage.live import UsageReader
 from gpu_spawner.services.usage.rightsize import hints
 
 BAR_H, LABEL_W, CHART_W = 22, 160, 420
@@ -116,13 +116,12 @@ class SharedHints:
             return self.cache[key]
 
 
-async def usage_view(live: LiveStore, hinter: SharedHints | None, user: str | None, since: datetime,
+async def usage_view(reader: UsageReader, hinter: SharedHints | None, user: str | None, since: datetime,
                      until: datetime) -> tuple[list[dict[str, Any]], list[str], str]:
-    """(rows, hints, note) of one page: `user`'s own rows by profile, or (None) everyone's by user. The store
-    is brought up to date first (only what the collector changed); then the view reads that user's rows, or
-    the range's days for the admins' view, never the whole store."""
-    await live.refresh()
-    lts = live.lifetimes(user, since, until)
+    """(rows, hints, note) of one page: `user`'s own rows by profile, or (None) everyone's by user. One range
+    query of the store (that user's rows of the range, or the range's rows for the admins' view: never the
+    whole store), in a thread, so a bigger view never stalls the others on the loop."""
+    lts = await asyncio.get_running_loop().run_in_executor(None, reader.lifetimes, user, since, until)
     rows = [r.as_dict() for r in acc.aggregate(lts, since, until, "profile" if user is not None else "user")]
     hints, note = [], ""
     if hinter is not None:
@@ -135,7 +134,7 @@ async def usage_view(live: LiveStore, hinter: SharedHints | None, user: str | No
 
 def make_app(store: str | os.PathLike, since: timedelta, prefix: str, hinter: Hinter | None = None) -> web.Application:
     """The page over the store folder `store` (read only: the collector writes it)."""
-    args = {"live": LiveStore(store), "since": since, "hinter": SharedHints(hinter) if hinter is not None else None}
+    args = {"reader": UsageReader(store), "since": since, "hinter": SharedHints(hinter) if hinter is not None else None}
     return web.Application([
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"users/([^/]+)/?", UsagePage, args),
@@ -146,8 +145,8 @@ def make_app(store: str | os.PathLike, since: timedelta, prefix: str, hinter: Hi
 class UsagePage(HubOAuthenticated, web.RequestHandler):
     """Who may see what: the caller's hub identity (OAuth cookie); `access:services!service=gpu-usage`."""
 
-    def initialize(self, live: LiveStore, since: timedelta, hinter: SharedHints | None) -> None:
-        self.live, self.since, self.hinter = live, since, hinter
+    def initialize(self, reader: UsageReader, since: timedelta, hinter: SharedHints | None) -> None:
+        self.reader, self.since, self.hinter = reader, since, hinter
 
     @web.authenticated
     async def get(self, user: str | None = None):
@@ -159,7 +158,7 @@ class UsagePage(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, "you may only see your own usage")
         until = datetime.now(timezone.utc)
         since = until - self.since
-        rows, hints, note = await usage_view(self.live, self.hinter, user, since, until)
+        rows, hints, note = await usage_view(self.reader, self.hinter, user, since, until)
         title = f"GPU usage of {user}" if user is not None else "GPU usage by user"
         self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
         self.finish(page(title, rows, since, until, hints, note))
