@@ -8,8 +8,8 @@ pool is the (created, scheduled) pairs of the pods that asked for its GPU resour
 Jobs, other workloads all take the slots. `PoolHistory` keeps that history per (pool, GPU resource) as a
 view of the hub's one pod watch (`CapacityInformers`: no API call of its own, nothing per page render),
 and `wait_estimate.estimate`, the estimator Kueue queues use too, turns it into p50/p90 for a position
-(1 + the pods waiting ahead). In memory and bounded (`MAX_HISTORY` per pool): after a hub restart the
-history is the pods that still exist, and the picker says "no estimate yet" until enough have queued.
+(1 + the pods waiting ahead). In memory and bounded (`MAX_HISTORY` per pool), and kept in a file across hub
+restarts (`pool_history_file.py`, `GPUSpawner.pool_history_file`): most pods of the history are gone by then.
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ class PoolHistory:
         self.history: dict[Key, OrderedDict[str, Admission]] = {}
         self.waiting: dict[str, tuple[Key, Any]] = {}  # uid → (key, created) of pods not bound yet
         self._memo: dict[tuple[Key, int], tuple[float, ETA]] = {}
+        self.on_change: Callable[[], None] | None = None  # a new binding was recorded (the history file saves)
 
     def replace(self, items: list[dict]) -> None:
         """A full relist: the pods that wait are exactly those listed; history is kept, and grows."""
@@ -82,6 +83,8 @@ class PoolHistory:
                 hist[uid] = Admission(created, bound)
                 if len(hist) > MAX_HISTORY:
                     hist.popitem(last=False)
+                if self.on_change is not None:
+                    self.on_change()
         elif kind != "DELETED" and phase not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):
             self.waiting[uid] = (key, created)
 

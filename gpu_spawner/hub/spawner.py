@@ -28,6 +28,7 @@ from gpu_spawner.hub.capacity import ClusterState
 from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
+from gpu_spawner.hub.pool_history_file import HistoryFile
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
 from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, StoreAndPrometheus
@@ -131,6 +132,17 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         """,
     )
 
+    pool_history_file = Unicode(
+        "gpuhub-pool-history.json",
+        config=True,
+        help="""Where the full pools' wait history (the picker's "usually frees in ~12 min") is kept across
+        hub restarts, relative to the hub's working folder (z2jh: /srv/jupyterhub, the hub-db volume).
+
+        Written at most once a minute after a change; "" keeps it in memory only (after a restart the
+        picker says "no estimate yet" until enough servers have waited again).
+        """,
+    )
+
     @default("profiles_file")
     def _profiles_file_default(self) -> str:
         return str(profiles_path() or "")
@@ -226,6 +238,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
             if inf is None:
                 inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
                 cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
+                if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
+                    HistoryFile(self.pool_history_file).attach(cls._pool_history)
                 inf.views.append(cls._pool_history)  # fed by the same list and watch: no request of its own
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
                 await inf.start()  # not synced in time: the picker says "unknown" until it is
