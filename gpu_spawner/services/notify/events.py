@@ -95,8 +95,9 @@ def job_event(kind: str, status: dict, hub_url: str = "") -> Event:
     out = output_notebook_path(str(status.get("name")), status.get("notebook"))
     facts = tuple((k, _clip(v)) for k, v in (("Notebook", status.get("notebook")), ("Profile", status.get("profile")),
                                              ("State", status.get("state")), ("Output", f"~/{out}")) if v)
+    uid = f"/{status['uid']}" if status.get("uid") else ""  # a job of a reused name is another job
     return Event(user=str(status.get("user")), kind=kind, key=f"job/{status.get('namespace')}/{name}/{kind}/"
-                 f"{status.get('preempted') or 0}", title=_TITLES[kind].format(name=name), text=text,
+                 f"{status.get('preempted') or 0}{uid}", title=_TITLES[kind].format(name=name), text=text,
                  link=lab_link(hub_url, out), link_text="Open the output notebook", facts=facts)
 
 

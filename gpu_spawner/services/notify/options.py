@@ -17,6 +17,7 @@ import os
 from traitlets import Dict, Enum, Float, Int, List, Unicode, default
 from traitlets.config import Configurable
 
+from gpu_spawner.services.notify.outbox import Outbox
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
 from gpu_spawner.services.notify.send import Notifier, Smtp
 
@@ -58,9 +59,10 @@ class Notifications(Configurable):
     max_confirmations_hour = Int(3, min=1, help="Confirmation mails (the link that makes an address a user's own) "
                                                 "one user may have sent per hour; more are refused (429).").tag(
         config=True)
-    preferences_file = Unicode(help=f"SQLite file of the users' choices (default ${ENV_DB}, else "
-                                    "gpu-jobs-notifications.sqlite in the working directory). On a persistent "
-                                    "volume when gpu-jobs runs in its own pod.").tag(config=True)
+    preferences_file = Unicode(help=f"SQLite file of the users' choices and of the notifications not yet sent "
+                                    f"(default ${ENV_DB}, else gpu-jobs-notifications.sqlite in the working "
+                                    "directory). On a persistent volume when gpu-jobs runs in its own pod: "
+                                    "events while gpu-jobs is down are sent after it is back.").tag(config=True)
 
     @default("smtp_password")
     def _smtp_password(self):
@@ -102,4 +104,5 @@ class Notifications(Configurable):
         return Notifier(channels, PreferenceStore(self.preferences_file), smtp, retries=self.retries,
                         backoff=self.backoff, backoff_max=self.backoff_max, timeout=self.timeout,
                         max_pending=self.max_pending, max_per_user_hour=self.max_per_user_hour,
-                        max_confirmations_hour=self.max_confirmations_hour, hub_url=self.hub_url)
+                        max_confirmations_hour=self.max_confirmations_hour, hub_url=self.hub_url,
+                        outbox=Outbox(self.preferences_file))  # the same file: events survive a restart

@@ -1,12 +1,14 @@
 """Delivery: each event to each channel its user opted into, in the background, retried with exponential
 backoff (a mail server or webhook that is down for a while loses nothing; one that refuses is not
-hammered). Bounded: at most `max_pending` deliveries wait at once, and an event key is delivered once.
+hammered). Bounded: at most `max_pending` deliveries wait at once, and an event key is delivered once; with
+an `Outbox` (outbox.py) also across restarts: what was queued and not delivered is delivered after one.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
+import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ import aiosmtplib
 
 from gpu_spawner.contract import NOTIFY_EMAIL
 from gpu_spawner.services.notify.events import Event, confirmation_event
+from gpu_spawner.services.notify.outbox import DROPPED, FAILED, SENT, Outbox, outbox_id
 from gpu_spawner.services.notify.payloads import email_message, webhook_payload
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
 
@@ -98,8 +101,8 @@ class Notifier:
                  backoff: float = 2.0, backoff_max: float = 300.0, timeout: float = 20.0, max_pending: int = 1000,
                  max_per_user_hour: int = 30, max_confirmations_hour: int = 3, hub_url: str = "",
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock: Callable[[], float] = time.monotonic):
-        self.channels, self.store, self.smtp = channels, store, smtp
+                 clock: Callable[[], float] = time.monotonic, outbox: Outbox | None = None):
+        self.channels, self.store, self.smtp, self.outbox = channels, store, smtp, outbox
         self.retries, self.backoff, self.backoff_max, self.timeout = retries, backoff, backoff_max, timeout
         self.max_pending, self._sleep = max_pending, sleep
         self.max_per_user_hour, self._clock = max_per_user_hour, clock
@@ -108,7 +111,7 @@ class Notifier:
         self.max_confirmations_hour, self.hub_url = max_confirmations_hour, hub_url
         self.stats: Counter = Counter()
         self._tasks: set[asyncio.Task] = set()
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen: OrderedDict[str, None] = OrderedDict()  # outbox ids this process queued
         self._session: aiohttp.ClientSession | None = None
 
     def allow(self, user: str) -> bool:
@@ -146,30 +149,64 @@ class Notifier:
 
     def notify(self, event: Event) -> int:
         """Queue `event` for each channel its user chose for its kind; returns how many were queued."""
-        queued = 0
-        for name in self.store.wants(event.user, event.kind, self.channels):
-            key = (name, f"{event.user}/{event.key}")
-            if key in self._seen:
-                continue
-            self._seen[key] = None
-            while len(self._seen) > 10_000:
-                self._seen.popitem(last=False)
-            if not self.allow(event.user):
-                self.stats["rate_limited"] += 1
-                log.warning("%r notification for %s to %s dropped: over %d per hour", event.kind, event.user, name,
-                            self.max_per_user_hour)
-                continue
-            if len(self._tasks) >= self.max_pending:
-                self.stats["dropped"] += 1
-                log.error("%r notification for %s to %s dropped: %d deliveries already wait", event.kind,
-                          event.user, name, len(self._tasks))
-                continue
-            task = asyncio.ensure_future(self.deliver(name, event))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            self.stats["queued"] += 1
-            queued += 1
-        return queued
+        return self.notify_many([event])
+
+    def notify_many(self, events: list[Event], changed: dict | None = None) -> int:
+        """`notify` for each event; with an outbox, durably and in one transaction with the job statuses
+        `changed` (outbox.Outbox.record), so an event is neither lost nor queued twice across a restart."""
+        rows = [(outbox_id(name, ev), name, ev) for ev in events
+                for name in self.store.wants(ev.user, ev.kind, self.channels)]
+        if self.outbox is not None:
+            rows = self.outbox.record(rows, changed)
+        return sum(self._dispatch(row) for row in rows if self._first(row[0]))
+
+    def resume(self) -> int:
+        """Deliver what the outbox holds as pending (queued before a restart, not delivered); returns how many."""
+        if self.outbox is None:
+            return 0
+        resumed = sum(self._dispatch(row, limited=False) for row in self.outbox.pending() if self._first(row[0]))
+        if resumed:
+            log.info("%d notification(s) queued before a restart: delivering them now", resumed)
+        return resumed
+
+    def _first(self, row_id: str) -> bool:
+        """Not seen by this process yet (the outbox de-duplicates across processes)."""
+        if row_id in self._seen:
+            return False
+        self._seen[row_id] = None
+        while len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
+        return True
+
+    def _dispatch(self, row: tuple[str, str, Event], limited: bool = True) -> int:
+        row_id, name, event = row
+        if limited and not self.allow(event.user):
+            self.stats["rate_limited"] += 1
+            log.warning("%r notification for %s to %s dropped: over %d per hour", event.kind, event.user, name,
+                        self.max_per_user_hour)
+            return self._end(row_id, DROPPED)
+        if len(self._tasks) >= self.max_pending:
+            self.stats["dropped"] += 1
+            log.error("%r notification for %s to %s dropped: %d deliveries already wait", event.kind,
+                      event.user, name, len(self._tasks))
+            return self._end(row_id, DROPPED)
+        task = asyncio.ensure_future(self._deliver_row(row_id, name, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self.stats["queued"] += 1
+        return 1
+
+    async def _deliver_row(self, row_id: str, name: str, event: Event) -> None:
+        """One outbox row delivered and marked (cancelled at shutdown: it stays pending for the next start)."""
+        self._end(row_id, SENT if await self.deliver(name, event) else FAILED)
+
+    def _end(self, row_id: str, state: str) -> int:
+        if self.outbox is not None:
+            try:
+                self.outbox.end(row_id, state)
+            except sqlite3.Error as e:  # the delivery happened; a resend after a restart is the worst case
+                log.error("notification outbox: could not mark %s %s: %s", row_id, state, e)
+        return 0
 
     async def _once(self, name: str, event: Event) -> None:
         if name == NOTIFY_EMAIL:
