@@ -138,3 +138,15 @@ async def test_a_body_over_the_limit_sent_whole_is_answered_413(service):
     url, *_ = service
     r = await asyncio.to_thread(post, url, b'{"x": "' + b"a" * (5 * 2**20) + b'"}')
     assert r.status_code == 413 and "the limit is 4 MiB" in r.json()["message"], r.text
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 65, "a b c d e f g h", "key/with/slashes", "ключ-ключ-ключ"])
+async def test_a_malformed_idempotency_key_is_a_400_naming_the_header(service, key):
+    url, *_ = service
+    r = await asyncio.to_thread(requests.post, f"{url}/jobs", data=b"{}", timeout=60,
+                                headers={"Authorization": "token tok-alice",
+                                         "Idempotency-Key": key.encode("utf-8").decode("latin-1")})
+    assert r.status_code == 400 and "Idempotency-Key header must be 8 to 64" in r.json()["message"], r.text
+    good = await asyncio.to_thread(requests.post, f"{url}/jobs", data=b"{}", timeout=60,
+                                   headers={"Authorization": "token tok-alice", "Idempotency-Key": "k" * 20})
+    assert good.status_code == 400 and "profile" in good.json()["message"], good.text  # the body's own refusal
