@@ -8,14 +8,18 @@ the claim a Job would mount must be the team's labelled home-share claim, else n
 """
 from __future__ import annotations
 
+import json
 import secrets
+import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
 
 import pytest
 import requests
 from kubernetes.client.rest import ApiException
 
-from devcluster.testing import JobsHub, hub_with_agent
+from devcluster.testing import PARAMETERS_NB, JobsHub, hub_with_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -170,3 +174,48 @@ def test_a_claim_that_is_not_the_home_share_is_never_mounted(hub, cluster):
         cluster.core.patch_namespaced_persistent_volume_claim(
             "gpuhub-home", ns, {"metadata": {"labels": {"gpuhub.io/home-share": "true"}}})
     assert claim.metadata.labels.get("gpuhub.io/home-share") == "true"
+
+
+def _post_and_hang_up(hub: JobsHub, user: str, raw: bytes, key: str) -> None:
+    """POST /jobs, then close the connection without reading a byte of the answer: a lost response."""
+    url = urlparse(hub.url)
+    head = (f"POST /services/gpu-jobs/jobs HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: token {hub.token(user)}\r\n"
+            f"Content-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {len(raw)}\r\n\r\n")
+    with socket.create_connection((url.hostname, url.port), timeout=30) as s:
+        s.sendall(head.encode() + raw)
+
+
+def test_a_lost_answer_and_its_retries_make_one_job(hub, cluster):
+    """The answer to POST /jobs is never read; the same request is sent again, twice at once, under the same
+    Idempotency-Key: one Job, each retry 200 with its name; the key with another body is a 422 and creates
+    nothing; another user's identical key is that user's own submission."""
+    from gpu_spawner.services.jobs.idempotency import submission_id
+
+    key = secrets.token_urlsafe(16)
+    body = {"profile": "t4-shared", "notebook_path": "work/train.ipynb", "notebook": PARAMETERS_NB}
+    selector = f"gpuhub.io/submission={submission_id('alice', key)}"
+
+    def keyed(ns: str = NS) -> list[str]:
+        return [j.metadata.name for j in cluster.batch.list_namespaced_job(ns, label_selector=selector).items]
+
+    def retry(user: str, sent: dict) -> requests.Response:
+        return requests.post(f"{hub.url}/services/gpu-jobs/jobs", json=sent, timeout=60,
+                             headers={**hub.auth(hub.token(user)), "Idempotency-Key": key})
+
+    try:
+        _post_and_hang_up(hub, "alice", json.dumps(body).encode(), key)
+        cluster.wait_until(lambda: keyed(), 30, "the first try's Job")
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda _: retry("alice", body), range(2)))
+        assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+        assert {r.json()["name"] for r in answers} == set(keyed()) and len(keyed()) == 1
+        other = retry("alice", {**body, "parameters": {"epochs": 2}})
+        assert other.status_code == 422 and "already used for job" in other.json()["message"], other.text
+        jobs, cms = ours(cluster)
+        assert len(keyed()) == 1 and keyed()[0] in jobs and keyed()[0] in cms
+        rita = retry("rita", {**body, "profile": "h100-full"})  # the same key, rita's own
+        assert rita.status_code == 201, rita.text
+        assert rita.json()["name"] not in keyed() and rita.json()["namespace"] == "team-mlr"
+    finally:
+        cluster.clean(NS)
+        cluster.clean("team-mlr")
