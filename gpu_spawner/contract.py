@@ -23,6 +23,8 @@ USER_ANNOTATION = f"{LABEL_PREFIX}/username"
 #: On a Job / JobSet and its ConfigMap made under an `Idempotency-Key`: a hash of (user, key), so a retry finds
 #: the job it made (services/jobs/idempotency.py); the body's digest tells a retry from a reused key.
 SUBMISSION_LABEL = f"{LABEL_PREFIX}/submission"
+#: The digest of the request an object was made from: a keyed Job's body; a queued server pod's manifest
+#: without its token (hub/queued_pod.py: the next start after a hub restart keeps that pod and its place).
 REQUEST_DIGEST_ANNOTATION = f"{LABEL_PREFIX}/request-digest"
 NOTEBOOK_ANNOTATION = f"{LABEL_PREFIX}/notebook"
 GPU_RESOURCE_ANNOTATION = f"{LABEL_PREFIX}/gpu-resource"

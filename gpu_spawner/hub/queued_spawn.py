@@ -6,7 +6,8 @@ A GPU server queues like a team's Jobs, so a full quota makes it wait rather tha
 queue is not a slow start, so the two get separate deadlines: a queued server may wait `queue_wait_limit`,
 and only once admitted (or when not queued at all) does the admin's `start_timeout` count. JupyterHub's and
 KubeSpawner's own timeouts are set past both, so a plain sentence with what to do next always ends the
-spawn, never an empty "Spawn failed:".
+spawn, never an empty "Spawn failed:". A hub restart forgets a waiting spawn but not its pod: the user's next
+start of the same request keeps that pod and its place in the queue (queued_pod.py).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from traitlets import Float, Integer
 from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name, server_queue
-from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
-from gpu_spawner.hub import wait_messages
+from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION, REQUEST_DIGEST_ANNOTATION
+from gpu_spawner.hub import queued_pod, wait_messages
 from gpu_spawner.model.choices import ChoiceError
 from gpu_spawner.model.kueue_words import QueueContext, context_for
 
@@ -156,6 +157,32 @@ class QueuedSpawnMixin(LoggingConfigurable):
             self._admitted_at = now
         if now - self._admitted_at > self._base_start_timeout:
             raise SpawnFailed(wait_messages.start_timeout_message(now - self._admitted_at, name, self._headline))
+
+    # ------------------------------------------------------------------ a queued pod outlives the hub
+    async def _make_create_pod_request(self, pod, request_timeout):
+        """KubeSpawner's create, except that a queued server's pod that outlived a hub restart is kept, with its
+        place in the queue, when this start asks for exactly that pod (queued_pod.py)."""
+        if not self.profiles_file or not self._queue:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        want = queued_pod.digest(self.api.api_client.sanitize_for_serialization(pod))
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), REQUEST_DIGEST_ANNOTATION: want}
+        token = await self._kept_queued_pod(pod.metadata.name, want)
+        if token is None:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        self.api_token = token  # JupyterHub keeps a resumed server's own token (and drops the unused new one)
+        self.log.info("%s: its pod %s still waits in the %s queue (the hub restarted meanwhile): kept, with its "
+                      "place", self._log_name, pod.metadata.name, self._queue[0])
+        return True
+
+    async def _kept_queued_pod(self, name: str, want: str) -> str | None:
+        """The token of this server's pod when it is still queued from the same request, else None."""
+        try:
+            existing = await self.api.read_namespaced_pod(name, self.namespace, _request_timeout=10)
+        except Exception as e:  # noqa: BLE001 - 404 (the usual case) or the API: KubeSpawner's create decides
+            if getattr(e, "status", None) != 404:
+                self.log.warning("could not read %s before creating it: %s", name, e)
+            return None
+        return queued_pod.kept_token(self.api.api_client.sanitize_for_serialization(existing), want)
 
     # ------------------------------------------------------------------ progress while queued
     async def queue_place(self, pod_name: str) -> wait_messages.QueuePlace | None:
