@@ -171,3 +171,32 @@ def test_hostile_lines_are_skipped_and_never_stop_the_import(tmp_path_factory, d
     for lt in store.finished():  # what was kept reads back whole
         assert isinstance(lt.user, str) and type(lt.gpus) is int and lt.end is not None
     store.close()
+
+
+def test_the_pages_view_reads_its_rows_in_a_thread(tmp_path, monkeypatch):
+    import asyncio
+    import threading
+
+    from gpu_spawner.services.usage.web import usage_view
+
+    store = UsageStore(tmp_path)
+    everything = [lifetime(f"x{i}", USERS[i % 3], i % 30) for i in range(90)]
+    store.append_finished(everything)
+    store.save_open({"run": lifetime("run", "bob", 24, open_=True)}, T0)
+    reader, threads = UsageReader(tmp_path), []
+    real = reader.lifetimes
+    monkeypatch.setattr(reader, "lifetimes", lambda *a: threads.append(threading.current_thread()) or real(*a))
+    since, until = T0 + timedelta(days=20), T0 + timedelta(days=27)
+
+    async def go():
+        mine = (await usage_view(reader, None, "alice", since, until))[0]
+        everyone = (await usage_view(reader, None, None, since, until))[0]
+        return mine, everyone, threading.current_thread()
+
+    mine, everyone, loop_thread = asyncio.run(go())
+    shown = {u: sum(lt.user == u and overlaps(lt, since, until) for lt in everything) for u in USERS}
+    assert [r["key"] for r in mine] == ["h100-full"] and mine[0]["pods"] == shown["alice"] > 0
+    shown["bob"] += 1  # bob's running one too
+    assert {r["key"]: r["pods"] for r in everyone} == shown
+    assert len(threads) == 2 and loop_thread not in threads
+    reader.close()
