@@ -1,7 +1,8 @@
 """Benchmark: replay a day of a data-science team on shared GPU pools, side by side with one GPU VM per user.
 
-    python bench/day_replay.py [--trace FILE | --users 12 --seed 1 --hours 24] [--speed 120]
-                               [--levers] [--repeat 2] [--out bench/results]
+    python bench/day_replay.py [--trace FILE | --users 12 --seed 1 --hours 24 [--spread]] [--speed 120]
+                               [--warm none|file|workday|arrivals] [--levers] [--repeat 2] [--out bench/results]
+    python bench/day_replay.py --quick [--provision-delay 240 480] [--startup-s 30]   # the trade-off, model only
 
 The trace (format: devcluster/replay/trace.py; the default is generated from --seed) is replayed in
 compressed time on a fresh dev cluster through the real hub (spawns/stops through its REST API, activity
@@ -12,6 +13,10 @@ user is costed on the same trace (devcluster/replay/accounting.py). Fails (exit 
 complete the same work, or when --repeat runs differ beyond the stated tolerance.
 Writes bench/results/day_replay.json, day_replay_trace.yaml and day_replay.png (node count and GPU
 utilisation over the day). --levers: one more replay per lever switched off (devcluster/replay/levers.py).
+--spread: the trace's users spread over four GPU pools (devcluster/replay/trace.py SPREAD). --warm: the pools'
+warm schedules (devcluster/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
+default and the spread trace through the autoscaler model alone (devcluster/replay/quick.py), for each
+--provision-delay; writes {name}_tradeoff.json, .md and .png (GPU node-hours against start-wait p90).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from devcluster.replay import accounting, levers  # noqa: E402
+from devcluster.replay import accounting, levers, tradeoff  # noqa: E402
 from devcluster.replay import trace as traces
 from devcluster.replay.driver import Replay  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
@@ -50,9 +55,10 @@ def table(rows: list[dict]) -> str:
 
 def replay_once(tr: traces.Trace, profiles: dict, args, lever: str | None = None) -> dict:
     data, tr2, culling = levers.apply(lever, profiles, tr)
+    data = tradeoff.with_warm(data, tr2, args.warm, idle_pools_at_zero=args.spread)
     root = Path(tempfile.mkdtemp(prefix="day-replay-"))
-    result = Replay(tr2, data, args.speed, root, culling=culling, provision_delay=args.provision_delay,
-                    scale_down_after=args.scale_down_after,
+    result = Replay(tr2, data, args.speed, root, culling=culling, provision_delay=args.provision_delay[0],
+                    scale_down_after=args.scale_down_after, weekday=args.weekday,
                     say=lambda m: print(f"[replay{' -' + lever if lever else ''}] {m}", file=sys.stderr)).run()
     cfg = parse_profiles(data)
     result["one_vm"] = accounting.one_vm_per_user(cfg, tr2)
@@ -88,6 +94,31 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def quick_tradeoff(tr: traces.Trace, profiles: dict, args, out: Path) -> int:
+    """Every lever setting × warm schedule, model only, on the trace and on its spread variant (--users 6 of the
+    same seed unless --trace), per --provision-delay: JSON, a Markdown table and the frontier PNG."""
+    spread = traces.spread(tr if args.trace else traces.generate(args.seed, users=6, hours=args.hours))
+    t0 = time.monotonic()
+    result: dict = {"startup_s": args.startup_s, "scale_down_after_s": args.scale_down_after, "runs": {}}
+    md = []
+    for delay in args.provision_delay:
+        for name, trace, idle in ((f"default ({len(tr.users)} users)", tr, False),
+                                  (f"spread ({len(spread.users)} users, 4 pools)", spread, True)):
+            rows = tradeoff.matrix(profiles, trace, list(tradeoff.WARM), [None, *levers.LEVERS],
+                                   provision_delay=delay, scale_down_after=args.scale_down_after,
+                                   startup_s=args.startup_s, weekday=args.weekday, idle_pools_at_zero=idle)
+            key = f"{name}, {delay:g} s to add a node"
+            result["runs"][key] = rows
+            md += [f"### {key}", "", tradeoff.table(rows), ""]
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    (out / f"{args.name}_tradeoff.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{args.name}_tradeoff.md").write_text("\n".join(md))
+    tradeoff.plot(result["runs"], out / f"{args.name}_tradeoff.png")
+    print("\n".join(md))
+    print(f"wall {result['wall_s']} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", help="a trace file (YAML); default: generated from --seed/--users/--hours")
@@ -96,7 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hours", type=float, default=traces.DEFAULTS["hours"])
     ap.add_argument("--speed", type=float, default=120, help="trace seconds per wall second")
     ap.add_argument("--profiles", default=str(EXAMPLE_PROFILES), help="profiles file (pools, min/max nodes, costs)")
-    ap.add_argument("--provision-delay", type=float, default=240, help="model: seconds to add a GPU node")
+    ap.add_argument("--provision-delay", type=float, nargs="+", default=[240],
+                    help="model: seconds to add a GPU node (--quick: one trade-off table per value)")
+    ap.add_argument("--spread", action="store_true", help="users spread over four GPU pools (trace.SPREAD); GPU "
+                                                          "pools the trace never uses keep no node")
+    ap.add_argument("--warm", default="file", choices=list(tradeoff.WARM), help="warm schedules (default: the file's)")
+    ap.add_argument("--weekday", type=int, default=0, choices=range(7), help="the trace's day (Monday = 0)")
+    ap.add_argument("--quick", action="store_true", help="model only: the node-hours / start-wait trade-off")
+    ap.add_argument("--startup-s", type=float, default=30, help="--quick: a server's real start-up, seconds")
     ap.add_argument("--scale-down-after", type=float, default=600, help="model: empty seconds before removal")
     ap.add_argument("--levers", action="store_true", help="also replay with each lever switched off")
     ap.add_argument("--repeat", type=int, default=1, help="replay N times; fail beyond the determinism tolerance")
@@ -111,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         tr = traces.generate(args.seed, users=args.users, hours=args.hours)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        return quick_tradeoff(tr, profiles, args, out)
+    if args.spread:
+        tr = traces.spread(tr)
     traces.dump(tr, out / f"{args.name}_trace.yaml")
     t0 = time.monotonic()
     runs = [replay_once(tr, profiles, args) for _ in range(args.repeat)]
     result = runs[0]
-    result.update(trace_hours=tr.duration / 3600, users=len(tr.users), speed=args.speed,
+    result.update(trace_hours=tr.duration / 3600, users=len(tr.users), speed=args.speed, warm=args.warm,
+                  spread=args.spread,
                   seed=None if args.trace else args.seed, trace=args.trace or "generated",
-                  model={"provision_delay_s": args.provision_delay, "scale_down_after_s": args.scale_down_after},
+                  model={"provision_delay_s": args.provision_delay[0], "scale_down_after_s": args.scale_down_after},
                   savings=accounting.savings(result["shared"], result["one_vm"]))
     problems = []
     try:

@@ -8,13 +8,17 @@ The model, and nothing more (documented in docs/benchmarks.md):
   it is asked for;
 - scale down: a node with no pods for `scale_down_after` seconds (AKS's scale-down-unneeded-time,
   10 min by default) is removed, never below `min_nodes`;
-- `min_nodes`/`max_nodes` come from the profiles file (no max_nodes: unbounded).
+- `min_nodes`/`max_nodes` come from the profiles file (no max_nodes: unbounded);
+- warm capacity (a pool's `warm` schedule, model/warm_schedule.py): the minimum is a step function of time;
+  when it rises above the pool's nodes, the missing nodes are asked for then (AKS's autoscaler enforces a raised
+  min-count) and Ready `provision_delay` later; when it falls, nodes above it go once empty for `scale_down_after`.
 It does not model bin-packing simulation, expanders, node groups' zones, or scale-down of nodes that
 have pods (the real autoscaler can drain nodes whose pods fit elsewhere; this one never moves pods).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -23,6 +27,10 @@ class PoolModel:
     min_nodes: int
     max_nodes: int | None
     pods_per_node: int  # GPU pods one node takes (slots per node)
+    warm: Callable[[float], int] | None = None  # trace seconds → the scheduled minimum (None: min_nodes always)
+
+    def minimum(self, now: float) -> int:
+        return max(self.min_nodes, self.warm(now)) if self.warm else self.min_nodes
 
 
 @dataclass
@@ -45,10 +53,10 @@ class AutoscalerModel:
         self._next: dict[str, int] = {p: 0 for p in pools}
 
     def start(self, now: float = 0.0) -> list[tuple[str, str]]:
-        """The min_nodes of each pool, Ready at `now` (the day starts with them)."""
+        """The minimum of each pool at `now`, Ready then (the day starts with them)."""
         out = []
         for pool, m in self.pools.items():
-            for _ in range(m.min_nodes):
+            for _ in range(m.minimum(now)):
                 name = self._add(pool, now, ready_at=now)
                 self.nodes[name]["created"] = True  # the cluster starts with them
                 out.append((pool, name))
@@ -74,6 +82,8 @@ class AutoscalerModel:
                 n["created"] = True
                 d.create.append((n["pool"], name))
         for pool, m in self.pools.items():
+            for _ in range(m.minimum(now) - self.count(pool)):  # a raised minimum is enforced
+                self._add(pool, now, ready_at=now + self.provision_delay)
             waiting = pending.get(pool, 0)
             if waiting <= 0:
                 continue
@@ -93,7 +103,7 @@ class AutoscalerModel:
             if n["empty_since"] is None:
                 n["empty_since"] = now
             elif now - n["empty_since"] >= self.scale_down_after \
-                    and self.count(n["pool"]) > self.pools[n["pool"]].min_nodes:
+                    and self.count(n["pool"]) > self.pools[n["pool"]].minimum(now):
                 d.remove.append(name)
                 self.removed[name] = {**self.nodes.pop(name), "gone": now}
         return d

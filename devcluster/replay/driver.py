@@ -27,6 +27,7 @@ from devcluster.nodes import AGENTPOOL, node_manifest, node_name, with_system_po
 from gpu_spawner.contract import JOBS_ACCESS_SCOPE
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.validation import parse_profiles
+from gpu_spawner.model.warm_schedule import minimum_at_minute
 
 from . import accounting
 from .autoscaler import AutoscalerModel, PoolModel
@@ -60,9 +61,14 @@ def scaled_profiles(data: dict[str, Any], speed: float) -> dict[str, Any]:
     return out
 
 
-def pool_models(cfg: ProfilesConfig) -> dict[str, PoolModel]:
-    """The GPU pools, for the autoscaler model: min/max nodes from the file, GPU pods per node from its slots."""
-    return {name: PoolModel(p.min_nodes, p.max_nodes, max(1, sum(p.slots_per_node().values())))
+def pool_models(cfg: ProfilesConfig, weekday: int = 0) -> dict[str, PoolModel]:
+    """The GPU pools, for the autoscaler model: min/max nodes and the warm schedule from the file, GPU pods per node
+    from its slots. The trace's clock (seconds from 00:00 of a `weekday`, Monday = 0) is read as the pools' local
+    time."""
+    def warm(pool):
+        return (lambda t: minimum_at_minute(pool, weekday * 1440 + t / 60)) if pool.warm else None
+
+    return {name: PoolModel(p.min_nodes, p.max_nodes, max(1, sum(p.slots_per_node().values())), warm(p))
             for name, p in cfg.pools.items() if p.is_gpu}
 
 
@@ -73,6 +79,7 @@ class Spawn:
     req_sim: float
     req_wall: float
     wait: float | None = None
+    node_s: float = 0.0  # of the wait: the model's provisioning of a new node (trace seconds)
 
 
 @dataclass
@@ -92,15 +99,16 @@ class State:
 
 class Replay:
     def __init__(self, trace: Trace, profiles: dict[str, Any], speed: float, root: Path, culling: bool = True,
-                 provision_delay: float = 240, scale_down_after: float = 600, say=print):
+                 provision_delay: float = 240, scale_down_after: float = 600, say=print, weekday: int = 0):
         self.trace, self.speed, self.root, self.say = trace, speed, root, say
         self.data = scaled_profiles(profiles, speed)
         self.cfg = parse_profiles(profiles)  # unscaled: costs, pools, slots
         self.path = root / "profiles.yaml"
         root.mkdir(parents=True, exist_ok=True)
         self.path.write_text(yaml.safe_dump(self.data, sort_keys=False))
-        self.model = AutoscalerModel(pool_models(self.cfg), provision_delay, scale_down_after, name=node_name)
-        nodes = {n: (p.min_nodes if p.is_gpu else max(1, p.min_nodes)) for n, p in with_system_pool(self.cfg).items()}
+        self.model = AutoscalerModel(pool_models(self.cfg, weekday), provision_delay, scale_down_after, name=node_name)
+        nodes = {n: (self.model.pools[n].minimum(0.0) if n in self.model.pools else max(1, p.min_nodes))
+                 for n, p in with_system_pool(self.cfg).items()}
         groups = {u.name: u.groups for u in trace.users}
         self.stack = Stack(root, self.path, nodes, groups, speed, culling, say)
         self.st = State()
@@ -258,7 +266,8 @@ class Replay:
         rec = self.model.nodes.get(node) if node else None
         ready_wall = time.monotonic()
         if rec and rec["asked"] >= sp.req_sim - 1e-6:
-            return (rec["ready_at"] - sp.req_sim) + max(0.0, ready_wall - self.st.node_wall.get(node, sp.req_wall))
+            sp.node_s = rec["ready_at"] - sp.req_sim
+            return sp.node_s + max(0.0, ready_wall - self.st.node_wall.get(node, sp.req_wall))
         return ready_wall - sp.req_wall
 
     # ------------------------------------------------------------------ the trace's people
@@ -381,6 +390,9 @@ class Replay:
         shared = accounting.shared_summary(self.cfg, tr, self.model.node_seconds(end), served, jobs_done, waits,
                                            qwaits, waited_threshold=60, preempted=preempted, resumed=resumed)
         shared["replay_end_h"] = round(end / HOUR, 2)
+        node_waits = [sp.node_s for sp in st.spawns if sp.wait is not None]
+        shared["start_wait_node_p50_s"] = accounting.percentile(node_waits, 0.5)
+        shared["start_wait_node_p90_s"] = accounting.percentile(node_waits, 0.9)
         shared["nodes_evicted"] = st.evicted
         shared["spawns_unfinished"] = len(st.open_spawn)
         log = self.stack.hub.log_path.read_text(errors="replace") if self.stack.hub else ""

@@ -4,7 +4,7 @@
 - `culling`: no idle timeouts or max ages; the culler stays off; servers left open run to the trace's end.
 - `queueing`: no gpu-jobs/Kueue; each batch job runs in its owner's notebook server instead, which stays
   busy (and holds its GPU) for the job's runtime, as people do when there is no queue.
-- `autoscaling` (scale-to-zero): GPU pools are static, `min_nodes = max_nodes` all day.
+- `autoscaling` (scale-to-zero): GPU pools are static, `min_nodes = max_nodes` all day (no warm schedule).
 Pools' max_nodes are raised where a lever needs more room, so every session and job is still served.
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ def apply(lever: str | None, profiles: dict[str, Any], trace: Trace) -> tuple[di
     for name in gpu_pools:  # autoscaling
         pool = data["pools"][name]
         pool["min_nodes"] = pool.get("max_nodes") or max(pool.get("min_nodes", 0), 1)
+        pool.pop("warm", None)  # static all day: nothing to keep warm
     return data, trace, True
 
 

@@ -216,3 +216,22 @@ def generate(seed: int = 1, **overrides: Any) -> Trace:
     jobs.sort(key=lambda j: j.submit)
     return Trace(duration=duration, users=users, sessions=sessions, jobs=jobs, evictions=evictions)
 
+
+
+#: A trace whose users spread over more pools than they share: four GPU pools of the example file, all
+#: `min_nodes: 0` (the T4 time-sliced and MPS pools, the H100 and the spot A100), one user in two on a pool
+#: alone most of the day. (profile, the JupyterHub group that may use it).
+SPREAD = (("t4-shared", "data-science"), ("t4-mps", "teaching"), ("h100-full", "ml-research"),
+          ("a100-spot", "ml-research"))
+
+
+def spread(trace: Trace, assignments: tuple[tuple[str, str], ...] = SPREAD) -> Trace:
+    """The same people and times, user i on assignments[i mod n] (profile, group) for their sessions, jobs and VM;
+    evictions move to the spot pool of the assignments if any (pool names are the example file's)."""
+    pick = {u.name: assignments[i % len(assignments)] for i, u in enumerate(trace.users)}
+    users = [u.model_copy(update={"groups": [pick[u.name][1]], "vm_profile": pick[u.name][0]}) for u in trace.users]
+    sessions = [s.model_copy(update={"profile": pick[s.user][0]}) for s in trace.sessions]
+    jobs = [j.model_copy(update={"profile": pick[j.user][0]}) for j in trace.jobs]
+    spot = "spota100" if any(p == "a100-spot" for p, _ in assignments) else None
+    evictions = [e.model_copy(update={"pool": spot}) for e in trace.evictions] if spot else []
+    return Trace(duration=trace.duration, users=users, sessions=sessions, jobs=jobs, evictions=evictions)
