@@ -109,3 +109,13 @@ def test_a_ranged_report_reads_the_stores_rows_of_the_range_user_and_team(tmp_pa
     assert {x.uid for x in all_lifetimes(live, reader, since, T0, user="carol")} == {"c", "live"}
     assert {x.uid for x in all_lifetimes([], reader, since, T0)} == {"b", "c", "a"}
     assert {x.uid for x in all_lifetimes([], reader)} == {"old", "b", "c", "a"}  # no range: all of it
+
+
+def test_a_store_not_yet_upgraded_is_named_not_read_as_empty(tmp_path):
+    from gpu_spawner.services.usage.live import UsageReader
+    from gpu_spawner.services.usage.store import UsageStore
+
+    (tmp_path / "finished.jsonl").write_text("{}\n")
+    assert UsageReader(tmp_path).unimported()  # gpuhub report --store says so (exit 2), never "no usage"
+    UsageStore(tmp_path)  # the collector's start imports it
+    assert not UsageReader(tmp_path).unimported() and not (tmp_path / "finished.jsonl").exists()
