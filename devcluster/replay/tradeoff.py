@@ -7,6 +7,7 @@ Warm schedules (applied to the profiles dict, pure), on the GPU pools the trace 
 - `file`: the profiles file's own schedules;
 - `workday`: one node Mon-Fri 08:00-18:00;
 - `arrivals`: one node Mon-Fri 07:45-10:30, while people arrive (a node in use then stays while it is in use).
+A pool whose `min_nodes` already keeps that many nodes is left as it is.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def with_warm(data: dict[str, Any], trace: Trace, setting: str, idle_pools_at_ze
             continue
         if WARM[setting] != "file":
             pool.pop("warm", None)
-        if isinstance(WARM[setting], list) and name in used:
-            pool["warm"] = [{**w, "nodes": max(w["nodes"], pool.get("min_nodes", 0) + 1)} for w in WARM[setting]]
+        if isinstance(WARM[setting], list) and name in used:  # a pool already keeping as many all week: as is
+            pool["warm"] = [w for w in WARM[setting] if w["nodes"] > pool.get("min_nodes", 0)]
         if pool.get("min_nodes", 0) >= (pool.get("max_nodes") or 0):  # static (autoscaling off): nothing to warm
             pool.pop("warm", None)
     return out
@@ -99,8 +100,10 @@ def plot(runs: dict[str, list[dict[str, Any]]], path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], runs.items()):
+    cols = min(2, len(runs))
+    rows_n = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(7 * cols, 4.5 * rows_n), squeeze=False)
+    for ax, (name, rows) in zip(axes.flat, runs.items()):
         for r in rows:
             x, y = r["gpu_node_hours"], r["work_hours"]["p90_s"] or 0
             label = f"{r['warm']}" + ("" if r["lever_off"] is None else f", {r['lever_off']} off")
