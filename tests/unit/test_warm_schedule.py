@@ -41,9 +41,10 @@ def test_the_issue_example_parses_and_steps():
 
 
 def test_unquoted_times_from_yaml_are_refused_with_the_reason():
-    text = EXAMPLE_PROFILES.read_text().replace(
-        "    max_nodes: 4\n  gpumig:",
-        "    max_nodes: 4\n    warm: [{days: Mon-Fri, from: 8:30, to: 18:00, nodes: 1}]\n  gpumig:", 1)
+    text = EXAMPLE_PROFILES.read_text()
+    quoted = 'warm: [{days: Mon-Fri, from: "08:00", to: "18:00", nodes: 1}]'
+    assert quoted in text  # the example's own T4 schedule, unquoted here
+    text = text.replace(quoted, "warm: [{days: Mon-Fri, from: 8:30, to: 18:00, nodes: 1}]", 1)
     with pytest.raises(ProfilesError) as e:
         parse_profiles_text(text)
     msgs = [str(p) for p in e.value.problems]
