@@ -1,0 +1,129 @@
+"""A suggested warm schedule per pool from the usage history: `python -m gpu_spawner.tools.suggest_warm PROFILES
+--usage-dir DIR` (what `gpuhub report --suggest-warm` is meant to print; docs/admin-guide.md).
+
+From the servers' starts per pool, weekday and hour (the pool's `time_zone`), averaged over the weeks the history
+covers: the hours whose mean starts reach `--min-starts` become one window per weekday (from `--lead` minutes
+before the first such hour to the end of the last), weekdays with the same window joined. For each pool it says
+what the schedule costs (node-hours a week kept warm, an upper bound: some would run anyway) and what it saves
+(the share of starts that fall in a window, which find a node ready instead of waiting for one when the pool
+is at zero), so an admin adopts it knowingly. Pure but for `main`, which reads the store only through
+`UsageStore(...).finished()`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import zoneinfo
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.warm_schedule import DAYS
+
+#: Most weeks of history read (older habits are not this term's).
+MAX_WEEKS = 26
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    pool: str
+    windows: list[dict[str, object]]  # as the profiles file's `warm`
+    starts: int  # server starts of the pool in the history
+    covered: int  # of them, inside a window
+    node_hours_per_week: float
+    weeks: float
+
+    def yaml(self) -> str:
+        items = ", ".join("{days: %s, from: \"%s\", to: \"%s\", nodes: 1}" % (w["days"], w["from"], w["to"])
+                          for w in self.windows)
+        return f"warm: [{items}]"
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def suggest(cfg: ProfilesConfig, starts: list[tuple[str, datetime]], weeks: float, min_starts: float = 0.5,
+            lead_min: int = 15) -> list[Suggestion]:
+    """`starts`: (profile slug, aware start time) of servers; `weeks` the history covers (> 0). One suggestion per
+    autoscaled GPU pool at min_nodes 0 with starts; pools without an hour reaching `min_starts` get no window."""
+    weeks = max(weeks, 1e-9)
+    by_pool: dict[str, list[tuple[int, int]]] = {}
+    for slug, when in starts:
+        prof = cfg.by_slug.get(slug)
+        pool = cfg.pools.get(prof.pool) if prof and prof.pool else None
+        if pool is None or not pool.is_gpu or not pool.max_nodes or pool.min_nodes:
+            continue
+        local = when.astimezone(zoneinfo.ZoneInfo(pool.time_zone))
+        by_pool.setdefault(prof.pool, []).append((local.weekday(), local.hour))
+    out = []
+    for name, seen in by_pool.items():
+        count = Counter(seen)
+        per_day: dict[tuple[int, int], list[int]] = {}
+        for day in range(7):
+            hot = [h for h in range(24) if count[(day, h)] / weeks >= min_starts]
+            if hot:
+                per_day.setdefault((max(0, hot[0] * 60 - lead_min), (hot[-1] + 1) * 60), []).append(day)
+        windows, covered, minutes = [], 0, 0
+        for (a, b), days in sorted(per_day.items(), key=lambda kv: kv[1][0]):
+            windows.append({"days": ",".join(DAYS[d] for d in days), "from": _hhmm(a), "to": _hhmm(b), "nodes": 1})
+            minutes += (b - a) * len(days)
+            covered += sum(n for (d, h), n in count.items() if d in days and a <= h * 60 < b)
+        out.append(Suggestion(name, windows, len(seen), covered, round(minutes / 60, 2), round(weeks, 1)))
+    return sorted(out, key=lambda s: s.pool)
+
+
+def text(suggestions: list[Suggestion], node_add_s: float | None = None) -> str:
+    """What the admin reads: per pool the schedule to paste, its cost and what it saves."""
+    if not suggestions:
+        return "No autoscaled GPU pool at min_nodes 0 has server starts in the history: nothing to suggest.\n"
+    wait = f"~{round(node_add_s / 60)} min" if node_add_s else "the time to add a node"
+    lines = []
+    for s in suggestions:
+        if not s.windows:
+            lines.append(f"{s.pool}: {s.starts} starts in {s.weeks} weeks, no hour busy enough: stay at zero.")
+            continue
+        share = s.covered / s.starts if s.starts else 0
+        lines += [f"{s.pool}:", f"  {s.yaml()}",
+                  f"  costs up to {s.node_hours_per_week} node-hours a week (a node kept ready; less where it would "
+                  f"run anyway); {s.covered} of {s.starts} starts ({share:.0%}) fall in a window and find a node "
+                  f"ready, the other {s.starts - s.covered} wait {wait} when the pool is at zero."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpu_spawner.tools.suggest_warm", description=__doc__.split("\n")[0])
+    ap.add_argument("profiles")
+    ap.add_argument("--usage-dir", required=True, help="the usage collector's store folder")
+    ap.add_argument("--weeks", type=float, default=4, help=f"weeks of history to read (at most {MAX_WEEKS})")
+    ap.add_argument("--min-starts", type=float, default=0.5, help="mean starts per weekday-hour that make it warm")
+    ap.add_argument("--lead", type=int, default=15, help="minutes before the first busy hour")
+    args = ap.parse_args(argv)
+    if not 0 < args.weeks <= MAX_WEEKS or args.min_starts <= 0 or not 0 <= args.lead <= 120:
+        print(f"error: --weeks 0..{MAX_WEEKS}, --min-starts > 0, --lead 0..120", file=sys.stderr)
+        return 2
+    from datetime import timedelta, timezone
+
+    from gpu_spawner.model.profiles_file import load_profiles
+    from gpu_spawner.model.validation import ProfilesError
+    from gpu_spawner.services.usage.store import UsageStore
+
+    try:
+        cfg = load_profiles(args.profiles)
+    except ProfilesError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    since = datetime.now(timezone.utc) - timedelta(weeks=args.weeks)
+    store = UsageStore(args.usage_dir)
+    try:
+        lifetimes = [lt for lt in store.finished(since=since) if lt.kind == "server"]
+    finally:
+        store.close()
+    starts = [(lt.profile, lt.start) for lt in lifetimes if lt.start >= since]
+    print(text(suggest(cfg, starts, args.weeks, args.min_starts, args.lead)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

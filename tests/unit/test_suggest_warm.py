@@ -1,0 +1,58 @@
+"""A suggested warm schedule from the usage history (tools/suggest_warm.py): the busy weekday-hours of each pool at
+zero, in its time zone, with what the schedule costs and covers; the suggestion is a valid profiles-file entry."""
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from gpu_spawner.model.validation import parse_profiles
+from gpu_spawner.tools.suggest_warm import suggest, text
+
+DATA = yaml.safe_load(EXAMPLE_PROFILES.read_text())
+CFG = parse_profiles(DATA)  # gput4: Europe/Berlin, min 0, max 4
+MONDAY = datetime(2026, 1, 5, tzinfo=timezone.utc)  # winter: Berlin is UTC+1
+
+
+def test_weekday_mornings_in_the_pools_time_zone():
+    starts = []
+    for week in range(4):
+        for day in range(5):
+            base = MONDAY + timedelta(weeks=week, days=day)
+            starts += [("t4-shared", base + timedelta(hours=8)), ("t4-shared", base + timedelta(hours=13))]  # 09, 14
+    starts.append(("t4-shared", MONDAY + timedelta(days=5, hours=9)))  # one Saturday: below the threshold
+    starts.append(("cpu", MONDAY + timedelta(hours=8)))  # not a GPU pool
+    (s,) = suggest(CFG, starts, weeks=4)
+    assert s.pool == "gput4" and s.starts == 41 and s.covered == 40
+    assert s.windows == [{"days": "Mon,Tue,Wed,Thu,Fri", "from": "08:45", "to": "15:00", "nodes": 1}]
+    assert s.node_hours_per_week == 5 * 6.25
+    data = copy.deepcopy(DATA)
+    data["pools"]["gput4"]["warm"] = s.windows
+    assert parse_profiles(data).pools["gput4"].warm  # adoptable as it is
+    words = text([s], node_add_s=300)
+    assert 'warm: [{days: Mon,Tue,Wed,Thu,Fri, from: "08:45", to: "15:00", nodes: 1}]' in words
+    assert "40 of 41 starts (98%)" in words and "wait ~5 min" in words
+
+
+def test_pools_kept_warm_already_or_without_history_get_nothing():
+    assert suggest(CFG, [("a100-mig-1g10gb", MONDAY)], weeks=1) == []  # min_nodes 1
+    assert "nothing to suggest" in text([])
+    (quiet,) = suggest(CFG, [("t4-shared", MONDAY)], weeks=4)
+    assert quiet.windows == [] and "stay at zero" in text([quiet])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2026, 3, 1),
+                             timezones=st.just(timezone.utc)), max_size=200),
+       st.floats(min_value=0.1, max_value=8), st.floats(min_value=0.05, max_value=3), st.integers(0, 120))
+def test_any_history_gives_an_adoptable_schedule(times, weeks, min_starts, lead):
+    found = suggest(CFG, [("t4-shared", t) for t in times], weeks, min_starts, lead)
+    for s in found:
+        assert 0 <= s.covered <= s.starts == len(times)
+        data = copy.deepcopy(DATA)
+        data["pools"]["gput4"]["warm"] = s.windows
+        parse_profiles(data)  # valid: days, HH:MM, no overlap, nodes within bounds
