@@ -22,7 +22,7 @@ class ReportError(ValueError):
 
 def add_arguments(p) -> None:
     p.add_argument("file", help="the profiles file (prices, GPUs per profile, teams)")
-    p.add_argument("--since", default="7d", help="how far back, e.g. 7d, 12h (default 7d)")
+    p.add_argument("--since", help="how far back, e.g. 7d, 12h (default 7d; with --suggest-warm 28d)")
     p.add_argument("--by", choices=GROUPINGS, default="user")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
@@ -34,6 +34,14 @@ def add_arguments(p) -> None:
     p.add_argument("--store", help="the usage collector's directory (finished pods' lifetimes; read only)")
     p.add_argument("--user", help="only this user's pods (the store reads only their rows of the range)")
     p.add_argument("--team", help="only this team's jobs (the store reads only its rows of the range)")
+    p.add_argument("--suggest-warm", action="store_true",
+                   help="instead of the showback: per autoscaled GPU pool at min_nodes 0, a `warm:` schedule to "
+                        "paste from the servers' starts in --store (weekday and hour in the pool's time zone), "
+                        "with the node-hours it costs and the starts it meets with a ready node")
+    p.add_argument("--min-starts", type=float, default=0.5,
+                   help="with --suggest-warm: mean starts per weekday-hour that make the hour warm (default 0.5)")
+    p.add_argument("--lead", type=int, default=15,
+                   help="with --suggest-warm: minutes warm before the first busy hour (default 15, 0..120)")
 
 
 #: The longest --user / --team accepted (JupyterHub names and team names are far shorter).
@@ -93,15 +101,47 @@ def render(rep: dict[str, Any], fmt: str) -> str:
                       *(f"hint: {h}" for h in rep.get("hints", []))])
 
 
+def reader(directory: str):
+    """The collector's store, read only; one not yet upgraded is named, never read as empty."""
+    from gpu_spawner.services.usage.live import UsageReader
+
+    store = UsageReader(directory)
+    if store.unimported():
+        raise ReportError(f"--store {directory}: only a finished.jsonl of the version before; the usage "
+                          "collector imports it when it starts (or run it once with --once)")
+    return store
+
+
+def suggest_warm(args, now: datetime) -> int:
+    """`--suggest-warm`: the store's finished servers only (no cluster, no Prometheus)."""
+    from gpu_spawner.model.profiles_file import load_profiles
+    from gpu_spawner.tools.suggest_warm import MAX_WEEKS, suggest, text
+
+    since = since_of(args.since or "28d", now)
+    if now - since > timedelta(weeks=MAX_WEEKS):
+        raise ReportError(f"--since: at most {MAX_WEEKS * 7}d of history for --suggest-warm")
+    if not args.store:
+        raise ReportError("--suggest-warm reads the servers' starts from the usage store: give --store DIR")
+    if args.min_starts <= 0 or not 0 <= args.lead <= 120:
+        raise ReportError("--min-starts must be above 0 and --lead between 0 and 120 minutes")
+    cfg = load_profiles(args.file)
+    store = reader(args.store)
+    starts = [(lt.profile, lt.start) for lt in store.finished(since, now) if lt.kind == "server" and lt.start >= since]
+    weeks = (now - since) / timedelta(weeks=1)
+    print(text(suggest(cfg, starts, weeks, args.min_starts, args.lead)), end="")
+    return 0
+
+
 def run(args) -> int:
     from gpu_spawner.kubeio.clients import api_client
     from gpu_spawner.model.profiles_file import load_profiles
     from gpu_spawner.services.usage import accounting as acc
     from gpu_spawner.services.usage import collect
-    from gpu_spawner.services.usage.live import UsageReader
 
     now = datetime.now(timezone.utc)
-    since = since_of(args.since, now)
+    if args.suggest_warm:
+        return suggest_warm(args, now)
+    since = since_of(args.since or "7d", now)
     user, team = name_of("--user", args.user), name_of("--team", args.team)
     if not 0 < args.scrape_interval <= 3600:
         raise ReportError("--scrape-interval must be between 0 and 3600 seconds")
@@ -117,10 +157,7 @@ def run(args) -> int:
     if team is not None:  # the queue figures of that team's namespaces only
         namespaces = {ns for ns, t in acc.rules_and_teams(cfg)[1].items() if t == team}
         workloads = [w for w in workloads if (w.get("metadata") or {}).get("namespace") in namespaces]
-    store = UsageReader(args.store) if args.store else None
-    if store is not None and store.unimported():
-        raise ReportError(f"--store {args.store}: only a finished.jsonl of the version before; the usage "
-                          "collector imports it when it starts (or run it once with --once)")
+    store = reader(args.store) if args.store else None
     lifetimes = collect.all_lifetimes(live, store, since, now, user, team)
     print(render(collect.report(lifetimes, workloads, since, now, args.by, used, reclaimed, cfg), args.format))
     return 0

@@ -1,18 +1,15 @@
-"""A suggested warm schedule per pool from the usage history: `python -m gpu_spawner.tools.suggest_warm PROFILES
---usage-dir DIR` (what `gpuhub report --suggest-warm` is meant to print; docs/admin-guide.md).
+"""A suggested warm schedule per pool from the usage history: what `gpuhub report PROFILES --store DIR
+--suggest-warm` prints (docs/admin-guide.md).
 
 From the servers' starts per pool, weekday and hour (the pool's `time_zone`), averaged over the weeks the history
 covers: the hours whose mean starts reach `--min-starts` become one window per weekday (from `--lead` minutes
 before the first such hour to the end of the last), weekdays with the same window joined. For each pool it says
 what the schedule costs (node-hours a week kept warm, an upper bound: some would run anyway) and what it saves
 (the share of starts that fall in a window, which find a node ready instead of waiting for one when the pool
-is at zero), so an admin adopts it knowingly. Pure but for `main`, which reads the store only through
-`UsageStore(...).finished()`.
+is at zero), so an admin adopts it knowingly. Pure: `gpuhub report` reads the store.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import zoneinfo
 from collections import Counter
 from dataclasses import dataclass
@@ -90,40 +87,3 @@ def text(suggestions: list[Suggestion], node_add_s: float | None = None) -> str:
                   f"run anyway); {s.covered} of {s.starts} starts ({share:.0%}) fall in a window and find a node "
                   f"ready, the other {s.starts - s.covered} wait {wait} when the pool is at zero."]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpu_spawner.tools.suggest_warm", description=__doc__.split("\n")[0])
-    ap.add_argument("profiles")
-    ap.add_argument("--usage-dir", required=True, help="the usage collector's store folder")
-    ap.add_argument("--weeks", type=float, default=4, help=f"weeks of history to read (at most {MAX_WEEKS})")
-    ap.add_argument("--min-starts", type=float, default=0.5, help="mean starts per weekday-hour that make it warm")
-    ap.add_argument("--lead", type=int, default=15, help="minutes before the first busy hour")
-    args = ap.parse_args(argv)
-    if not 0 < args.weeks <= MAX_WEEKS or args.min_starts <= 0 or not 0 <= args.lead <= 120:
-        print(f"error: --weeks 0..{MAX_WEEKS}, --min-starts > 0, --lead 0..120", file=sys.stderr)
-        return 2
-    from datetime import timedelta, timezone
-
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.validation import ProfilesError
-    from gpu_spawner.services.usage.store import UsageStore
-
-    try:
-        cfg = load_profiles(args.profiles)
-    except ProfilesError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    since = datetime.now(timezone.utc) - timedelta(weeks=args.weeks)
-    store = UsageStore(args.usage_dir)
-    try:
-        lifetimes = [lt for lt in store.finished(since=since) if lt.kind == "server"]
-    finally:
-        store.close()
-    starts = [(lt.profile, lt.start) for lt in lifetimes if lt.start >= since]
-    print(text(suggest(cfg, starts, args.weeks, args.min_starts, args.lead)), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,6 +3,7 @@ zero, in its time zone, with what the schedule costs and covers; the suggestion 
 from __future__ import annotations
 
 import copy
+import zoneinfo
 from datetime import datetime, timedelta, timezone
 
 import yaml
@@ -56,3 +57,33 @@ def test_any_history_gives_an_adoptable_schedule(times, weeks, min_starts, lead)
         data = copy.deepcopy(DATA)
         data["pools"]["gput4"]["warm"] = s.windows
         parse_profiles(data)  # valid: days, HH:MM, no overlap, nodes within bounds
+
+
+def test_gpuhub_report_suggest_warm_reads_the_stores_server_starts(tmp_path, capsys):
+    """`gpuhub report --suggest-warm` end to end: the real store on disk, read only, and the CLI's contract."""
+    from gpu_spawner.services.usage.accounting import Lifetime
+    from gpu_spawner.services.usage.store import UsageStore
+    from gpu_spawner.tools.cli import main
+
+    now = datetime.now(timezone.utc)
+    berlin_nine = (now - timedelta(days=7)).astimezone(zoneinfo.ZoneInfo("Europe/Berlin")).replace(
+        hour=9, minute=5, second=0, microsecond=0)
+
+    def server(i: int, kind: str = "server") -> Lifetime:
+        start = berlin_nine - timedelta(days=i)
+        return Lifetime(f"u{i}{kind}", kind, "jhub", f"jupyter-a{i}", f"a{i}", "", "t4-shared", "", 1, 0.5,
+                        start.astimezone(timezone.utc), start.astimezone(timezone.utc) + timedelta(hours=1))
+
+    store = UsageStore(tmp_path)
+    store.append_finished([server(i) for i in range(14)] + [server(i, "job") for i in range(14)])
+    store.close()
+    assert main(["report", str(EXAMPLE_PROFILES), "--store", str(tmp_path), "--suggest-warm",
+                 "--since", "28d", "--min-starts", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gput4:\n  warm: [{days: ") and 'from: "08:45", to: "10:00"' in out
+    assert "14 of 14 starts (100%)" in out  # the jobs' lifetimes are not server starts
+    assert main(["report", str(EXAMPLE_PROFILES), "--suggest-warm"]) == 2  # no store: said, nothing printed
+    bad = capsys.readouterr()
+    assert bad.out == "" and "--store" in bad.err
+    assert main(["report", str(EXAMPLE_PROFILES), "--store", str(tmp_path), "--suggest-warm", "--since", "400d"]) == 2
+    assert "at most 182d" in capsys.readouterr().err
