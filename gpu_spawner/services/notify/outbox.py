@@ -22,15 +22,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 import threading
 import time
 from typing import Iterable
 
 from gpu_spawner.services.notify.events import Event
+from gpu_spawner.services.sqlite_db import open_wal
 
 #: Rows that ended (sent, dropped, failed) are kept this long, then deleted: enough to de-duplicate a replay.
 KEEP_DONE_S = 14 * 86400
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS job_seen (namespace TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (namespace, name));
+CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, channel TEXT NOT NULL, event TEXT NOT NULL,
+    state TEXT NOT NULL, created REAL NOT NULL, ended REAL);
+CREATE TABLE IF NOT EXISTS outbox_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
 PENDING, SENT, DROPPED, FAILED = "pending", "sent", "dropped", "failed"
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -55,13 +62,7 @@ class Outbox:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS job_seen (namespace TEXT NOT NULL, name TEXT NOT NULL, "
-                         "data TEXT NOT NULL, PRIMARY KEY (namespace, name))")
-        self._db.execute("CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, channel TEXT NOT NULL, "
-                         "event TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL, ended REAL)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS outbox_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db = open_wal(path, SCHEMA)
 
     def seen(self) -> dict[Key, dict] | None:
         """The statuses last seen per job; None before the first baseline."""

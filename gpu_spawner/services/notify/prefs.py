@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 import secrets
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from urllib.parse import urlparse
 
 from gpu_spawner.contract import NOTIFY_EMAIL, NOTIFY_EVENTS
 from gpu_spawner.services.notify.payloads import WEBHOOK_KINDS
+from gpu_spawner.services.sqlite_db import open_wal
 
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 #: A plain address: no quoting, comments or IP literals (what a template or a user may produce), and no
@@ -29,6 +29,11 @@ EMAIL = re.compile(r"[A-Za-z0-9._-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-
 MAX_BODY = 4096
 #: What new_confirmation makes (secrets.token_urlsafe(32): 43 characters); anything else is refused unread.
 CODE = re.compile(r"[A-Za-z0-9_-]{43}")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS preferences (user TEXT PRIMARY KEY, data TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, address TEXT NOT NULL,
+    expires REAL NOT NULL);
+"""
 
 
 class PreferencesError(ValueError):
@@ -146,12 +151,7 @@ class PreferenceStore:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS preferences (user TEXT PRIMARY KEY, data TEXT NOT NULL, "
-                         "updated REAL NOT NULL)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS confirmations (code TEXT PRIMARY KEY, user TEXT NOT NULL, "
-                         "address TEXT NOT NULL, expires REAL NOT NULL)")
+        self._db = open_wal(path, SCHEMA)
         self._mem = {u: json.loads(d) for u, d in self._db.execute("SELECT user, data FROM preferences")}
 
     def get(self, user: str) -> dict | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.services.sqlite_db import open_wal
 from gpu_spawner.services.usage.accounting import Lifetime
 
 DB_NAME, OPEN_NAME, LEGACY_NAME = "usage.sqlite", "open.json", "finished.jsonl"
@@ -106,10 +107,8 @@ class UsageStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.dir / DB_NAME
         self.open_path = self.dir / OPEN_NAME
-        self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")  # a commit is on disk: a crash loses at most the one under way
-        self.conn.executescript(SCHEMA)
+        # synchronous FULL: a commit is on disk, so a crash loses at most the one under way
+        self.conn = open_wal(self.db_path, SCHEMA, synchronous="FULL")
         self.import_jsonl()
 
     def close(self) -> None:
