@@ -197,7 +197,10 @@ def test_a_kwok_pools_server_runs_under_the_dev_agent_and_answers_through_proxy_
     assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(agent["pod_cidr"])
     r = requests.get(f"{z2jh_install.url}{server['url']}api/status", headers={"Authorization": f"token {token}"},
                      timeout=60)
-    assert r.status_code == 200 and "last_activity" in r.json()
+    answered = f"{r.status_code} {r.headers.get('Content-Type')} from {r.url} after {[h.url for h in r.history]}"
+    assert r.status_code == 200 and r.headers.get("Content-Type", "").startswith("application/json"), \
+        f"{answered}:\n{r.text[:1500]}"
+    assert "last_activity" in r.json(), answered
 
 
 def test_ctrl_c_stops_every_container_mount_and_the_nodes_network(z2jh_install):
