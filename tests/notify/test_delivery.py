@@ -29,10 +29,10 @@ async def test_each_opted_in_channel_gets_the_owners_event_once(tmp_path):
     with SmtpSink() as smtp, WebhookSink() as hooks:
         n = notifier(tmp_path, smtp, hooks, backoff=0.01)
         for ev in job_events(status(RUNNING), status(SUCCEEDED)):
-            assert n.notify(ev) == 2  # alice: e-mail and Slack
-            assert n.notify(ev) == 0  # the same event again (a relist): not twice
+            assert await n.notify(ev) == 2  # alice: e-mail and Slack
+            assert await n.notify(ev) == 0  # the same event again (a relist): not twice
         for ev in job_events(status(RUNNING, user="bob"), status(SUCCEEDED, user="bob")):
-            assert n.notify(ev) == 0  # bob asked for "admitted" only
+            assert await n.notify(ev) == 0  # bob asked for "admitted" only
         await n.drain()
         await n.close()
     assert n.stats == {"queued": 2, "sent": 2}
@@ -49,7 +49,7 @@ async def test_a_failing_receiver_is_retried_with_growing_waits(tmp_path):
     with WebhookSink(fail_first=3) as hooks:
         n = notifier(tmp_path, None, hooks, retries=5, backoff=0.1, backoff_max=10)
         (ev,) = job_events(status(RUNNING), status(FAILED, message="a cell of the notebook raised an error"))
-        assert n.notify(ev) == 1  # alice: Teams (no mail server here)
+        assert await n.notify(ev) == 1  # alice: Teams (no mail server here)
         await n.drain()
         await n.close()
     tries = hooks.attempts["/teams"]
@@ -63,11 +63,11 @@ async def test_a_failing_receiver_is_retried_with_growing_waits(tmp_path):
 async def test_a_refusal_is_not_retried_and_retries_end(tmp_path):
     with WebhookSink(fail_first=100, fail_status=404) as hooks:
         n = notifier(tmp_path, None, hooks, retries=3, backoff=0.01)
-        n.notify(job_events(status(RUNNING), status(SUCCEEDED))[0])
+        await n.notify(job_events(status(RUNNING), status(SUCCEEDED))[0])
         await n.drain()
         assert len(hooks.attempts["/slack"]) == 1 and n.stats["failed"] == 1 and n.stats["sent"] == 0
         hooks.fail_status = 500
-        n.notify(job_events(status(RUNNING, name="other"), status(SUCCEEDED, name="other"))[0])
+        await n.notify(job_events(status(RUNNING, name="other"), status(SUCCEEDED, name="other"))[0])
         await n.drain()
         await n.close()
     assert len(hooks.attempts["/slack"]) == 1 + 4 and n.stats["failed"] == 2  # 1 try + 3 retries, then given up
@@ -79,7 +79,7 @@ async def test_no_mail_server_answering_is_retried_then_given_up(tmp_path):
         n.smtp, n.channels = Smtp("127.0.0.1", 1, "none", sender="hub@example.org", timeout=2), \
             Channels(email=True, email_template="{username}@example.org", webhooks=n.channels.webhooks)
         ev = cull_event("alice", {"server": "", "profile": "t4-shared", "cull_in_s": 300, "message": "idle"})
-        assert n.notify(ev) == 1
+        assert await n.notify(ev) == 1
         await n.drain()
         await n.close()
     assert n.stats == {"queued": 1, "retried": 2, "failed": 1}
@@ -118,9 +118,9 @@ async def test_a_users_sends_are_rate_limited_per_hour(tmp_path):
     now = [0.0]
     n = Notifier(Channels(email=True, email_template="{username}@example.org"), store, None,
                  max_per_user_hour=5, clock=lambda: now[0], retries=0)
-    queued = sum(n.notify(Event("mallory", "failed", f"job-{i}", "t", "x")) for i in range(20))
+    queued = sum([await n.notify(Event("mallory", "failed", f"job-{i}", "t", "x")) for i in range(20)])
     assert queued == 5 and n.stats["rate_limited"] == 15
-    assert n.notify(Event("bob", "failed", "job-1", "t", "x")) == 1
+    assert await n.notify(Event("bob", "failed", "job-1", "t", "x")) == 1
     now[0] += 3601  # an hour later: room again
-    assert n.notify(Event("mallory", "failed", "job-99", "t", "x")) == 1
+    assert await n.notify(Event("mallory", "failed", "job-99", "t", "x")) == 1
     await n.close()

@@ -18,6 +18,7 @@ from gpu_spawner.contract import CULLER_SERVICE, FAILED, JOBS_ACCESS_SCOPE, NOTI
 from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.notify import web as notify_web
 from gpu_spawner.services.notify.events import cull_event, job_events
+from gpu_spawner.services.notify.outbox import SENT, Outbox
 from gpu_spawner.services.notify.payloads import slack_payload
 from gpu_spawner.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
 from gpu_spawner.services.notify.send import Notifier
@@ -45,7 +46,7 @@ async def test_a_webhooks_url_never_reaches_the_logs(tmp_path, caplog, fail_stat
         store.put("alice", {"channels": {"team-slack": ["failed"]}, "email": None}, [])
         n = Notifier(channels, store, retries=2, backoff=0.01)
         for ev in job_events(status(RUNNING), status(FAILED)):
-            assert n.notify(ev) == 1
+            assert await n.notify(ev) == 1
         await n.drain()
         await n.close()
     assert n.stats["failed"] == 1 and len(hooks.attempts[f"/services/{SECRET}"]) == (1 if fail_status == 404 else 3)
@@ -61,7 +62,7 @@ async def test_an_unreachable_webhooks_url_never_reaches_the_logs(tmp_path, capl
     store.put("alice", {"channels": {"team-slack": ["failed"]}, "email": None}, [])
     n = Notifier(channels, store, retries=1, backoff=0.01)
     for ev in job_events(status(RUNNING), status(FAILED)):
-        n.notify(ev)
+        await n.notify(ev)
     await n.drain()
     await n.close()
     assert n.stats["failed"] == 1 and "SECRET" not in caplog.text
@@ -132,13 +133,13 @@ async def culler_endpoint():
                                           raise_error=False)
         return r.code
 
-    yield post, hub, hub_server
+    yield post, hub, hub_server, app
     server.stop()
     hub_server.stop()
 
 
 async def test_cull_warnings_odd_bodies_are_400_never_500(culler_endpoint):
-    post, _, _ = culler_endpoint
+    post, _, _, _ = culler_endpoint
     assert await post(json.dumps({"warnings": {"alice": {"": {"cull_in_s": 60}}}}).encode()) == 202
     assert await post(b"[" * 100_000 + b"]" * 100_000) == 400  # nesting beyond the parser: RecursionError
     assert await post(json.dumps({"warnings": {"alice": [1]}}).encode()) == 400
@@ -148,7 +149,7 @@ async def test_cull_warnings_odd_bodies_are_400_never_500(culler_endpoint):
 async def test_a_culler_token_the_hub_no_longer_accepts_is_refused_at_once(culler_endpoint):
     """No answer of the hub is reused: a revoked culler token (rotated, its service removed) cannot post
     more warnings for the minutes HubAuth would otherwise cache it."""
-    post, hub, _ = culler_endpoint
+    post, hub, _, _ = culler_endpoint
     body = json.dumps({"warnings": {}}).encode()
     assert await post(body) == 202
     del hub["tokens"][CULLER_TOKEN]
@@ -156,10 +157,36 @@ async def test_a_culler_token_the_hub_no_longer_accepts_is_refused_at_once(culle
 
 
 async def test_cull_warnings_with_the_hub_down_is_503(culler_endpoint):
-    post, _, hub_server = culler_endpoint
+    post, _, hub_server, _ = culler_endpoint
     hub_server.stop()
     await hub_server.close_all_connections()
     assert await post(json.dumps({"warnings": {}}).encode()) == 503
+
+
+async def test_a_cull_warnings_post_is_queued_in_one_outbox_transaction(culler_endpoint, tmp_path, monkeypatch):
+    """Up to MAX_WARNINGS warnings in a POST: one `record` (one transaction, in a worker thread), not one each."""
+    post, _, _, app = culler_endpoint
+    real, calls = Outbox.record, []
+
+    def counted(self, rows, changed=None):
+        calls.append(list(rows))
+        return real(self, rows, changed)
+
+    monkeypatch.setattr(Outbox, "record", counted)
+    with WebhookSink() as hooks:
+        store = PreferenceStore(str(tmp_path / "prefs.sqlite"))
+        store.put("alice", {"channels": {"team-slack": ["cull-warning"]}, "email": None}, [])
+        n = Notifier(Channels(webhooks=parse_webhooks({"team-slack": f"slack:{hooks.url}/slack"})), store,
+                     backoff=0.01, outbox=Outbox(str(tmp_path / "prefs.sqlite")))
+        app.settings["notifier"] = n
+        warnings = {"alice": {f"s{i}": {"server": f"s{i}", "cull_in_s": 60, "cull_at": f"t{i}", "message": "idle"}
+                              for i in range(5)},
+                    "bob": {"": {"server": "", "cull_in_s": 60, "message": "idle"}}}  # bob opted into nothing
+        assert await post(json.dumps({"warnings": warnings}).encode()) == 202
+        await n.drain()
+        await n.close()
+    assert len(calls) == 1 and len(calls[0]) == 5
+    assert len(hooks.received) == 5 and set(n.outbox.states().values()) == {SENT}
 
 
 def test_teams_cards_carry_user_strings_as_plain_text_runs():

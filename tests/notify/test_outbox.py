@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from gpu_spawner.contract import ADMITTED, QUEUED, RUNNING, SUCCEEDED
 from gpu_spawner.services.notify.events import Event, cull_event, job_events
-from gpu_spawner.services.notify.outbox import PENDING, SENT, Outbox, outbox_id
+from gpu_spawner.services.notify.outbox import DROPPED, FAILED, PENDING, SENT, Outbox, outbox_id
 from gpu_spawner.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
 from gpu_spawner.services.notify.send import Notifier
 from gpu_spawner.services.notify.watch import compare, watch_jobs
@@ -143,3 +144,136 @@ def test_events_read_back_equal_the_queued_ones_cull_warnings_too(tmp_path):
     ((_, _, back),) = box.pending()
     assert back == ev and isinstance(back, Event) and json.dumps(back.facts)
     assert box.seen() is None  # a cull warning takes no baseline
+
+
+# ---------------------------------------------------------------- the outbox off the event loop, and its limits
+
+def three_succeeded(n: int = 3) -> list[Event]:
+    return [job_events(status(RUNNING, name=f"gpu-alice-job-{i}"), status(SUCCEEDED, name=f"gpu-alice-job-{i}"))[0]
+            for i in range(n)]
+
+
+async def test_the_event_loop_never_waits_for_the_outbox(tmp_path, monkeypatch):
+    """Queuing and marking deliveries (SQLite, fsync) run in worker threads: while they take 0.3 s each, a
+    ticker on the loop stays on time; nothing to write (no rows, no statuses) opens no transaction."""
+    real_record, real_end, calls = Outbox.record, Outbox.end, []
+
+    def slow_record(self, rows, changed=None):
+        calls.append((list(rows), changed))
+        time.sleep(0.3)
+        return real_record(self, rows, changed)
+
+    def slow_end(self, row_ids, state):
+        time.sleep(0.3)
+        return real_end(self, row_ids, state)
+
+    monkeypatch.setattr(Outbox, "record", slow_record)
+    monkeypatch.setattr(Outbox, "end", slow_end)
+    late, done = [], asyncio.Event()
+
+    async def ticker():
+        while not done.is_set():
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            late.append(time.monotonic() - t - 0.01)
+
+    db = tmp_path / "notify.sqlite"
+    with WebhookSink() as hooks:
+        n = process(db, hooks)
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)  # ticking
+        assert await n.notify_many(three_succeeded(), {("team-ds", "gpu-alice-job-0"): {"state": SUCCEEDED}}) == 3
+        assert await n.notify(Event("bob", "failed", "job/x", "t", "x")) == 0  # bob wants nothing: no rows
+        assert await n.notify_many([]) == 0
+        await n.drain()
+        done.set()
+        await tick
+        await n.close()
+    assert len(calls) == 1 and len(calls[0][0]) == 3  # one transaction; none for nothing to write
+    assert len(late) >= 30 and max(late) < 0.05, max(late)
+    assert len(slack_titles(hooks)) == 3 and set(Outbox(str(db)).states().values()) == {SENT}
+
+
+@pytest.mark.parametrize("change", ["opted out", "webhook removed"])
+async def test_a_pending_row_for_a_channel_no_longer_wanted_is_dropped_not_sent(tmp_path, change):
+    """Queued, then gpu-jobs stopped; meanwhile alice opted out of the channel, or the admin removed that
+    webhook (its name may come back with another team's URL): the next start ends the row DROPPED, posts
+    nothing, and no start after it tries again."""
+    db = tmp_path / "notify.sqlite"
+    (ev,) = three_succeeded(1)
+    row = (outbox_id("team-slack", ev), "team-slack", ev)
+    assert Outbox(str(db)).record([row]) == [row]
+    with WebhookSink() as hooks:
+        n = process(db, hooks)
+        if change == "opted out":
+            n.store.put("alice", {"channels": {"team-slack": ["admitted"]}, "email": None}, [])
+        else:  # her choice still names it; the hub's config no longer has it
+            n.channels = Channels(webhooks=parse_webhooks({"other-team": f"slack:{hooks.url}/other"}))
+        assert await n.resume() == 0
+        await n.drain()
+        await n.close()
+        assert Outbox(str(db)).states() == {row[0]: DROPPED}
+        again = process(db, hooks)
+        assert await again.resume() == 0
+        await again.close()
+    assert hooks.received == [] and hooks.attempts == {}
+    assert n.stats["dropped"] == 1
+
+
+async def test_a_removed_webhook_is_a_refusal_not_an_error(tmp_path):
+    with WebhookSink() as hooks:
+        n = process(tmp_path / "notify.sqlite", hooks, retries=3)
+        assert await n.deliver("gone-webhook", three_succeeded(1)[0]) is False
+        await n.close()
+    assert n.stats == {"failed": 1}  # Permanent: not retried
+
+
+async def test_over_max_pending_rows_stay_pending_and_the_next_start_delivers_them(tmp_path):
+    db = tmp_path / "notify.sqlite"
+    with WebhookSink() as hooks:
+        first = process(db, hooks, max_pending=1)
+        assert await first.notify_many(three_succeeded()) == 1
+        await first.drain()
+        await first.close()
+        assert first.stats["deferred"] == 2 and "dropped" not in first.stats
+        assert sorted(Outbox(str(db)).states().values()) == [PENDING, PENDING, SENT]
+        assert len(slack_titles(hooks)) == 1
+        second = process(db, hooks)
+        assert await second.resume() == 2
+        await second.drain()
+        await second.close()
+        assert set(Outbox(str(db)).states().values()) == {SENT}
+        assert sorted(slack_titles(hooks)) == sorted(f"GPU job gpu-alice-job-{i} succeeded" for i in range(3))
+        no_outbox = process(db, hooks, max_pending=0)
+        no_outbox.outbox = None  # without an outbox nothing could keep them: dropped, as before
+        assert await no_outbox.notify_many(three_succeeded()) == 0
+        assert no_outbox.stats == {"dropped": 3}
+
+
+def test_ended_rows_are_pruned_after_keep_done_s_at_most_once_an_hour(tmp_path):
+    from gpu_spawner.services.notify.outbox import KEEP_DONE_S, PRUNE_EVERY_S
+
+    now = [1000.0]
+    box = Outbox(str(tmp_path / "o.sqlite"), clock=lambda: now[0])
+    events = three_succeeded(5)
+    rows = [(outbox_id("c", ev), "c", ev) for ev in events]
+    box.record(rows)
+    ids = [r[0] for r in rows]
+
+    def age(row_id: str) -> None:  # ended (or, for a pending row, created) longer ago than kept
+        box._db.execute("UPDATE outbox SET ended = ?, created = ? WHERE id = ?",
+                        (time.time() - KEEP_DONE_S - 60,) * 2 + (row_id,))
+
+    box.end(ids[:2], SENT)  # one call, one transaction, both marked; the first end prunes (nothing old yet)
+    assert [box.states()[i] for i in ids] == [SENT, SENT, PENDING, PENDING, PENDING]
+    age(ids[0])
+    age(ids[4])  # pending: never pruned, however old
+    now[0] += PRUNE_EVERY_S - 1
+    box.end([ids[2]], DROPPED)  # within the hour: not looked for again
+    assert ids[0] in box.states()
+    now[0] += 1
+    box.end([ids[3]], FAILED)
+    assert box.states() == {ids[1]: SENT, ids[2]: DROPPED, ids[3]: FAILED, ids[4]: PENDING}
+    plan = box._db.execute("EXPLAIN QUERY PLAN DELETE FROM outbox WHERE state IN (?, ?, ?) AND ended < ?",
+                           (SENT, DROPPED, FAILED, 0)).fetchall()
+    assert "outbox_state_ended" in str(plan)  # the prune reads the index, not the whole table

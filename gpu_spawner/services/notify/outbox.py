@@ -17,6 +17,8 @@ Two tables, written together:
     restart; one that was sent, never again (at least once: a crash between a delivery and its mark resends
     that one message).
 The new statuses and the events they make go in one transaction: a crash leaves both or neither.
+Every method blocks (SQLite, fsync at COMMIT): the Notifier calls them with asyncio.to_thread, never on the
+event loop; one connection (check_same_thread=False) serialised by the Outbox's own lock.
 """
 from __future__ import annotations
 
@@ -24,18 +26,21 @@ import dataclasses
 import json
 import threading
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpu_spawner.services.notify.events import Event
 from gpu_spawner.services.sqlite_db import open_wal
 
 #: Rows that ended (sent, dropped, failed) are kept this long, then deleted: enough to de-duplicate a replay.
 KEEP_DONE_S = 14 * 86400
+#: ... and looked for at most this often (the first `end` after opening, then once an hour), not per delivery.
+PRUNE_EVERY_S = 3600.0
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_seen (namespace TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (namespace, name));
 CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, channel TEXT NOT NULL, event TEXT NOT NULL,
     state TEXT NOT NULL, created REAL NOT NULL, ended REAL);
+CREATE INDEX IF NOT EXISTS outbox_state_ended ON outbox (state, ended);
 CREATE TABLE IF NOT EXISTS outbox_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 PENDING, SENT, DROPPED, FAILED = "pending", "sent", "dropped", "failed"
@@ -59,10 +64,11 @@ def _event(text: str) -> Event:
 
 
 class Outbox:
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic):
+        self.path, self._clock = path, clock
         self._lock = threading.Lock()
         self._db = open_wal(path, SCHEMA)
+        self._pruned: float | None = None  # when (clock) ended rows were last pruned; None: not yet
 
     def seen(self) -> dict[Key, dict] | None:
         """The statuses last seen per job; None before the first baseline."""
@@ -74,7 +80,11 @@ class Outbox:
 
     def record(self, rows: Iterable[Row], changed: dict[Key, dict | None] | None = None) -> list[Row]:
         """Queue `rows` and write the `changed` statuses (None: the job is gone) in one transaction; returns
-        the rows that were new (the others were queued before: not again)."""
+        the rows that were new (the others were queued before: not again). No rows and `changed` None: nothing
+        to write, no transaction."""
+        rows = list(rows)
+        if not rows and changed is None:
+            return []
         now, new = time.time(), []
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -105,12 +115,29 @@ class Outbox:
                                      (PENDING,)).fetchall()
         return [(i, channel, _event(text)) for i, channel, text in found]
 
-    def end(self, row_id: str, state: str) -> None:
-        """A delivery ended (SENT, DROPPED, FAILED); ended rows older than KEEP_DONE_S go."""
+    def end(self, row_ids: Iterable[str], state: str) -> None:
+        """Deliveries ended (SENT, DROPPED, FAILED), all in one transaction; ended rows older than KEEP_DONE_S
+        go, looked for at most once every PRUNE_EVERY_S."""
+        ids = [row_ids] if isinstance(row_ids, str) else list(row_ids)
+        if not ids:
+            return
         now = time.time()
         with self._lock:
-            self._db.execute("UPDATE outbox SET state = ?, ended = ? WHERE id = ?", (state, now, row_id))
-            self._db.execute("DELETE FROM outbox WHERE state != ? AND ended < ?", (PENDING, now - KEEP_DONE_S))
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("UPDATE outbox SET state = ?, ended = ? WHERE id = ?",
+                                     [(state, now, i) for i in ids])
+                tick = self._clock()
+                prune = self._pruned is None or tick - self._pruned >= PRUNE_EVERY_S
+                if prune:
+                    self._db.execute("DELETE FROM outbox WHERE state IN (?, ?, ?) AND ended < ?",  # the index
+                                     (SENT, DROPPED, FAILED, now - KEEP_DONE_S))  # (state != ? would scan)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if prune:
+                self._pruned = tick
 
     def states(self) -> dict[str, str]:
         """id → state (tests, the doctor)."""

@@ -1,7 +1,8 @@
 """Delivery: each event to each channel its user opted into, in the background, retried with exponential
 backoff (a mail server or webhook that is down for a while loses nothing; one that refuses is not
 hammered). Bounded: at most `max_pending` deliveries wait at once, and an event key is delivered once; with
-an `Outbox` (outbox.py) also across restarts: what was queued and not delivered is delivered after one.
+an `Outbox` (outbox.py) also across restarts: what was queued and not delivered is delivered after one (and
+what is over `max_pending` stays queued for then). The outbox's SQLite work runs in worker threads.
 """
 from __future__ import annotations
 
@@ -94,8 +95,9 @@ TRANSIENT = (Transient, aiohttp.ClientError, asyncio.TimeoutError, OSError, aios
 
 
 class Notifier:
-    """Events in, deliveries out; `stats` counts queued / sent / retried / failed / dropped / rate_limited (at
-    most `max_per_user_hour` deliveries per user per hour: one user's flood of events never mails on and on)."""
+    """Events in, deliveries out; `stats` counts queued / sent / retried / failed / dropped / deferred (over
+    `max_pending`, left in the outbox) / rate_limited (at most `max_per_user_hour` deliveries per user per
+    hour: one user's flood of events never mails on and on)."""
 
     def __init__(self, channels: Channels, store: PreferenceStore, smtp: Smtp | None = None, retries: int = 5,
                  backoff: float = 2.0, backoff_max: float = 300.0, timeout: float = 20.0, max_pending: int = 1000,
@@ -147,24 +149,45 @@ class Notifier:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    def notify(self, event: Event) -> int:
+    async def notify(self, event: Event) -> int:
         """Queue `event` for each channel its user chose for its kind; returns how many were queued."""
-        return self.notify_many([event])
+        return await self.notify_many([event])
 
-    def notify_many(self, events: list[Event], changed: dict | None = None) -> int:
+    async def notify_many(self, events: list[Event], changed: dict | None = None) -> int:
         """`notify` for each event; with an outbox, durably and in one transaction with the job statuses
-        `changed` (outbox.Outbox.record), so an event is neither lost nor queued twice across a restart."""
+        `changed` (outbox.Outbox.record), so an event is neither lost nor queued twice across a restart. The
+        outbox's SQLite work runs in a worker thread: the event loop (every gpu-jobs request) never waits on it."""
         rows = [(outbox_id(name, ev), name, ev) for ev in events
                 for name in self.store.wants(ev.user, ev.kind, self.channels)]
         if self.outbox is not None:
-            rows = self.outbox.record(rows, changed)
-        return sum(self._dispatch(row) for row in rows if self._first(row[0]))
+            if not rows and changed is None:
+                return 0
+            rows = await asyncio.to_thread(self.outbox.record, rows, changed)
+        dropped: list[str] = []
+        queued = sum(self._dispatch(row, dropped) for row in rows if self._first(row[0]))
+        await self._end(dropped, DROPPED)
+        return queued
 
-    def resume(self) -> int:
-        """Deliver what the outbox holds as pending (queued before a restart, not delivered); returns how many."""
+    async def resume(self) -> int:
+        """Deliver what the outbox holds as pending (queued before a restart, not delivered); returns how many.
+        A row whose channel its user no longer wants (opted out, or the admin removed the webhook) is ended
+        DROPPED, not sent: the channel's name may since stand for another team's URL."""
         if self.outbox is None:
             return 0
-        resumed = sum(self._dispatch(row, limited=False) for row in self.outbox.pending() if self._first(row[0]))
+        dropped: list[str] = []
+        resumed = 0
+        for row in await asyncio.to_thread(self.outbox.pending):
+            row_id, name, event = row
+            if not self._first(row_id):
+                continue
+            if name not in self.store.wants(event.user, event.kind, self.channels):
+                self.stats["dropped"] += 1
+                log.info("%r notification for %s to %s queued before a restart: dropped, that channel is no "
+                         "longer wanted or configured", event.kind, event.user, name)
+                dropped.append(row_id)
+                continue
+            resumed += self._dispatch(row, dropped, limited=False)
+        await self._end(dropped, DROPPED)
         if resumed:
             log.info("%d notification(s) queued before a restart: delivering them now", resumed)
         return resumed
@@ -178,18 +201,26 @@ class Notifier:
             self._seen.popitem(last=False)
         return True
 
-    def _dispatch(self, row: tuple[str, str, Event], limited: bool = True) -> int:
+    def _dispatch(self, row: tuple[str, str, Event], dropped: list[str], limited: bool = True) -> int:
+        """Start one delivery (1) or not (0); a row to end DROPPED is added to `dropped`, for the caller to
+        mark in one transaction."""
         row_id, name, event = row
         if limited and not self.allow(event.user):
             self.stats["rate_limited"] += 1
             log.warning("%r notification for %s to %s dropped: over %d per hour", event.kind, event.user, name,
                         self.max_per_user_hour)
-            return self._end(row_id, DROPPED)
+            dropped.append(row_id)
+            return 0
         if len(self._tasks) >= self.max_pending:
+            if self.outbox is not None:  # kept: delivered after the next start, not lost
+                self.stats["deferred"] += 1
+                log.warning("%r notification for %s to %s left pending for the next start: %d deliveries "
+                            "already wait", event.kind, event.user, name, len(self._tasks))
+                return 0
             self.stats["dropped"] += 1
             log.error("%r notification for %s to %s dropped: %d deliveries already wait", event.kind,
                       event.user, name, len(self._tasks))
-            return self._end(row_id, DROPPED)
+            return 0
         task = asyncio.ensure_future(self._deliver_row(row_id, name, event))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -198,15 +229,17 @@ class Notifier:
 
     async def _deliver_row(self, row_id: str, name: str, event: Event) -> None:
         """One outbox row delivered and marked (cancelled at shutdown: it stays pending for the next start)."""
-        self._end(row_id, SENT if await self.deliver(name, event) else FAILED)
+        await self._end([row_id], SENT if await self.deliver(name, event) else FAILED)
 
-    def _end(self, row_id: str, state: str) -> int:
-        if self.outbox is not None:
-            try:
-                self.outbox.end(row_id, state)
-            except sqlite3.Error as e:  # the delivery happened; a resend after a restart is the worst case
-                log.error("notification outbox: could not mark %s %s: %s", row_id, state, e)
-        return 0
+    async def _end(self, row_ids: list[str], state: str) -> None:
+        """Mark outbox rows ended, in one transaction in a worker thread (nothing without an outbox)."""
+        if self.outbox is None or not row_ids:
+            return
+        try:
+            await asyncio.to_thread(self.outbox.end, row_ids, state)
+        except sqlite3.Error as e:  # the delivery happened; a resend after a restart is the worst case
+            log.error("notification outbox: could not mark %d row(s) %s (%s): %s", len(row_ids), state,
+                      row_ids[0], e)
 
     async def _once(self, name: str, event: Event) -> None:
         if name == NOTIFY_EMAIL:
@@ -215,7 +248,9 @@ class Notifier:
                 raise Permanent("no e-mail address or mail server")
             await send_email(self.smtp, event, to)
             return
-        hook = self.channels.webhooks[name]
+        hook = self.channels.webhooks.get(name)
+        if hook is None:  # removed by the admin since it was queued
+            raise Permanent("the channel is no longer configured")
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         await send_webhook(self._session, hook.url, webhook_payload(hook.kind, event), self.timeout)

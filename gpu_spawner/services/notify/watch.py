@@ -36,8 +36,8 @@ def compare(seen: dict | None, jobs: list[dict], statuses: list[dict], hub_url: 
 
 
 async def watch_jobs(kube, notifier: Notifier, hub_url: str = "", settle: float = 0.5, every: float = 30.0) -> None:
-    seen = notifier.outbox.seen() if notifier.outbox is not None else None
-    notifier.resume()  # deliveries queued before a restart
+    seen = await asyncio.to_thread(notifier.outbox.seen) if notifier.outbox is not None else None
+    await notifier.resume()  # deliveries queued before a restart
     cache = kube.cache
     while True:
         signal = cache.change_signal
@@ -46,7 +46,7 @@ async def watch_jobs(kube, notifier: Notifier, hub_url: str = "", settle: float 
                 jobs = await kube.jobs(None)
                 events, now, changed = compare(seen, jobs, await kube.statuses(jobs, with_logs=False), hub_url)
                 if events or changed or seen is None:
-                    notifier.notify_many(events, changed)
+                    await notifier.notify_many(events, changed)
                 seen = now
         except asyncio.CancelledError:
             raise

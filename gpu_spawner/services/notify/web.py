@@ -140,7 +140,8 @@ class CullWarningsHandler(web.RequestHandler):
         if len(items) > MAX_WARNINGS or not all(isinstance(u, str) and isinstance(w, dict) for u, w in items):
             raise web.HTTPError(400, "warnings: users' warning objects, at most %d" % MAX_WARNINGS)
         n: Notifier | None = self.settings.get("notifier")
-        queued = sum(n.notify(cull_event(u, w, self.settings.get("hub_url", ""))) for u, w in items) if n else 0
+        hub_url = self.settings.get("hub_url", "")  # all of them in one outbox transaction, off the event loop
+        queued = await n.notify_many([cull_event(u, w, hub_url) for u, w in items]) if n else 0
         self.set_status(202)
         self.finish({"queued": queued})
 
