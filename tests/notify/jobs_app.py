@@ -96,7 +96,7 @@ class Service:
     def notify(self, user: str, job: str) -> None:
         async def go():
             for ev in job_events(status(RUNNING, user=user, name=job), status(FAILED, user=user, name=job)):
-                self.notifier.notify(ev)
+                await self.notifier.notify(ev)
             await self.notifier.drain()
         asyncio.run_coroutine_threadsafe(go(), self.loop).result(30)
 
