@@ -386,6 +386,9 @@ def parse_profiles_text(text: str, source: str | None = None) -> ProfilesConfig:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ProfilesError([Problem("", f"not valid YAML: {where}{getattr(e, 'problem', e)}")], source) from None
+    except ValueError as e:  # a value YAML's constructors cannot make: an integer of > 4300 digits, 2026-02-30
+        why = str(e).split("; use sys.", 1)[0][:200]
+        raise ProfilesError([Problem("", f"not valid YAML: a value cannot be read ({why})")], source) from None
     return parse_profiles(data, source)
 
 

@@ -326,6 +326,14 @@ def test_not_yaml_tab_indent_names_the_line():
     assert "not valid YAML" in problem.message and "line 3" in problem.message, problem.message
 
 
+@pytest.mark.parametrize("value, words", [("9" * 5000, "4300 digits"), ("2026-02-30", "day is out of range")])
+def test_a_value_yaml_cannot_construct_is_a_problem_not_a_traceback(value, words):
+    # PyYAML raises ValueError (not YAMLError) from its int and timestamp constructors
+    [problem] = problems_of(BASE + f"x_unreadable: {value}\n")
+    assert "not valid YAML" in problem.message and words in problem.message, problem.message
+    assert "set_int_max_str_digits" not in problem.message and len(problem.message) < 300
+
+
 def test_duplicate_key_is_refused_with_its_line():
     # PyYAML keeps the last of two equal keys silently; a second `gput4:` would hide the first pool.
     lines = BASE.splitlines(keepends=True)
