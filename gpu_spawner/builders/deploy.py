@@ -295,7 +295,7 @@ def warm_capacity_header(cfg: ProfilesConfig) -> str:
              "your resource group and cluster in the ConfigMap. The same changes as commands (RESOURCE_GROUP, "
              "CLUSTER set):"]
     for _pool, when, words in cmds:
-        lines += [f"  {when}:", "    " + " ".join(w if w.startswith("$") else shlex.quote(w) for w in words)]
+        lines += [f"  {when}:", "    " + " ".join(f'"{w}"' if w.startswith("$") else shlex.quote(w) for w in words)]
     return "".join(f"# {one_line(x)}\n" for x in lines)
 
 

@@ -55,6 +55,14 @@ def test_least_privilege():
                                         "Microsoft.ContainerService/managedClusters/agentPools/write"]
 
 
+def test_the_headers_commands_quote_the_admins_variables():
+    header = deploy.warm_capacity_header(load_profiles(EXAMPLE_PROFILES))
+    cmds = [line for line in header.splitlines() if "az aks nodepool update" in line]
+    assert len(cmds) == 2
+    for line in cmds:
+        assert '--resource-group "$RESOURCE_GROUP" --cluster-name "$CLUSTER"' in line, line
+
+
 def test_no_warm_pool_renders_nothing_to_apply():
     cfg = cfg_with()
     assert WC.render_warm_capacity(cfg) == [] and WC.warm_commands(cfg) == []
