@@ -177,7 +177,7 @@ class Pool(_Strict):
         "for GPU pools); a profile's own `queue_servers` wins."))
     time_zone: ZoneName = Field("UTC", description=(
         "IANA time zone of the pool's `warm` schedule (e.g. `Europe/Berlin`; daylight saving followed)."))
-    warm: list[WarmWindow] = Field([], description=(
+    warm: list[WarmWindow] = Field([], max_length=28, description=(  # 28: warm_schedule.MAX_WINDOWS (a test checks)
         "Nodes kept ready on a schedule, e.g. `[{days: Mon-Fri, from: \"08:30\", to: \"18:00\", nodes: 1}]`: the "
         "autoscaler's minimum is raised in the window and back to `min_nodes` after it, so the first servers of "
         "the day do not wait for a node (AKS: `gpuhub render deploy` writes the CronJobs; docs/admin-guide.md)."))

@@ -130,8 +130,8 @@ def pool_problems(name: str, pool: Pool) -> list[WarmProblem]:
     out: list[WarmProblem] = []
     if not pool.warm:
         return out
-    if len(pool.warm) > MAX_WINDOWS:
-        out.append(WarmProblem(at, f"{len(pool.warm)} windows: at most {MAX_WINDOWS}"))
+    if len(pool.warm) > MAX_WINDOWS:  # the field's max_length refuses it first; the pairwise checks below are O(n²)
+        return [WarmProblem(at, f"{len(pool.warm)} windows: at most {MAX_WINDOWS}")]
     if not pool.max_nodes:
         out.append(WarmProblem(at, "a warm schedule changes the autoscaler's minimum, so the pool needs max_nodes "
                                    "(an autoscaled pool); set max_nodes or remove warm"))

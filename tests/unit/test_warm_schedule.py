@@ -137,3 +137,22 @@ def test_days_parser_never_crashes(text):
     except ValueError:
         return
     assert out and all(d in W.DAYS for d in out.split(","))
+
+
+def test_a_huge_warm_list_is_one_problem_found_fast():
+    """100k windows (a generated file gone wrong): one problem, at once; not O(n²) overlap problems."""
+    import time
+
+    from gpu_spawner.model.profiles import Pool
+
+    assert Pool.model_fields["warm"].metadata[0].max_length == W.MAX_WINDOWS
+    t0 = time.monotonic()
+    found = problems(with_warm([WORKDAY] * 100_000))
+    assert time.monotonic() - t0 < 5
+    assert [m for m in found if "warm" in m] == [m for m in found if m.startswith("pools.gput4.warm")]
+    (mine,) = [m for m in found if m.startswith("pools.gput4.warm")]
+    assert f"at most {W.MAX_WINDOWS}" in mine and "100000" in mine, mine
+    # the rule itself stops at the count too (a pool built without the field's check)
+    pool = parse_profiles(with_warm([WORKDAY])).pools["gput4"].model_copy(update={"warm": [W.WarmWindow(
+        days="Mon", start="08:00", end="09:00", nodes=1)] * 3000})
+    assert len(W.pool_problems("gput4", pool)) == 1
