@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from typing import Annotated, Any, Protocol
 
@@ -60,12 +61,23 @@ def zone_name(value: Any) -> str:
     """An IANA time zone (`Europe/Berlin`, `UTC`), as zoneinfo (and a CronJob's `timeZone`) knows it."""
     if not isinstance(value, str) or not value or len(value) > MAX_ZONE_LEN:
         raise ValueError(f"{value!r} is not a time zone; write an IANA name such as Europe/Berlin or UTC")
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"{value!r} is not a known IANA time zone; write e.g. Europe/Berlin, America/New_York "
-                         "or UTC") from None
+    if value.startswith(("posix/", "right/")) or value in _NOT_ZONES:
+        raise ValueError(f"{value!r} is a file of this machine's time zone database, not an IANA zone a CronJob's "
+                         "timeZone takes; write the zone's own name, e.g. Europe/Berlin or UTC")
+    if value not in _zones():  # exact: a case-insensitive file system would open europe/berlin too
+        near = next((z for z in sorted(_zones()) if z.lower() == value.lower()), None)
+        hint = f"did you mean {near}?" if near else "write e.g. Europe/Berlin, America/New_York or UTC"
+        raise ValueError(f"{value!r} is not a known IANA time zone; {hint}")
     return value
+
+
+#: Names the zoneinfo directory holds that are not zones the apiserver's CronJob `timeZone` should get.
+_NOT_ZONES = frozenset({"localtime", "Factory", "posixrules", "leapseconds", "tzdata.zi"})
+
+
+@lru_cache(maxsize=1)
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 Days = Annotated[str, BeforeValidator(parse_days)]

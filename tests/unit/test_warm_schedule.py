@@ -71,6 +71,13 @@ def test_bad_time_zones():
     for zone in ("Mars/Olympus", "../../etc/passwd", "", "E" * 65, 3):
         found = problems(with_warm([WORKDAY], time_zone=zone))
         assert any(m.startswith("pools.gput4.time_zone") for m in found), (zone, found)
+    # files of the zone database that zoneinfo opens but a CronJob's timeZone may not take; a name in the wrong
+    # case (a case-insensitive file system opens it)
+    for zone, words in (("localtime", "not an IANA zone"), ("Factory", "not an IANA zone"),
+                        ("posix/Europe/Berlin", "not an IANA zone"), ("right/Europe/Berlin", "not an IANA zone"),
+                        ("europe/berlin", "did you mean Europe/Berlin?")):
+        found = problems(with_warm([WORKDAY], time_zone=zone))
+        assert any(m.startswith("pools.gput4.time_zone") and words in m for m in found), (zone, found)
 
 
 def test_overlaps_and_pool_rules():
