@@ -7,6 +7,11 @@ queue the new one at the back. So each server pod carries the digest of the requ
 changes); a start whose pod has that digest and finds its old pod still gated keeps it (and hands JupyterHub
 the old pod's token, as JupyterHub allows a resumed server to). A pod of another request, one already
 admitted, or one being deleted is KubeSpawner's as before.
+
+The pod object is not trusted for the token: anyone who may create pods in the hub namespace could plant one
+with the expected name and digest, and JupyterHub registers a resumed server's token it does not know
+(generated=False), so a revoked token would come back. The pod is kept only when its token is a live API
+token of this user in the hub's database (`token_refusal`); else it is replaced like another request's pod.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import copy
 import hashlib
 import json
 from typing import Any
+
+from jupyterhub import orm
 
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, REQUEST_DIGEST_ANNOTATION
 
@@ -57,3 +64,19 @@ def kept_token(existing: dict[str, Any] | None, want: str) -> str | None:
     if not any(g.get("name") == KUEUE_ADMISSION_GATE for g in gates):
         return None
     return token_of(existing)
+
+
+def token_refusal(db: Any, orm_user: Any, token: str) -> str | None:
+    """Why `token` may not be handed back to JupyterHub for `orm_user`'s server (None: it may): it must be a
+    live (unexpired) API token of that user in the hub's database, as JupyterHub's own check of a resumed
+    server's token (User.spawn) expects; one it does not find it would register again."""
+    if db is None or orm_user is None:
+        return "the hub database is not at hand to check its token"
+    found = orm.APIToken.find(db, token)
+    if found is None:
+        return "its token is not in the hub database (revoked, expired or never issued)"
+    if found.user_id is None or found.user_id != orm_user.id:
+        return "its token belongs to someone else"
+    if found.expired:
+        return "its token has expired"
+    return None

@@ -175,14 +175,23 @@ class QueuedSpawnMixin(LoggingConfigurable):
         return True
 
     async def _kept_queued_pod(self, name: str, want: str) -> str | None:
-        """The token of this server's pod when it is still queued from the same request, else None."""
+        """The token of this server's pod when it is still queued from the same request and that token is a live
+        one of this user in the hub's database, else None (KubeSpawner's delete and create)."""
         try:
             existing = await self.api.read_namespaced_pod(name, self.namespace, _request_timeout=10)
         except Exception as e:  # noqa: BLE001 - 404 (the usual case) or the API: KubeSpawner's create decides
             if getattr(e, "status", None) != 404:
                 self.log.warning("could not read %s before creating it: %s", name, e)
             return None
-        return queued_pod.kept_token(self.api.api_client.sanitize_for_serialization(existing), want)
+        token = queued_pod.kept_token(self.api.api_client.sanitize_for_serialization(existing), want)
+        if token is None:
+            return None
+        why = queued_pod.token_refusal(getattr(self.user, "db", None), getattr(self.user, "orm_user", None), token)
+        if why:
+            self.log.warning("%s: its queued pod %s is not kept (%s): replaced, as a pod of another request",
+                             self._log_name, name, why)
+            return None
+        return token
 
     # ------------------------------------------------------------------ progress while queued
     async def queue_place(self, pod_name: str) -> wait_messages.QueuePlace | None:

@@ -1,12 +1,17 @@
 """A queued server's pod kept across a hub restart (hub/queued_pod.py, QueuedSpawnMixin's create): the next
 start of the same request keeps the gated pod and its place, any other pod is KubeSpawner's to replace.
-GPUSpawner's real manifest path (render_pod), the create against a stand-in for the pod API."""
+GPUSpawner's real manifest path (render_pod), the create against a stand-in for the pod API, the token checked
+in a real JupyterHub database (jupyterhub.orm, SQLite in memory): a kept pod's token must be a live one of
+this user, else the pod is replaced (a planted pod, a revoked token)."""
 from __future__ import annotations
 
 import asyncio
 import copy
+import logging
+from datetime import timedelta
 
 import pytest
+from jupyterhub import orm
 from kubernetes_asyncio.client import ApiException
 
 from gpu_spawner.contract import KUEUE_ADMISSION_GATE, REQUEST_DIGEST_ANNOTATION
@@ -69,16 +74,43 @@ class PodApi:
             raise ApiException(status=409, reason="Conflict")
 
 
-async def _create(held_token: str | None, same: bool) -> tuple:
-    """A queued start's create with a pod left from before a restart (held_token: none left)."""
+def hub_db():
+    """A JupyterHub database with alice and bob (the global OAuth client API tokens are issued under)."""
+    db = orm.new_session_factory("sqlite:///:memory:")()
+    db.add(orm.OAuthClient(identifier="jupyterhub"))
+    users = {name: orm.User(name=name) for name in ("alice", "bob")}
+    db.add_all(users.values())
+    db.commit()
+    return db, users
+
+
+def held_token_of(db, users, whose: str) -> str:
+    """The token a pod left from before the restart carries: alice's live one, bob's, or alice's revoked or
+    expired one."""
+    token = orm.APIToken.new(user=users["bob" if whose == "bob" else "alice"], note="server at /user/alice/")
+    if whose == "revoked":
+        db.delete(orm.APIToken.find(db, token))
+        db.commit()
+    elif whose == "expired":
+        orm.APIToken.find(db, token).expires_at = orm.APIToken.now() - timedelta(minutes=1)
+        db.commit()
+    return token
+
+
+async def _create(whose: str | None, same: bool) -> tuple:
+    """A queued start's create with a pod left from before a restart (whose: whose token it carries; None:
+    no pod left)."""
+    db, users = hub_db()
     spawner = make_spawner(EXAMPLE_PROFILES, "alice", ALICE, api_token="new-token")
+    spawner.user.db, spawner.user.orm_user, spawner.user.id = db, users["alice"], users["alice"].id
     spawner.user_options = {"profile": "t4-shared"}
     await spawner.load_user_options()
     spawner._queue = spawner._queue_for(spawner.user_options)
     assert spawner._queue is not None  # t4-shared queues in data-science's queue
     pod = await spawner.get_pod_manifest()
-    held = None
-    if held_token:
+    held, held_token = None, None
+    if whose:
+        held_token = held_token_of(db, users, whose)
         old = spawner.api.api_client.sanitize_for_serialization(pod)
         for e in old["spec"]["containers"][0]["env"]:
             if e["name"] in queued_pod.TOKEN_ENV:
@@ -91,18 +123,48 @@ async def _create(held_token: str | None, same: bool) -> tuple:
         stopped.append(now)
 
     spawner.stop = stop
-    done = await spawner._make_create_pod_request(pod, 10)
-    return done, spawner.api_token, api.created, stopped, pod
+    warnings = Warnings()
+    spawner.log.addHandler(warnings)
+    try:
+        done = await spawner._make_create_pod_request(pod, 10)
+    finally:
+        spawner.log.removeHandler(warnings)
+    return done, spawner.api_token, held_token, api.created, stopped, pod, warnings.messages
 
 
-@pytest.mark.parametrize("held_token, same, kept", [("old-token", True, True), ("old-token", False, False),
-                                                    (None, True, False)])
-def test_a_start_keeps_its_queued_pod_and_token_or_creates_as_kubespawner_does(held_token, same, kept):
-    done, token, created, stopped, pod = asyncio.run(_create(held_token, same))
+class Warnings(logging.Handler):
+    """The spawner's warnings (its traitlets logger does not reach pytest's caplog)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("whose, same, kept", [("alice", True, True), ("alice", False, False), (None, True, False),
+                                               ("bob", True, False), ("revoked", True, False),
+                                               ("expired", True, False)])
+def test_a_start_keeps_its_queued_pod_and_token_or_creates_as_kubespawner_does(whose, same, kept):
+    done, token, held_token, created, stopped, pod, warnings = asyncio.run(_create(whose, same))
     assert pod.metadata.annotations[REQUEST_DIGEST_ANNOTATION]  # every queued server pod carries it
     if kept:
-        assert done is True and token == "old-token" and created == [] and stopped == []
-    elif held_token:  # another request's pod: KubeSpawner's 409 path stops it and tries again
+        assert done is True and token == held_token and created == [] and stopped == []
+    elif whose:  # another request's pod, or a token not alice's live one: KubeSpawner's 409 path replaces it
         assert done is False and token == "new-token" and len(created) == 1 and stopped == [True]
+        if same:  # the digest matched: the warning says why the pod was not kept
+            assert any("is not kept" in w for w in warnings), warnings
     else:
         assert done is True and token == "new-token" and len(created) == 1
+
+
+def test_a_token_is_refused_unless_it_is_a_live_one_of_this_user():
+    db, users = hub_db()
+    alice, bob = users["alice"], users["bob"]
+    live = held_token_of(db, users, "alice")
+    assert queued_pod.token_refusal(db, alice, live) is None
+    assert "someone else" in queued_pod.token_refusal(db, bob, live)
+    assert "not in the hub database" in queued_pod.token_refusal(db, alice, held_token_of(db, users, "revoked"))
+    assert "not in the hub database" in queued_pod.token_refusal(db, alice, "planted-" + "x" * 32)
+    assert queued_pod.token_refusal(None, None, live)  # no database at hand: not kept
