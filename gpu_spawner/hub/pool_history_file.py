@@ -4,8 +4,9 @@ Why a file and not a rebuild: the pods whose bindings made the history are mostl
 restarts (a stopped or culled server's pod is deleted, and Kueue's Workload for it with it), so neither the
 pod relist nor the Workloads hold them any more; the hub's own folder (z2jh: /srv/jupyterhub, the hub-db
 volume beside jupyterhub.sqlite) survives the restart. The file is written at most every `SAVE_EVERY_S`
-seconds after a change (off the event loop, by a rename: a crash leaves the old file whole), read once when
-the pod watch starts, and merged with what the relist adds. Bounded like the history itself; a damaged or
+seconds after a change (off the event loop, fsynced, then renamed: a crash or power loss leaves the old file
+whole), read once when the pod watch starts (in a thread: the size checked first, then parsed off the event
+loop), and merged with what the relist adds. Bounded like the history itself; a damaged or
 foreign file is ignored (the history starts empty, as before) with one warning.
 """
 from __future__ import annotations
@@ -46,33 +47,71 @@ def _text(value: Any, limit: int = 253) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= limit else None
 
 
-def load_into(history: PoolHistory, data: bytes) -> int:
-    """Merge the file's bindings into `history` (those it has already win); returns how many were added.
-    ValueError for a file that is not this format; entries that do not read as bindings are skipped."""
+Parsed = dict[tuple[str, str], "OrderedDict[str, Admission]"]
+
+
+def parse(data: bytes) -> Parsed:
+    """The file's bindings per (pool, resource), at most MAX_HISTORY each (the newest), pure: runs off the loop.
+    ValueError for a file that is not this format; entries that do not read as bindings (a bad time
+    included) are skipped, the rest kept."""
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{len(data)} bytes, over the {MAX_FILE_BYTES} a history file can be")
     doc = json.loads(data)  # ValueError (JSONDecodeError, UnicodeDecodeError) when it is not JSON
     if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("pools"), list):
         raise ValueError("not a version-1 pool history")
-    added = 0
+    parsed: Parsed = {}
     for entry in doc["pools"][:MAX_KEYS]:
         key = (_text(entry.get("pool")), _text(entry.get("resource"))) if isinstance(entry, dict) else (None, None)
         bindings = entry.get("bindings") if isinstance(entry, dict) else None
         if None in key or not isinstance(bindings, list):
             continue
-        hist = history.history.setdefault(key, OrderedDict())
+        hist = parsed.setdefault(key, OrderedDict())
         for b in bindings[-MAX_HISTORY:]:
             if not (isinstance(b, list) and len(b) == 3 and (uid := _text(b[0], 300)) and uid not in hist):
                 continue
-            created, admitted = (parse_time(t) if _text(t, 64) else None for t in b[1:])
+            try:
+                created, admitted = (parse_time(t) if _text(t, 64) else None for t in b[1:])
+            except (ValueError, OverflowError):
+                continue  # one bad time: that binding only
             if created and admitted:
                 hist[uid] = Admission(created, admitted)
+        if not hist:
+            del parsed[key]
+    return parsed
+
+
+def merge(history: PoolHistory, parsed: Parsed) -> int:
+    """Merge parsed bindings into `history` (those it has already win); returns how many were added. Cheap
+    enough for the loop: a (pool, resource) the history does not have yet is taken whole."""
+    added = 0
+    for key, got in parsed.items():
+        hist = history.history.get(key)
+        if hist is None:
+            history.history[key] = got
+            added += len(got)
+            continue
+        for uid, a in got.items():
+            if uid not in hist:
+                hist[uid] = a
                 added += 1
         while len(hist) > MAX_HISTORY:
             del hist[next(iter(hist))]
-        if not hist:
-            del history.history[key]
     return added
+
+
+def load_into(history: PoolHistory, data: bytes) -> int:
+    """parse + merge: the file's bindings into `history`; returns how many were added (ValueError as parse)."""
+    return merge(history, parse(data))
+
+
+def read(path: Path) -> Parsed:
+    """The file at `path`, parsed (blocking: run it off the loop). Its size is checked before it is read: a
+    file over MAX_FILE_BYTES is refused unread (and at most MAX_FILE_BYTES + 1 bytes are ever read)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"{size} bytes, over the {MAX_FILE_BYTES} a history file can be")
+        return parse(f.read(MAX_FILE_BYTES + 1))
 
 
 class HistoryFile:
@@ -84,13 +123,26 @@ class HistoryFile:
         self._timer: asyncio.TimerHandle | None = None
 
     def attach(self, history: PoolHistory) -> PoolHistory:
+        """Read the file into `history` here (blocking: a script, a test) and save it after each change."""
+        return self._attached(history, self._read())
+
+    async def load(self, history: PoolHistory) -> PoolHistory:
+        """`attach` for the hub: the file is read and parsed in a thread, the event loop keeps running."""
+        return self._attached(history, await asyncio.to_thread(self._read))
+
+    def _read(self) -> Parsed | None:
         try:
-            added = load_into(history, self.path.read_bytes())
-            log.info("pool wait history: %d binding(s) read back from %s", added, self.path)
+            return read(self.path)
         except FileNotFoundError:
-            pass
+            return None
         except (OSError, ValueError) as e:
             log.warning("pool wait history: %s is unreadable (%s); starting without it", self.path, e)
+            return None
+
+    def _attached(self, history: PoolHistory, parsed: Parsed | None) -> PoolHistory:
+        if parsed is not None:
+            added = merge(history, parsed)
+            log.info("pool wait history: %d binding(s) read back from %s", added, self.path)
         history.on_change = lambda: self.changed(history)
         return history
 
@@ -117,6 +169,8 @@ class HistoryFile:
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename: a power loss leaves the old file or the new
             os.replace(tmp, self.path)
         except OSError as e:
             log.warning("pool wait history: could not save %s (%s); kept in memory", self.path, e)

@@ -239,7 +239,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
                 inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
                 cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
                 if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
-                    HistoryFile(self.pool_history_file).attach(cls._pool_history)
+                    await HistoryFile(self.pool_history_file).load(cls._pool_history)
                 inf.views.append(cls._pool_history)  # fed by the same list and watch: no request of its own
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
                 await inf.start()  # not synced in time: the picker says "unknown" until it is

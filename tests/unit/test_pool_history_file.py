@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_wait_estimate import CFG, T0, history_of_waits, pod  # tests/unit is on the path (no package)
 
-from gpu_spawner.hub.pool_history_file import HistoryFile, dump, load_into
+from gpu_spawner.hub.pool_history_file import MAX_FILE_BYTES, HistoryFile, dump, load_into
 from gpu_spawner.hub.pool_wait_estimate import MAX_HISTORY, PoolHistory
 
 KEY = ("gpuh100", "nvidia.com/gpu")
@@ -111,3 +113,70 @@ def test_hostile_files_are_refused_or_skipped_never_a_crash(data):
         return
     for hist in h.history.values():  # whatever was taken reads as bindings
         assert hist and all(a.created.tzinfo and a.admitted.tzinfo for a in hist.values())
+
+
+def test_one_bad_binding_is_skipped_and_the_rest_kept(tmp_path):
+    good = [[f"u{i}", (T0 + timedelta(minutes=i)).isoformat(), (T0 + timedelta(minutes=i + 5)).isoformat()]
+            for i in range(4)]
+    bad = ["u-bad", "2026-13-45T99:00:00Z", T0.isoformat()]  # reads as a time to neither parser
+    doc = {"version": 1, "pools": [{"pool": KEY[0], "resource": KEY[1], "bindings": good[:2] + [bad] + good[2:]},
+                                   {"pool": "gpua100", "resource": KEY[1], "bindings": good}]}
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(doc))
+    h = HistoryFile(path).attach(PoolHistory(lambda: CFG))
+    assert list(h.history[KEY]) == ["u0", "u1", "u2", "u3"]  # the bindings after the bad one too
+    assert list(h.history[("gpua100", KEY[1])]) == ["u0", "u1", "u2", "u3"]  # and the pools after it
+
+
+def test_a_file_over_the_bound_is_refused_unread(tmp_path, caplog):
+    path = tmp_path / "h.json"
+    with open(path, "wb") as f:
+        f.truncate(2**36)  # 64 GiB, sparse: read whole, the hub would stall or run out of memory
+    h = HistoryFile(path).attach(PoolHistory(lambda: CFG))
+    assert h.history == {} and f"{2**36} bytes, over the {MAX_FILE_BYTES}" in caplog.text  # its size, by stat
+
+
+def test_the_hub_loads_the_file_off_its_event_loop(tmp_path):
+    """A big valid file loads in a thread: a ticker on the loop keeps ticking meanwhile (a load on the loop
+    would let no tick run until it is done)."""
+    pools = [{"pool": f"pool{k}", "resource": KEY[1], "bindings": [
+        [f"u{i}", (T0 + timedelta(minutes=i)).isoformat(), (T0 + timedelta(minutes=i + 5)).isoformat()]
+        for i in range(MAX_HISTORY)]} for k in range(30)]
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"version": 1, "pools": pools}))
+
+    async def run():
+        gaps, ticks, done = [], 0, False
+
+        async def ticker():
+            nonlocal ticks
+            last = time.monotonic()
+            while not done:
+                await asyncio.sleep(0.005)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last, ticks = now, ticks + 1
+
+        task = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.02)
+        before = ticks
+        h = await HistoryFile(path).load(PoolHistory(lambda: CFG))
+        during = ticks - before
+        done = True
+        await task
+        return h, during, max(gaps)
+
+    h, during, worst = asyncio.run(run())
+    assert len(h.history) == 30 and all(len(hist) == MAX_HISTORY for hist in h.history.values())
+    assert during >= 2 and worst < 0.05, (during, worst)
+
+
+def test_a_save_is_on_disk_before_the_rename(tmp_path, monkeypatch):
+    path, order = tmp_path / "h.json", []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr("gpu_spawner.hub.pool_history_file.os.fsync",
+                        lambda fd: (order.append(("fsync", os.fstat(fd).st_size)), real_fsync(fd)))
+    monkeypatch.setattr("gpu_spawner.hub.pool_history_file.os.replace",
+                        lambda a, b: (order.append(("replace", None)), real_replace(a, b)))
+    HistoryFile(path).save(b'{"version":1,"pools":[]}')
+    assert order == [("fsync", 24), ("replace", None)] and path.read_bytes() == b'{"version":1,"pools":[]}'
