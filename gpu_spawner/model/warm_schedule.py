@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
-from datetime import datetime
 from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -163,7 +163,50 @@ def pool_problems(name: str, pool: Pool) -> list[WarmProblem]:
                 out.append(WarmProblem(f"{at}[{j}]", f"{b.start}–{b.end} overlaps warm[{i}] ({a.start}–{a.end}) on "
                                                      f"{', '.join(both)}; one window per time: split them or give "
                                                      "the busier one's nodes"))
+    if out:
+        return out
+    st = steps(pool)
+    if len(st) == 1 and st[0][1] > pool.min_nodes:  # nothing ever changes: no CronJob would raise the minimum
+        out.append(WarmProblem(at, f"the windows cover the whole week at {st[0][1]} nodes, so the minimum never "
+                                   f"changes; set min_nodes: {st[0][1]} instead of warm"))
+    for c in changes(pool):
+        skipped = next((g for g in gaps(pool.time_zone) if g[0].weekday() in c.days and g[1] <= minutes(c.at) < g[2]),
+                       None)
+        if skipped:
+            day, a, b = skipped
+            i = next((f"[{i}]" for i, w in enumerate(pool.warm) if c.at in (w.start, w.end) or (
+                c.at == "00:00" and w.end == "24:00")), "")
+            out.append(WarmProblem(f"{at}{i}", f"{c.at} does not exist in {pool.time_zone} on {DAYS[day.weekday()]} "
+                                                 f"{day.isoformat()} (the clocks skip {a // 60:02d}:{a % 60:02d}–"
+                                                 f"{b // 60:02d}:{b % 60:02d}), so the CronJob that sets min-count "
+                                                 f"{c.min_count} at {c.at} does not run that day; move the time out "
+                                                 "of the skipped hour"))
     return out
+
+
+@lru_cache(maxsize=64)
+def gaps(zone: str, first_year: int | None = None) -> tuple[tuple[date, int, int], ...]:
+    """The local times that do not exist in `zone` (clocks moved forward), this year and next (or from
+    `first_year`): (date, first minute skipped, first minute after), found by the round trip local → UTC → local."""
+    tz = zoneinfo.ZoneInfo(zone)
+    day = date(first_year or datetime.now(timezone.utc).year, 1, 1)
+    out: list[tuple[date, int, int]] = []
+
+    def offset(d: date) -> Any:
+        return datetime.combine(d, time(0), tz).utcoffset()
+
+    for _ in range(2 * 366):
+        nxt = day + timedelta(days=1)
+        if offset(day) != offset(nxt):
+            skipped = [m for m in range(1440) if not _exists(datetime.combine(day, time(m // 60, m % 60), tz))]
+            if skipped:
+                out.append((day, skipped[0], skipped[-1] + 1))
+        day = nxt
+    return tuple(out)
+
+
+def _exists(local: datetime) -> bool:
+    return local.astimezone(timezone.utc).astimezone(local.tzinfo).replace(tzinfo=None) == local.replace(tzinfo=None)
 
 
 # ---------------------------------------------------------------------------------------------- the step function

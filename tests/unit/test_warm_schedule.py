@@ -3,7 +3,7 @@ step function and the daily min-count changes rendered for AKS."""
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 import pytest
 import yaml
@@ -127,7 +127,12 @@ def test_changes_replayed_over_the_week_give_the_step_function(raw):
                         "to": f"{b // 2:02d}:{b % 2 * 30:02d}", "nodes": nodes})
     if not windows:
         return
-    pool = parse_profiles(with_warm(windows)).pools["gput4"]
+    data = with_warm(windows, time_zone="UTC")  # no daylight-saving gap to refuse a change time in
+    whole_week = all(any(x in d and a <= h < b for d, a, b in taken) for x in range(7) for h in range(48))
+    if whole_week and len({w["nodes"] for w in windows}) == 1:
+        assert any("whole week" in m for m in problems(data))  # no change to render: refused
+        return
+    pool = parse_profiles(data).pools["gput4"]
     events = sorted((d * 1440 + W.minutes(c.at), c.min_count) for c in W.changes(pool) for d in c.days)
     value = events[-1][1] if events else W.minimum_at_minute(pool, 0)  # Sunday night carries into Monday
     for t in range(0, W.WEEK_MIN, 30):
@@ -163,3 +168,41 @@ def test_a_huge_warm_list_is_one_problem_found_fast():
     pool = parse_profiles(with_warm([WORKDAY])).pools["gput4"].model_copy(update={"warm": [W.WarmWindow(
         days="Mon", start="08:00", end="09:00", nodes=1)] * 3000})
     assert len(W.pool_problems("gput4", pool)) == 1
+
+
+@pytest.mark.parametrize("warm", [
+    [{"days": "Mon-Sun", "from": "00:00", "to": "24:00", "nodes": 2}],
+    [{"days": "Mon-Sun", "from": "00:00", "to": "12:00", "nodes": 2},
+     {"days": "Mon-Sun", "from": "12:00", "to": "24:00", "nodes": 2}],
+])
+def test_a_schedule_covering_the_whole_week_at_one_value_is_refused(warm):
+    """No step, so no CronJob: the pool would never get its nodes. min_nodes says it."""
+    found = problems(with_warm(warm))
+    assert any(m.startswith("pools.gput4.warm") and "set min_nodes: 2 instead" in m for m in found), found
+    # the whole week at two values does change: accepted
+    day = {"days": "Mon-Sun", "from": "00:00", "to": "12:00", "nodes": 2}
+    pool = parse_profiles(with_warm([day, {**day, "from": "12:00", "to": "24:00", "nodes": 3}],
+                                    time_zone="UTC")).pools["gput4"]
+    assert [(c.at, c.min_count) for c in W.changes(pool)] == [("00:00", 2), ("12:00", 3)]
+
+
+@pytest.mark.parametrize("zone, window, where, words", [
+    ("Europe/Berlin", {"days": "Sun", "from": "02:30", "to": "06:00", "nodes": 1}, "warm[0]",
+     "02:30 does not exist in Europe/Berlin on Sun "),  # the last Sunday of March: 02:00–03:00 skipped
+    ("Europe/Berlin", {"days": "Sat-Sun", "from": "01:00", "to": "02:00", "nodes": 1}, "warm[0]",
+     "02:00 does not exist in Europe/Berlin on Sun"),
+    ("America/Santiago", {"days": "Sat", "from": "20:00", "to": "24:00", "nodes": 1}, "warm[0]",
+     "00:00 does not exist in America/Santiago on Sun"),
+])
+def test_a_change_time_the_clocks_skip_is_refused(zone, window, where, words):
+    """robfig/cron (the CronJob controller) steps over a skipped local time: that change would not run that day."""
+    found = problems(with_warm([window], time_zone=zone))
+    assert any(m.startswith(f"pools.gput4.{where}") and words in m for m in found), found
+
+
+def test_a_time_skipped_only_on_other_days_or_in_other_zones_is_fine():
+    sunday_gap = {"days": "Mon-Fri", "from": "02:30", "to": "06:00", "nodes": 1}  # Berlin skips it on Sundays only
+    parse_profiles(with_warm([sunday_gap], time_zone="Europe/Berlin"))
+    parse_profiles(with_warm([{**sunday_gap, "days": "Sun"}], time_zone="Asia/Tokyo"))
+    assert W.gaps("Europe/Berlin", 2027) == ((date(2027, 3, 28), 120, 180), (date(2028, 3, 26), 120, 180))
+    assert W.gaps("UTC") == ()
