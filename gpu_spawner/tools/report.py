@@ -126,8 +126,12 @@ def suggest_warm(args, now: datetime) -> int:
         raise ReportError("--min-starts must be above 0 and --lead between 0 and 120 minutes")
     cfg = load_profiles(args.file)
     store = reader(args.store)
-    starts = [(lt.profile, lt.start) for lt in store.finished(since, now) if lt.kind == "server" and lt.start >= since]
-    weeks = (now - since) / timedelta(weeks=1)
+    read = store.finished(since, now)
+    starts = [(lt.profile, lt.start) for lt in read if lt.kind == "server" and lt.start >= since]
+    # the weeks the history covers, not the weeks asked for: a store a week old asked for 28d is one week of starts
+    # (its earliest lifetime, server or job, is where its record begins; at least a day)
+    first = max(since, min((lt.start for lt in read), default=since))
+    weeks = max(now - first, timedelta(days=1)) / timedelta(weeks=1)
     print(text(suggest(cfg, starts, weeks, args.min_starts, args.lead)), end="")
     return 0
 

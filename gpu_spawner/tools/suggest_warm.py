@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.warm_schedule import DAYS
+from gpu_spawner.model.warm_schedule import DAYS, gaps
 
 #: Most weeks of history read (older habits are not this term's).
 MAX_WEEKS = 26
@@ -30,11 +30,28 @@ class Suggestion:
     covered: int  # of them, inside a window
     node_hours_per_week: float
     weeks: float
+    every_hour: bool = False  # busy all week: min_nodes, not a schedule (validate refuses a constant warm week)
 
     def yaml(self) -> str:
         items = ", ".join("{days: %s, from: \"%s\", to: \"%s\", nodes: 1}" % (w["days"], w["from"], w["to"])
                           for w in self.windows)
         return f"warm: [{items}]"
+
+
+def _clear_of_gaps(zone: str, a: int, b: int, day: int) -> tuple[int, int]:
+    """A window's edges moved out of the local times the zone skips on that weekday (validate refuses them: the
+    CronJob would not run that day): to the first time after the skipped hour (24:00 before a skipped midnight:
+    23:45)."""
+    def skipped(t: int, weekday: int) -> tuple | None:
+        return next((g for g in gaps(zone) if g[0].weekday() == weekday and g[1] <= t < g[2]), None)
+
+    if g := skipped(a, day):
+        a = g[2]
+    if b == 1440:
+        b = 1425 if skipped(0, (day + 1) % 7) else b
+    elif g := skipped(b, day):
+        b = g[2]
+    return a, max(b, min(1440, a + 60))
 
 
 def _hhmm(minutes: int) -> str:
@@ -61,7 +78,12 @@ def suggest(cfg: ProfilesConfig, starts: list[tuple[str, datetime]], weeks: floa
         for day in range(7):
             hot = [h for h in range(24) if count[(day, h)] / weeks >= min_starts]
             if hot:
-                per_day.setdefault((max(0, hot[0] * 60 - lead_min), (hot[-1] + 1) * 60), []).append(day)
+                edges = _clear_of_gaps(cfg.pools[name].time_zone, max(0, hot[0] * 60 - lead_min),
+                                       (hot[-1] + 1) * 60, day)
+                per_day.setdefault(edges, []).append(day)
+        if list(per_day) == [(0, 1440)] and len(per_day[(0, 1440)]) == 7:
+            out.append(Suggestion(name, [], len(seen), len(seen), 7 * 24.0, round(weeks, 1), every_hour=True))
+            continue
         windows, covered, minutes = [], 0, 0
         for (a, b), days in sorted(per_day.items(), key=lambda kv: kv[1][0]):
             windows.append({"days": ",".join(DAYS[d] for d in days), "from": _hhmm(a), "to": _hhmm(b), "nodes": 1})
@@ -78,6 +100,10 @@ def text(suggestions: list[Suggestion], node_add_s: float | None = None) -> str:
     wait = f"~{round(node_add_s / 60)} min" if node_add_s else "the time to add a node"
     lines = []
     for s in suggestions:
+        if s.every_hour:
+            lines.append(f"{s.pool}: {s.starts} starts in {s.weeks} weeks, every hour of the week busy enough: set "
+                         "min_nodes: 1 instead of a warm schedule.")
+            continue
         if not s.windows:
             lines.append(f"{s.pool}: {s.starts} starts in {s.weeks} weeks, no hour busy enough: stay at zero.")
             continue

@@ -87,3 +87,39 @@ def test_gpuhub_report_suggest_warm_reads_the_stores_server_starts(tmp_path, cap
     assert bad.out == "" and "--store" in bad.err
     assert main(["report", str(EXAMPLE_PROFILES), "--store", str(tmp_path), "--suggest-warm", "--since", "400d"]) == 2
     assert "at most 182d" in capsys.readouterr().err
+
+
+def test_the_mean_divides_by_the_weeks_the_store_covers_not_the_weeks_asked_for(tmp_path, capsys):
+    """A store one week old asked for --since 28d: its starts are one week's, not a quarter of four weeks'."""
+    from gpu_spawner.services.usage.accounting import Lifetime
+    from gpu_spawner.services.usage.store import UsageStore
+    from gpu_spawner.tools.cli import main
+
+    now = datetime.now(timezone.utc)
+    monday = (now - timedelta(days=7)).astimezone(zoneinfo.ZoneInfo("Europe/Berlin"))
+    monday = (monday - timedelta(days=monday.weekday())).replace(hour=9, minute=5, second=0, microsecond=0)
+    starts = [monday + timedelta(days=d) for d in range(5)]  # one week of Mon-Fri 09:05 starts
+    store = UsageStore(tmp_path)
+    store.append_finished([Lifetime(f"u{i}", "server", "jhub", f"jupyter-a{i}", f"a{i}", "", "t4-shared", "", 1,
+                                    0.5, t.astimezone(timezone.utc), t.astimezone(timezone.utc) + timedelta(hours=1))
+                           for i, t in enumerate(starts)])
+    store.close()
+    # one start per weekday-hour in the week recorded: a mean of about 1 (not 0.25) passes --min-starts 0.5
+    assert main(["report", str(EXAMPLE_PROFILES), "--store", str(tmp_path), "--suggest-warm", "--since", "28d",
+                 "--min-starts", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gput4:\n  warm: [{days: Mon,Tue,Wed,Thu,Fri, from: \"08:45\", to: \"10:00\"") and (
+        "5 of 5 starts" in out), out
+
+
+def test_suggested_edges_avoid_the_hour_daylight_saving_skips_and_a_busy_week_says_min_nodes():
+    # Berlin skips 02:00-03:00 on the last Sunday of March: a Sunday window ending at 02:00 ends at 03:00 instead
+    sunday_one = [("t4-shared", datetime(2026, 1, 4, 0, 30, tzinfo=timezone.utc))]  # Sun 01:30 Berlin
+    (s,) = suggest(CFG, sunday_one, weeks=1, min_starts=1, lead_min=0)
+    assert s.windows == [{"days": "Sun", "from": "01:00", "to": "03:00", "nodes": 1}]
+    data = copy.deepcopy(DATA)
+    data["pools"]["gput4"]["warm"] = s.windows
+    parse_profiles(data)
+    every = [("t4-shared", MONDAY + timedelta(hours=h)) for h in range(7 * 24)]
+    (s,) = suggest(CFG, every, weeks=1, min_starts=1, lead_min=0)
+    assert s.every_hour and not s.windows and "set min_nodes: 1 instead" in text([s])
