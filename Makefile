@@ -2,6 +2,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# `make test` on two workers (pytest-xdist), one per core: most of the suite waits on real processes (hubs,
+# the control plane, kernels), so two files at a time keep both cores busy; each worker has its own dev
+# cluster, and a file stays on one worker (its module-scoped hub, the ship tier's real nodes, at most one at a
+# time). PYTEST_WORKERS=0 runs it in one process, as before.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install labextension test-deps plan binaries node-deps test test-binaries test-installs dev-binaries unit lint dev bench matrix-venv images image-deps
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -100,9 +105,9 @@ JH55_TIERS := tests/unit tests/e2e/test_hub.py
 test: BINARIES_ARGS := --with-nodes
 test: plan
 	$(MAKE) --no-print-directory -j2 test-binaries test-installs
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	@if [ -f $(JH55_VENV)/.installed ]; then echo "== the same tiers on JupyterHub 5.5 (the z2jh 4.4.0 hub's pins) =="; \
-	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider $(JH55_TIERS) $(PYTEST_ARGS); fi
+	  $(JH55_VENV)/bin/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(JH55_TIERS) $(PYTEST_ARGS); fi
 
 # A cold `make test` spends most of its time compiling Go, on every core, while the installs and the image
 # builds mostly wait on the registries and the disk: so the two run side by side (`-j2` above), the Go build
