@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub.capacity_text import describe, slot_noun  # noqa: F401  (slot_noun: for progress)
+from gpu_spawner.hub.capacity_text import describe, node_add_seconds, slot_noun  # noqa: F401  (slot_noun: progress)
 from gpu_spawner.model import quantities
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -187,6 +187,8 @@ class ClusterState:
         #: Whether what the informers folded in is complete and current (they set this); when not,
         #: `profile_capacity` answers "unknown" instead of numbers that may be wrong.
         self.is_current: Callable[[], bool] = lambda: True
+        #: The pools' measured times to add a node (`node_add_times.NodeAddTimes`, set by its `watch`); None: none.
+        self.node_adds: Any = None
 
     def scope_of(self, profile: Profile) -> str | None:
         return profile.pool if self.cfg.pool_of(profile) is not None else CPU_SCOPE
@@ -365,7 +367,9 @@ class ClusterState:
                   waiting: int) -> ProfileCapacity:
         pool, resource = self.cfg.pool_of(profile), self.cfg.resource_name(profile)
         can_grow = pool is not None and pool.max_nodes is not None and pool.max_nodes > nodes
-        summary, outlook = describe(profile, pool, resource, total, free, fits, waiting, nodes, can_grow)
+        adds = self.node_adds
+        node_add_s = node_add_seconds(adds.samples_of(profile.pool)) if adds is not None and pool else None
+        summary, outlook = describe(profile, pool, resource, total, free, fits, waiting, nodes, can_grow, node_add_s)
         return ProfileCapacity(profile.slug, resource, total, free, fits, waiting, nodes, can_grow, summary, outlook)
 
     def recompute(self, profile: Profile) -> ProfileCapacity:

@@ -41,6 +41,16 @@ def scale_up_text(node_add_s: float | None) -> str:
     return f"starts in ~{max(1, math.ceil(node_add_s / 60))} min (a node is added)"
 
 
+def node_add_countdown(node_add_s: float, waited_s: float) -> str:
+    """What is left of the pool's recorded time to add a node after `waited_s`: 'a node is being added: about
+    4 min left'; never a negative time: past it, 'taking longer than usual'."""
+    left = node_add_s - max(0.0, waited_s) if math.isfinite(waited_s) else -1.0
+    if left > 0:
+        return f"a node is being added: about {max(1, math.ceil(left / 60))} min left"
+    usual = max(1, math.ceil(node_add_s / 60))
+    return f"a node is being added and is taking longer than usual (it usually takes about {usual} min)"
+
+
 def cannot_scale_from_zero(pool: Pool | None) -> bool:
     """A mixed-strategy MIG pool at min_nodes 0: AKS's autoscaler never adds its first node for a slice
     (model/fit.py warns when validating)."""

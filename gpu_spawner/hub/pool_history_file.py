@@ -7,7 +7,9 @@ volume beside jupyterhub.sqlite) survives the restart. The file is written at mo
 seconds after a change (off the event loop, fsynced, then renamed: a crash or power loss leaves the old file
 whole), read once when the pod watch starts (in a thread: the size checked first, then parsed off the event
 loop), and merged with what the relist adds. Bounded like the history itself; a damaged or
-foreign file is ignored (the history starts empty, as before) with one warning.
+foreign file is ignored (the history starts empty, as before) with one warning. Beside the bindings it keeps
+each GPU pool's last measured times to add a node (`node_adds`, `node_add_times.py`): a file written without
+them loads as before, and an older hub reading a newer file skips the key it does not know.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.hub.node_add_times import valid_samples
 from gpu_spawner.hub.pool_wait_estimate import MAX_HISTORY, PoolHistory
 from gpu_spawner.model.wait_estimate import Admission
 
@@ -40,14 +43,23 @@ def dump(history: PoolHistory) -> bytes:
     pools = [{"pool": pool, "resource": resource,
               "bindings": [[uid, a.created.isoformat(), a.admitted.isoformat()] for uid, a in hist.items()]}
              for (pool, resource), hist in history.history.items()]
-    return json.dumps({"version": VERSION, "pools": pools}, separators=(",", ":")).encode()
+    node_adds = [{"pool": pool, "seconds": seconds} for pool, seconds in history.node_adds.samples.items() if seconds]
+    return json.dumps({"version": VERSION, "pools": pools, "node_adds": node_adds}, separators=(",", ":")).encode()
 
 
 def _text(value: Any, limit: int = 253) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= limit else None
 
 
-Parsed = dict[tuple[str, str], "OrderedDict[str, Admission]"]
+class Parsed(dict):
+    """(pool, resource) -> its bindings (OrderedDict uid -> Admission); `node_adds`: pool -> its measured
+    times to add a node (`node_add_times`; a file written before them has none: it loads as before)."""
+
+    node_adds: dict[str, list[float]]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.node_adds = {}
 
 
 def parse(data: bytes) -> Parsed:
@@ -59,7 +71,7 @@ def parse(data: bytes) -> Parsed:
     doc = json.loads(data)  # ValueError (JSONDecodeError, UnicodeDecodeError) when it is not JSON
     if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("pools"), list):
         raise ValueError("not a version-1 pool history")
-    parsed: Parsed = {}
+    parsed = Parsed()
     for entry in doc["pools"][:MAX_KEYS]:
         key = (_text(entry.get("pool")), _text(entry.get("resource"))) if isinstance(entry, dict) else (None, None)
         bindings = entry.get("bindings") if isinstance(entry, dict) else None
@@ -77,6 +89,11 @@ def parse(data: bytes) -> Parsed:
                 hist[uid] = Admission(created, admitted)
         if not hist:
             del parsed[key]
+    entries = doc.get("node_adds")
+    for entry in (entries if isinstance(entries, list) else [])[:MAX_KEYS]:
+        pool = _text(entry.get("pool")) if isinstance(entry, dict) else None
+        if pool and (seconds := valid_samples(entry.get("seconds"))):
+            parsed.node_adds[pool] = seconds
     return parsed
 
 
@@ -96,6 +113,7 @@ def merge(history: PoolHistory, parsed: Parsed) -> int:
                 added += 1
         while len(hist) > MAX_HISTORY:
             del hist[next(iter(hist))]
+    history.node_adds.merge(getattr(parsed, "node_adds", {}))
     return added
 
 
@@ -142,7 +160,8 @@ class HistoryFile:
     def _attached(self, history: PoolHistory, parsed: Parsed | None) -> PoolHistory:
         if parsed is not None:
             added = merge(history, parsed)
-            log.info("pool wait history: %d binding(s) read back from %s", added, self.path)
+            log.info("pool wait history: %d binding(s) and %d pool(s)' times to add a node read back from %s",
+                     added, len(getattr(parsed, "node_adds", {})), self.path)
         history.on_change = lambda: self.changed(history)
         return history
 

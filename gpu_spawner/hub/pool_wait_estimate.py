@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.hub import node_add_times
 from gpu_spawner.hub.capacity import pod_requests
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -60,10 +61,19 @@ class PoolHistory:
         self.waiting: dict[str, tuple[Key, Any]] = {}  # uid → (key, created) of pods not bound yet
         self._memo: dict[tuple[Key, int], tuple[float, ETA]] = {}
         self.on_change: Callable[[], None] | None = None  # a new binding was recorded (the history file saves)
+        #: The pools' measured times to add a node: fed by the same pod events, and by the node informer (`watch`).
+        self.node_adds = node_add_times.NodeAddTimes(cfg)
+        self.node_adds.on_change = lambda: self.on_change() if self.on_change is not None else None
+
+    def watch(self, informers) -> None:
+        """Become a view of the hub's pod informer, and let `node_adds` see its node informer too."""
+        informers.views.append(self)
+        node_add_times.watch(informers, self.node_adds)
 
     def replace(self, items: list[dict]) -> None:
         """A full relist: the pods that wait are exactly those listed; history is kept, and grows."""
         self.waiting = {}
+        self.node_adds.forget_pods()
         for pod in items:
             self.apply("ADDED", pod)
 
@@ -73,6 +83,7 @@ class PoolHistory:
         self.waiting.pop(uid, None)
         phase = (pod.get("status") or {}).get("phase")
         key = pod_key(pod, self.cfg())
+        self.node_adds.apply_pod(kind, pod, key[0] if key else None)
         created = parse_time(meta.get("creationTimestamp"))
         if key is None or created is None:
             return
@@ -122,7 +133,10 @@ class PoolHistory:
         return None if key is None else self.eta(key, self.waiting_for(key) + 1)
 
     def pod_eta(self, pod_uid: str | None, profile: Profile | None) -> ETA | None:
-        """For a waiting server pod: its own place in its pool's line."""
+        """For a waiting server pod: its own place in its pool's line (None while it waits for the node its pool,
+        at zero, is adding: the spawn page counts that down instead, `NodeAddTimes.countdown`)."""
+        if self.node_adds.counts_down(pod_uid):
+            return None
         key = self.profile_key(profile) if profile is not None else None
         ahead = self.ahead_of(pod_uid) if pod_uid else None
         return None if key is None or ahead is None else self.eta(key, ahead + 1)

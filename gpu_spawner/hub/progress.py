@@ -4,6 +4,7 @@ the user can do; and the cases where waiting is pointless because the pod can ne
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from gpu_spawner.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED
@@ -21,6 +22,10 @@ def explain_event(event: dict[str, Any], profile: Profile | None, state: Cluster
     reason, message = event.get("reason") or "", event.get("message") or ""
     if state is not None and not state.is_current():
         state = None  # stale informers: explain without numbers rather than with wrong ones
+    if reason in ("FailedScheduling", "TriggeredScaleUp"):  # the pool at zero is adding a node: count it down
+        pod = event.get("involvedObject") or {}
+        if counted := node_add_message(state, profile, pod.get("namespace"), pod.get("name")):
+            return counted
     if reason == "FailedScheduling":
         return explain_unschedulable(message, profile, state)
     if reason == "Scheduled":
@@ -42,6 +47,24 @@ def explain_event(event: dict[str, Any], profile: Profile | None, state: Cluster
     if reason == "Started":
         return "Your server's container has started; waiting for Jupyter to answer."
     return None
+
+
+def node_add_message(state: ClusterState | None, profile: Profile | None, namespace: str | None,
+                     pod_name: str | None, now: datetime | None = None) -> str | None:
+    """While a server waits for the node its pool (at zero when it asked) is adding, and the pool has measured
+    times to add one (`node_add_times`): 'The T4 pool had no nodes when your server asked; a node is being
+    added: about 4 min left.' (past the usual time: 'taking longer than usual'). Else None."""
+    adds = getattr(state, "node_adds", None) if state is not None else None
+    pool = state.cfg.pool_of(profile) if adds is not None and profile is not None else None
+    said = adds.countdown(namespace, pod_name, now) if pool is not None else None
+    return f"The {pool.label} pool had no nodes when your server asked; {said}." if said else None
+
+
+def node_add_event(state: ClusterState | None, profile: Profile | None, namespace: str | None,
+                   pod_name: str | None) -> dict[str, Any] | None:
+    """KubeSpawner's periodic "please be patient" turned into the countdown (`node_add_message`), else None."""
+    said = node_add_message(state, profile, namespace, pod_name) if state and state.is_current() else None
+    return {"message": said} if said else None
 
 
 def explain_unschedulable(message: str, profile: Profile | None, state: ClusterState | None) -> str:

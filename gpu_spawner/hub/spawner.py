@@ -240,7 +240,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
                 cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
                 if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
                     await HistoryFile(self.pool_history_file).load(cls._pool_history)
-                inf.views.append(cls._pool_history)  # fed by the same list and watch: no request of its own
+                cls._pool_history.watch(inf)  # a view of the same pod and node watches: no request of its own
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
                 await inf.start()  # not synced in time: the picker says "unknown" until it is
             elif inf.state.cfg is not self.profiles:
@@ -435,7 +435,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
                     plain = progress_line(plain, self.pool_eta(profile, state))
                 if plain:
                     event = {**event, "message": plain}
-            elif is_patience(event):
+            elif is_patience(event) and not (event := explain.node_add_event(state, profile, self.namespace,
+                                                                             self.pod_name)):
                 continue  # KubeSpawner's "Please be patient": the page shows the time waited itself
             self._headline = event.get("message") or self._headline
             yield event
