@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.hub.capacity_text import describe, node_add_seconds, scale_up_text
+from gpu_spawner.hub.capacity_text import describe, node_add_countdown, node_add_seconds, scale_up_text
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.model.validation import parse_profiles
 
@@ -51,3 +51,12 @@ def test_any_recorded_times_give_a_sane_sentence(samples):
     if s is not None:
         n = int(text.removeprefix("starts in ~").split()[0])
         assert 1 <= n <= 1e9 / 60 + 1
+
+
+def test_the_countdown_from_the_recorded_time():
+    assert node_add_countdown(360, 0) == "a node is being added: about 6 min left"
+    assert node_add_countdown(360, 130) == "a node is being added: about 4 min left"
+    assert node_add_countdown(360, 359) == "a node is being added: about 1 min left"
+    assert node_add_countdown(360, -50) == "a node is being added: about 6 min left"  # a clock behind: none waited
+    assert node_add_countdown(360, 360) == ("a node is being added and is taking longer than usual (it usually "
+                                            "takes about 6 min)")
