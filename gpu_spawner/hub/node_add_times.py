@@ -98,6 +98,7 @@ class NodeAddTimes:
         self.since = since or datetime.now(timezone.utc)  # nodes created before are not samples
         self.samples: dict[str, list[float]] = {}
         self.waiting: dict[str, Waiter] = {}                # "namespace/name" of unschedulable pods
+        self._before_relist: dict[str, Waiter] = {}
         self.nodes: dict[str, str] = {}                     # GPU-pool node name -> pool
         self.per_pool: Counter = Counter()
         self.adding: dict[str, tuple[str, datetime]] = {}   # new node name -> (pool, asked at)
@@ -106,13 +107,13 @@ class NodeAddTimes:
 
     # ------------------------------------------------------------------ pods
     def forget_pods(self) -> None:
-        """A pod relist follows: the pods that wait are exactly those it lists."""
-        self.waiting = {}
+        """A pod relist follows: the pods that wait are exactly those it lists (each keeps when it began)."""
+        self._before_relist, self.waiting = self.waiting, {}
 
     def apply_pod(self, kind: str, pod: dict[str, Any], pool: str | None) -> None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        old = self.waiting.pop(key, None)
+        old = self.waiting.pop(key, None) or self._before_relist.pop(key, None)
         since = unschedulable_since(pod)
         if (kind == "DELETED" or pool is None or since is None or meta.get("deletionTimestamp")
                 or (pod.get("spec") or {}).get("nodeName")

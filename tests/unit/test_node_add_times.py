@@ -141,6 +141,10 @@ def test_the_pool_at_zero_is_remembered_per_waiting_pod():
     a.apply_pod("ADDED", pod("bob", T0 + timedelta(minutes=2)), "gput4")  # the pool has a node now
     a.apply_pod("MODIFIED", pod("ann", T0), "gput4")
     assert a.waiting["jhub/ann"].at_zero and not a.waiting["jhub/bob"].at_zero
+    a.forget_pods()  # a pod relist: ann still waits since the pool was at zero
+    for name, since in (("ann", T0), ("bob", T0 + timedelta(minutes=2))):
+        a.apply_pod("ADDED", pod(name, since), "gput4")
+    assert a.waiting["jhub/ann"].at_zero and not a.waiting["jhub/bob"].at_zero
     a.samples["gput4"] = [300.0]
     assert a.countdown("jhub", "ann", T0 + timedelta(minutes=1)) == "a node is being added: about 4 min left"
     assert a.countdown("jhub", "bob", T0 + timedelta(minutes=3)) is None
