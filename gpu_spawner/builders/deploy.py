@@ -90,7 +90,15 @@ def hub_permissions(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESP
         Permission("", "pods", ("get", "list", "watch"), None, "GPU slots in use on every node"),
         Permission(KUEUE_GROUP, "workloads", ("list",), hub_namespace, "a queued server's place among its team's"),
         Permission(KUEUE_GROUP, "clusterqueues", ("get",), None, "how many wait in a queued server's team queue"),
-    ] + usage_permissions(cfg) + jobs_permissions(cfg)
+    ] + usage_permissions(cfg) + jobs_permissions(cfg) + jobs_lease_permissions(hub_namespace)
+
+
+def jobs_lease_permissions(hub_namespace: str = DEFAULT_HUB_NAMESPACE) -> list[Permission]:
+    """gpu-jobs' Leases (kubeio/lease.py), in its own namespace only: the per-user submit lock every replica
+    takes, and the notification leader's."""
+    return [Permission("coordination.k8s.io", "leases", ("create", "delete", "get", "update"), hub_namespace,
+                       "the per-user submit lock across replicas; the one replica that sends notifications",
+                       JOBS_ACCOUNT)]
 
 
 def usage_permissions(cfg: ProfilesConfig) -> list[Permission]:

@@ -34,9 +34,10 @@ def jobs_service_url(hub_namespace: str) -> str:
 
 
 def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE,
-                    options: dict[str, str] | None = None, replicas: int = 1) -> list[dict[str, Any]]:
+                    options: dict[str, str] | None = None, replicas: int = 2) -> list[dict[str, Any]]:
     """ServiceAccount, Deployment and Service of the gpu-jobs service (image: the hub image, which has the
-    package). `options`: the service's settings by command-line name (`python -m gpu_spawner.services.jobs
+    package); two replicas, which share the per-user submit locks through Leases (kubeio/lease.py).
+    `options`: the service's settings by command-line name (`python -m gpu_spawner.services.jobs
     --help-all`), e.g. {"max-timeout": "3d"}."""
     args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **(options or {})}.items()]
     meta = {"namespace": hub_namespace, "labels": {**MANAGED_BY, **GPU_JOBS_POD}}
@@ -50,7 +51,8 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
         "env": [{"name": k, "value": v} for k, v in env.items()] + [
             {"name": "JUPYTERHUB_API_TOKEN",
              "valueFrom": {"secretKeyRef": {"name": JOBS_TOKEN_SECRET, "key": "token"}}},
-        ],
+        ] + [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}  # the Leases' holder, namespace
+             for k, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))],
         "ports": [{"name": "http", "containerPort": JOBS_PORT}],
         "readinessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 10},
         "livenessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 30,

@@ -75,6 +75,8 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
         ("hub", "jhub", "kueue.x-k8s.io", "workloads"): {"list"},
         ("hub", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
+        # its own namespace only: the per-user submit lock of every replica and the notification leader
+        ("gpu-jobs", "jhub", "coordination.k8s.io", "leases"): {"create", "delete", "get", "update"},
         **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
             ("gpu-jobs", ns, "batch", "jobs"): read | {"create", "delete"},
             ("gpu-jobs", ns, "", "configmaps"): {"create", "delete", "get", "list", "patch"},

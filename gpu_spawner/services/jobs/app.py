@@ -16,6 +16,7 @@ Run: `python -m gpu_spawner.services.jobs` (JupyterHub starts it as a managed se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
@@ -26,6 +27,7 @@ from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 from urllib.parse import urlparse
 
+import aiohttp
 from jupyterhub.services.auth import HubAuth
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, generate_latest
@@ -39,12 +41,13 @@ from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.contract import FINISHED, IDEMPOTENCY_KEY_HEADER, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
 from gpu_spawner.kubeio.clients import timeout_api_client
+from gpu_spawner.kubeio.lease import LeaseBusy, Leases, lease_name, own_namespace
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 from gpu_spawner.services.auth import TokenAuth
 from gpu_spawner.services.jobs import gang, idempotency, limits, words
-from gpu_spawner.services.jobs.cache import JobsCache
+from gpu_spawner.services.jobs.cache import ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, create_submission, reconcile_forever
 from gpu_spawner.services.jobs.options import GPUJobs
@@ -58,13 +61,27 @@ from gpu_spawner.services.web import Base
 log = logging.getLogger("gpuhub.jobs")
 
 
+NOTIFY_LEADER = "gpuhub-jobs-notify"  # the Lease of the one replica that sends notifications
+BUSY_RETRY_AFTER = 2
+
+
+class Busy(web.HTTPError):
+    """503: another replica holds the user's submit lock; try again shortly (Retry-After)."""
+
+    def __init__(self):
+        super().__init__(503, log_message="another submission of yours is being checked; busy, try again in a few "
+                                          "seconds", reason="Busy")
+
+
 class SubmitGate:
     """One submission per user at a time (count unfinished jobs + create), so N parallel requests cannot
     all pass `max_per_user` / `max_jobs_per_user`; and the jobs just created, counted until the watch-fed
-    cache lists them (the cache may lag a create). One service process: the lock lives in memory."""
+    cache lists them (the cache may lag a create). Two locks, in order: an asyncio lock per user (cheap, this
+    process), then with `leases` a Lease per user at the API server (kubeio/lease.py: every replica)."""
 
-    def __init__(self, remember: float = 60):
+    def __init__(self, remember: float = 60, leases: Leases | None = None):
         self.remember = remember
+        self.leases = leases
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._recent: dict[str, dict[str, tuple[str, float]]] = {}  # user → job name → (profile, created at)
         self._in_flight: Counter = Counter()  # user → submissions being read, planned or created
@@ -89,6 +106,23 @@ class SubmitGate:
         if found is None:
             found = self._locks[user] = asyncio.Lock()
         return found
+
+    @contextlib.asynccontextmanager
+    async def held(self, user: str):
+        """This user's lock in this process and, with `leases`, across replicas; not obtained in the Lease's
+        wait: Busy (503, Retry-After); the API server not answering: ClusterUnavailable (503)."""
+        async with self.lock(user), contextlib.AsyncExitStack() as stack:
+            if self.leases is not None:
+                try:
+                    await stack.enter_async_context(self.leases.hold(lease_name(user), user))
+                except LeaseBusy:
+                    raise Busy() from None
+                except client.ApiException as e:
+                    log.error("the submit lock of %s: %s %s", user, e.status, e.reason)
+                    raise ClusterUnavailable(f"the per-user lock: HTTP {e.status} {e.reason}") from None
+                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                    raise ClusterUnavailable.no_answer(e) from None
+            yield
 
     def created(self, user: str, name: str, profile: str) -> None:
         self._recent.setdefault(user, {})[name] = (profile, time.monotonic())
@@ -182,9 +216,14 @@ class JobsHandler(JobsBase):
         statuses.sort(key=lambda s: s.get("created") or "", reverse=True)
         self.send(wire.dump(wire.JobList, {"jobs": statuses}))
 
-    async def unfinished(self, user: str) -> Counter:
-        """The user's unfinished jobs per profile, including ones just created (see SubmitGate)."""
-        jobs = await self.kube.jobs(user)
+    def write_error(self, status_code, **kwargs):
+        if isinstance(kwargs.get("exc_info", (None, None, None))[1], Busy):  # after tornado's clear(): kept
+            self.set_header("Retry-After", str(BUSY_RETRY_AFTER))
+        super().write_error(status_code, **kwargs)
+
+    async def unfinished(self, user: str, jobs: list[dict]) -> Counter:
+        """The user's unfinished jobs per profile (of `jobs`, theirs), including ones just created (see
+        SubmitGate)."""
         statuses = await self.kube.statuses(jobs, with_logs=False)
         listed = {j["metadata"]["name"]: (j["metadata"].get("labels") or {}).get(PROFILE_LABEL, "")
                   for j, s in zip(jobs, statuses) if s["state"] not in FINISHED}
@@ -202,10 +241,11 @@ class JobsHandler(JobsBase):
         submission = idempotency.submission_id(user, key) if key else None
         gate: SubmitGate = self.settings["gate"]
         self.kube.require_current()  # limits are counted from the cache: only from a current one
-        async with gate.lock(user):  # count and create as one step per user
-            if submission and (earlier := idempotency.find(await self.kube.jobs(user), user, submission)):
+        async with gate.held(user):  # count and create as one step per user, over all replicas
+            mine = await self.kube.jobs(user, fresh=gate.leases is not None)  # from the API: another replica's too
+            if submission and (earlier := idempotency.find(mine, user, submission)):
                 return await self.replayed(raw, earlier)  # before the limits: it counts among them already
-            active = await self.unfinished(user)
+            active = await self.unfinished(user, mine)
             try:  # parse and plan in a worker process: never on this loop (planner.py)
                 objs, slug = await self.settings["planner"].plan(raw, user, groups, dict(active), submission)
             except JobRequestError as e:
@@ -317,7 +357,7 @@ class MetricsHandler(web.RequestHandler):
 
 
 def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceSettings,
-             prefix: str = "/", notifier=None, hub_url: str = "") -> web.Application:
+             prefix: str = "/", notifier=None, hub_url: str = "", leases: Leases | None = None) -> web.Application:
     from gpu_spawner.services.notify import web as notify_web  # notify's endpoints, hosted here
 
     p = prefix.rstrip("/")
@@ -329,8 +369,8 @@ def make_app(cfg: ProfilesConfig, kube: Kube, auth: TokenAuth, service: ServiceS
         (rf"{p}/jobs/([^/]+)/logs", LogsHandler),
         (rf"{p}/profiles/?", ProfilesHandler),
         *notify_web.routes(p),
-    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(), notifier=notifier, hub_url=hub_url,
-       planner=Planner(cfg, service), metrics=CollectorRegistry())
+    ], profiles=cfg, kube=kube, auth=auth, service=service, gate=SubmitGate(leases=leases), notifier=notifier,
+       hub_url=hub_url, planner=Planner(cfg, service), metrics=CollectorRegistry())
 
 
 def listen_address(host: str | None) -> str:
@@ -371,18 +411,20 @@ async def serve(opts) -> None:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
     notifications = Notifications(parent=opts)
     notifier = notifications.notifier()  # None: the admin set no channel
-    app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url)
+    leases = Leases(api, opts.lease_namespace or own_namespace())  # the per-user locks of every replica
+    app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url, leases)
     LoopGuard(app.settings["metrics"]).start()
     await app.settings["planner"].warm()
-    if notifier is not None:  # job state changes → the e-mails and webhooks users opted into
-        app.settings["notify_watch"] = asyncio.create_task(watch_jobs(kube, notifier, notifications.hub_url))
+    if notifier is not None:  # job state changes → the e-mails and webhooks users opted into; by one replica
+        app.settings["notify_watch"] = asyncio.create_task(
+            leases.lead(NOTIFY_LEADER, lambda: watch_jobs(kube, notifier, notifications.hub_url)))
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)
     server.listen(url.port or 80, listen_address(url.hostname))
-    log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s)",
-             url.geturl(), prefix, namespaces, job_settings.runner_image, job_settings.home.claim,
-             type(logs).__name__)
+    log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s; "
+             "locks in %s as %s)", url.geturl(), prefix, namespaces, job_settings.runner_image,
+             job_settings.home.claim, type(logs).__name__, leases.namespace, leases.holder)
     try:
         await asyncio.Event().wait()
     finally:  # the hub's SIGINT (or any end): no planner worker outlives the service

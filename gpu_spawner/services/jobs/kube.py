@@ -88,13 +88,14 @@ class Kube:
             raise ClusterUnavailable(self.cache.error or "the watches are reconnecting")
 
     # ------------------------------------------------------------------ reading
-    async def jobs(self, user: str | None = None) -> list[dict]:
-        """Jobs and JobSets made by this service in the team namespaces (one user's, or everyone's)."""
-        return await self.single_jobs(user) + (await self.gangs(user) if self.jobsets else [])
+    async def jobs(self, user: str | None = None, fresh: bool = False) -> list[dict]:
+        """Jobs and JobSets made by this service in the team namespaces (one user's, or everyone's). `fresh`:
+        LISTed from the API server, not the cache (which may lag another replica's create)."""
+        return await self.single_jobs(user, fresh) + (await self.gangs(user, fresh) if self.jobsets else [])
 
-    async def gangs(self, user: str | None = None) -> list[dict]:
+    async def gangs(self, user: str | None = None, fresh: bool = False) -> list[dict]:
         """The JobSets of multi-node jobs (one user's, or everyone's)."""
-        if self.cached(self.namespaces, "jobsets"):
+        if not fresh and self.cached(self.namespaces, "jobsets"):
             if user:
                 return self.cache.indexed("jobsets", self.namespaces, user)
             found = self.cache.objects("jobsets", self.namespaces)
@@ -105,10 +106,10 @@ class Kube:
         return [j for j in found if (j["metadata"].get("annotations") or {}).get(USER_ANNOTATION) == user] \
             if user else found
 
-    async def single_jobs(self, user: str | None = None) -> list[dict]:
+    async def single_jobs(self, user: str | None = None, fresh: bool = False) -> list[dict]:
         from kubespawner.slugs import safe_slug
 
-        if self.cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
+        if not fresh and self.cached(self.namespaces):  # one user's from the cache's index: O(their jobs)
             return self.cache.indexed("jobs", self.namespaces, user) if user else \
                 self.cache.objects("jobs", self.namespaces)
         selector = f"{USER_LABEL}={safe_slug(user, max_length=63)},{JOB_LABEL}" if user else JOB_LABEL
