@@ -14,7 +14,7 @@ informer's callbacks after `ClusterState`'s own and hands the state this object 
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, NamedTuple
 
@@ -27,6 +27,9 @@ from gpu_spawner.model.profiles import ProfilesConfig
 MAX_SAMPLE_S = 2 * 3600.0
 #: New nodes remembered as already measured (their later MODIFIED events are not samples again).
 MAX_DECIDED = 4096
+#: Pods that stopped waiting, kept per pool: a node's ADDED event may come after the pod it was added for was
+#: bound to it (the node and pod watches are two streams; a node Ready at once, as KWOK's, shows it).
+MAX_LEFT = 64
 
 
 def _time(value: Any) -> datetime | None:
@@ -57,9 +60,16 @@ def ready_at(node: dict[str, Any]) -> datetime | None:
     return _time(c.get("lastTransitionTime")) if c and c.get("status") == "True" else None
 
 
-def asked_at(waiting_since: Iterable[datetime], node_created: datetime) -> datetime | None:
-    """The earliest unschedulable time among pods still waiting when the node was created (None: no pod asked)."""
-    return min((t for t in waiting_since if t <= node_created), default=None)
+def asked_at(waits: Iterable[tuple[datetime, datetime | None]], node_created: datetime) -> datetime | None:
+    """The earliest unschedulable time among pods still waiting when the node was created (None: no pod asked);
+    `waits`: (unschedulable since, when it stopped waiting or None while it still waits)."""
+    return min((since for since, left in waits if since <= node_created and (left is None or left >= node_created)),
+               default=None)
+
+
+def scheduled_at(pod: dict[str, Any]) -> datetime | None:
+    c = _condition(pod, "PodScheduled")
+    return _time(c.get("lastTransitionTime")) if c and c.get("status") == "True" else None
 
 
 def sample_seconds(asked: datetime, ready: datetime) -> float | None:
@@ -99,6 +109,7 @@ class NodeAddTimes:
         self.samples: dict[str, list[float]] = {}
         self.waiting: dict[str, Waiter] = {}                # "namespace/name" of unschedulable pods
         self._before_relist: dict[str, Waiter] = {}
+        self.left: dict[str, deque[tuple[datetime, datetime]]] = {}  # pool -> (since, left) of pods that waited
         self.nodes: dict[str, str] = {}                     # GPU-pool node name -> pool
         self.per_pool: Counter = Counter()
         self.adding: dict[str, tuple[str, datetime]] = {}   # new node name -> (pool, asked at)
@@ -118,6 +129,9 @@ class NodeAddTimes:
         if (kind == "DELETED" or pool is None or since is None or meta.get("deletionTimestamp")
                 or (pod.get("spec") or {}).get("nodeName")
                 or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+            if old is not None:  # it stopped waiting: bound (the scheduler's time) or gone (now)
+                left = scheduled_at(pod) or datetime.now(timezone.utc)
+                self.left.setdefault(old.pool, deque(maxlen=MAX_LEFT)).append((old.since, left))
             return
         at_zero = old.at_zero if old is not None and old.pool == pool else self.per_pool[pool] == 0
         self.waiting[key] = Waiter(pool, since, at_zero, meta.get("uid"))
@@ -160,7 +174,8 @@ class NodeAddTimes:
         if created is None or created <= self.since or uid in self.decided:
             return False
         if name not in self.adding:
-            asked = asked_at((w.since for w in self.waiting.values() if w.pool == pool), created)
+            waits = [(w.since, None) for w in self.waiting.values() if w.pool == pool]
+            asked = asked_at(waits + list(self.left.get(pool, ())), created)
             if asked is None:  # added for something else (a warm schedule, an admin): not a sample
                 self._decide(uid)
                 return False

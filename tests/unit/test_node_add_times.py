@@ -96,9 +96,11 @@ def test_the_times_are_read_from_the_conditions():
 
 
 def test_the_earliest_pod_still_waiting_when_the_node_was_created_asked():
-    t = [T0 + timedelta(minutes=m) for m in (3, 1, 7)]
+    t = [(T0 + timedelta(minutes=m), None) for m in (3, 1, 7)]
     assert asked_at(t, T0 + timedelta(minutes=5)) == T0 + timedelta(minutes=1)
     assert asked_at(t[2:], T0 + timedelta(minutes=5)) is None  # it came after the node: not the one that asked
+    gone = [(T0, T0 + timedelta(minutes=4)), (T0 + timedelta(minutes=2), T0 + timedelta(minutes=6))]
+    assert asked_at(gone, T0 + timedelta(minutes=5)) == T0 + timedelta(minutes=2)  # the first left before
     assert sample_seconds(T0, T0 + timedelta(minutes=6)) == 360
     assert sample_seconds(T0, T0 - timedelta(seconds=1)) is None
     assert sample_seconds(T0, T0 + timedelta(seconds=MAX_SAMPLE_S + 1)) is None
@@ -118,6 +120,20 @@ def test_a_node_added_while_a_server_waits_is_a_sample():
     assert not a.apply_node("MODIFIED", node("aks-gput4-1", created=created, ready=T0 + timedelta(minutes=6)))
     a.replace_nodes([node("aks-gput4-1", created=created, ready=T0 + timedelta(minutes=6))])  # a relist
     assert a.samples == {"gput4": [360.0]}  # once per node
+
+
+def test_a_node_seen_after_the_pod_it_was_added_for_was_bound_still_counts():
+    """A node Ready at once (KWOK's): the scheduler binds the pod before the hub sees the node's ADDED."""
+    a = adds()
+    created = T0 + timedelta(minutes=5)
+    a.apply_pod("ADDED", pod("jupyter-ann", T0), "gput4")
+    a.apply_pod("MODIFIED", pod("jupyter-ann", bound=created + timedelta(seconds=1)), "gput4")
+    assert a.apply_node("ADDED", node("aks-gput4-1", created=created, ready=created))
+    assert a.samples == {"gput4": [300.0]}
+    a.apply_pod("ADDED", pod("jupyter-bob", T0 + timedelta(hours=1)), "gput4")
+    a.apply_pod("DELETED", pod("jupyter-bob", T0 + timedelta(hours=1)), "gput4")  # gave up: gone now, not later
+    late = datetime.now(timezone.utc) + timedelta(minutes=1)
+    assert not a.apply_node("ADDED", node("aks-gput4-2", created=late, ready=late))
 
 
 def test_nodes_that_are_not_samples():
@@ -179,10 +195,10 @@ def test_any_order_of_pod_events_gives_the_same_bounded_sample(waits, created, r
 def test_at_most_the_last_20_are_kept_each_in_bounds(durations):
     a = adds()
     for i, d in enumerate(durations):
-        created = T0 + timedelta(hours=3 * i)
+        created = T0 + timedelta(hours=7 * i)  # apart: each pod bound before the next node
         a.apply_pod("ADDED", pod(f"p{i}", created), "gput4")
         a.apply_node("ADDED", node(f"n{i}", created=created, ready=created + timedelta(seconds=d)))
-        a.apply_pod("DELETED", pod(f"p{i}", created), "gput4")
+        a.apply_pod("MODIFIED", pod(f"p{i}", bound=created + timedelta(seconds=d)), "gput4")  # on its node
     kept = [float(d) for d in durations if d <= MAX_SAMPLE_S][-20:]
     assert a.samples.get("gput4", []) == kept
 
