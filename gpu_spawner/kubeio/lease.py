@@ -98,9 +98,12 @@ def holder_identity() -> str:
 
 
 def own_namespace(default: str = "default") -> str:
-    """The namespace this process runs in: $POD_NAMESPACE, else its service account's, else `default`."""
+    """The namespace this process runs in: $POD_NAMESPACE, else (in a pod: no $KUBECONFIG) its service
+    account's, else `default`."""
     if ns := os.environ.get("POD_NAMESPACE"):
         return ns
+    if os.environ.get("KUBECONFIG"):  # outside the cluster: a service account file here is not ours
+        return default
     try:
         with open(SA_NAMESPACE_FILE) as f:
             return f.read().strip() or default

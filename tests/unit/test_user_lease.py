@@ -80,6 +80,7 @@ def test_gpu_jobs_runs_two_replicas_that_know_their_pod_and_namespace():
 
 
 def test_own_namespace(monkeypatch, tmp_path):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("POD_NAMESPACE", "jhub")
     assert L.own_namespace() == "jhub"
     monkeypatch.delenv("POD_NAMESPACE")
@@ -88,12 +89,15 @@ def test_own_namespace(monkeypatch, tmp_path):
     (tmp_path / "ns").write_text("hub-ns\n")
     monkeypatch.setattr(L, "SA_NAMESPACE_FILE", str(tmp_path / "ns"))
     assert L.own_namespace() == "hub-ns"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))  # outside the cluster: not that file's
+    assert L.own_namespace() == "default"
 
 
 # ------------------------------------------------------------------------------ against a fake API server
 class Resp:
     def __init__(self, status: int, obj: dict | None = None):
-        self.status, self.reason = status, {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}[status]
+        self.status, self.reason = status, {200: "OK", 201: "Created", 403: "Forbidden", 404: "Not Found",
+                                                   409: "Conflict"}[status]
         self.body = json.dumps(obj or {"message": self.reason}).encode()
 
     async def read(self):
@@ -249,3 +253,31 @@ async def test_only_one_replica_leads_and_the_lead_moves_when_the_leader_stops()
     assert running == ["a", "b"]
     tb.cancel()
     await asyncio.gather(tb, return_exceptions=True)
+
+
+# ------------------------------------------------------------------------------ gpu-jobs' SubmitGate
+async def test_the_gate_takes_the_process_lock_then_the_lease_and_answers_busy_or_unavailable():
+    from gpu_spawner.services.jobs.app import Busy, SubmitGate
+    from gpu_spawner.services.jobs.cache import ClusterUnavailable
+
+    api = FakeCoordination()
+    mine, other = SubmitGate(leases=replica(api, "mine", wait=0.1)), replica(api, "other")
+    async with mine.held("rita/ü"):
+        (held,) = api.store.values()
+        assert held["spec"]["holderIdentity"] == "mine" and held["metadata"]["name"] == L.lease_name("rita/ü")
+    assert api.store == {}
+    async with other.hold(L.lease_name("rita/ü"), "rita/ü"):
+        with pytest.raises(Busy) as e:
+            async with mine.held("rita/ü"):
+                pytest.fail("held twice")
+        assert e.value.status_code == 503 and "busy, try again" in e.value.log_message
+
+    async def forbidden(*a, **k):  # RBAC without the Lease rights
+        return Resp(403)
+
+    api.create_namespaced_lease = forbidden
+    with pytest.raises(ClusterUnavailable, match="the per-user lock: HTTP 403"):
+        async with mine.held("sam"):
+            pass
+    async with SubmitGate().held("sam"):  # without leases: the process lock only
+        pass

@@ -86,7 +86,7 @@ class GPUJobs(Application):
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
                "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user",
-               "submissions-in-flight": "GPUJobs.submissions_in_flight"}
+               "submissions-in-flight": "GPUJobs.submissions_in_flight", "lease-namespace": "GPUJobs.lease_namespace"}
 
     @default("profiles_file")
     def _profiles_file(self):
