@@ -238,6 +238,10 @@ class Leases:
                     log.warning("leader lease %s: %s", name, e)
                 if lease is not None and time.monotonic() - last_ok > self.duration * 2 / 3:
                     lease = None
+                if task is not None and task.done():  # ended (an error): started again while we lead
+                    if not task.cancelled() and task.exception() is not None:
+                        log.error("%s ended: %r", name, task.exception())
+                    task = None
                 if lease is not None and task is None:
                     log.info("%s leads %s", self.holder, name)
                     task = asyncio.create_task(run())

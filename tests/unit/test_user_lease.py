@@ -281,3 +281,19 @@ async def test_the_gate_takes_the_process_lock_then_the_lease_and_answers_busy_o
             pass
     async with SubmitGate().held("sam"):  # without leases: the process lock only
         pass
+
+
+async def test_the_leaders_loop_is_started_again_if_it_ends():
+    api = FakeCoordination()
+    a = replica(api, "a", duration=1)
+    runs = []
+
+    async def run():
+        runs.append(1)
+        raise RuntimeError("one bad cycle")
+
+    task = asyncio.create_task(a.lead("notify", run))
+    await asyncio.sleep(1.1)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(runs) >= 2 and api.store == {}  # released when stopped
