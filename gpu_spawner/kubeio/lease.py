@@ -33,7 +33,6 @@ log = logging.getLogger("gpuhub.lease")
 SUBMIT_PREFIX = "gpuhub-submit-"
 #: Annotation values are free text but count against the object's 256 KiB: the user's name, cut this long.
 ANNOTATION_MAX = 1024
-SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 class LeaseBusy(Exception):
@@ -97,18 +96,10 @@ def holder_identity() -> str:
     return f"{os.environ.get('POD_NAME') or os.environ.get('HOSTNAME') or 'gpu-jobs'}-{secrets.token_hex(4)}"
 
 
-def own_namespace(default: str = "default") -> str:
-    """The namespace this process runs in: $POD_NAMESPACE, else (in a pod: no $KUBECONFIG) its service
-    account's, else `default`."""
-    if ns := os.environ.get("POD_NAMESPACE"):
-        return ns
-    if os.environ.get("KUBECONFIG"):  # outside the cluster: a service account file here is not ours
-        return default
-    try:
-        with open(SA_NAMESPACE_FILE) as f:
-            return f.read().strip() or default
-    except OSError:
-        return default
+def own_namespace() -> str | None:
+    """The namespace of this process's pod, as its Deployment passes it ($POD_NAMESPACE, the downward API);
+    None elsewhere (a hub-managed service gets a clean environment: one process, its locks in memory)."""
+    return os.environ.get("POD_NAMESPACE") or None
 
 
 class Leases:

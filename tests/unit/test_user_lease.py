@@ -79,18 +79,11 @@ def test_gpu_jobs_runs_two_replicas_that_know_their_pod_and_namespace():
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
 
 
-def test_own_namespace(monkeypatch, tmp_path):
-    monkeypatch.delenv("KUBECONFIG", raising=False)
+def test_own_namespace(monkeypatch):
     monkeypatch.setenv("POD_NAMESPACE", "jhub")
     assert L.own_namespace() == "jhub"
-    monkeypatch.delenv("POD_NAMESPACE")
-    monkeypatch.setattr(L, "SA_NAMESPACE_FILE", str(tmp_path / "none"))
-    assert L.own_namespace() == "default"
-    (tmp_path / "ns").write_text("hub-ns\n")
-    monkeypatch.setattr(L, "SA_NAMESPACE_FILE", str(tmp_path / "ns"))
-    assert L.own_namespace() == "hub-ns"
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))  # outside the cluster: not that file's
-    assert L.own_namespace() == "default"
+    monkeypatch.delenv("POD_NAMESPACE")  # a hub-managed service (its environment is clean): no Leases
+    assert L.own_namespace() is None
 
 
 # ------------------------------------------------------------------------------ against a fake API server

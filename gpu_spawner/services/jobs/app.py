@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -411,20 +412,22 @@ async def serve(opts) -> None:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{SERVICE_NAME}/")
     notifications = Notifications(parent=opts)
     notifier = notifications.notifier()  # None: the admin set no channel
-    leases = Leases(api, opts.lease_namespace or own_namespace())  # the per-user locks of every replica
+    lease_ns = opts.lease_namespace or own_namespace()  # the per-user locks of every replica (else: in memory)
+    leases = Leases(api, lease_ns) if lease_ns else None
     app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url, leases)
     LoopGuard(app.settings["metrics"]).start()
     await app.settings["planner"].warm()
     if notifier is not None:  # job state changes → the e-mails and webhooks users opted into; by one replica
-        app.settings["notify_watch"] = asyncio.create_task(
-            leases.lead(NOTIFY_LEADER, lambda: watch_jobs(kube, notifier, notifications.hub_url)))
+        watch = functools.partial(watch_jobs, kube, notifier, notifications.hub_url)
+        app.settings["notify_watch"] = asyncio.create_task(leases.lead(NOTIFY_LEADER, watch) if leases else watch())
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)
     server.listen(url.port or 80, listen_address(url.hostname))
     log.info("gpu-jobs service on %s%s (namespaces %s; runner image %s; home claim %s; logs from %s; "
-             "locks in %s as %s)", url.geturl(), prefix, namespaces, job_settings.runner_image,
-             job_settings.home.claim, type(logs).__name__, leases.namespace, leases.holder)
+             "locks %s)", url.geturl(), prefix, namespaces, job_settings.runner_image,
+             job_settings.home.claim, type(logs).__name__,
+             f"in {leases.namespace} as {leases.holder}" if leases else "in this process only")
     try:
         await asyncio.Event().wait()
     finally:  # the hub's SIGINT (or any end): no planner worker outlives the service

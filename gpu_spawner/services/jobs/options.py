@@ -69,9 +69,9 @@ class GPUJobs(Application):
                                                "its body is read, so a user's parallel requests cannot pile up "
                                                "big bodies in the service.").tag(config=True)
     lease_namespace = Unicode(help="Namespace of the per-user submit locks and the notification leader "
-                                   "(coordination.k8s.io Leases shared by every replica); default: the one the "
-                                   "service runs in ($POD_NAMESPACE, else its service account's, else "
-                                   "default).").tag(config=True)
+                                   "(coordination.k8s.io Leases shared by every replica); default $POD_NAMESPACE "
+                                   "(deploy/gpu-jobs.yaml sets it). Neither: the locks stay in this process (a "
+                                   "hub-managed service is one process).").tag(config=True)
     max_timeout = Unicode("7d", help="The longest timeout anyone may ask for (a profile's max_job_timeout "
                                      "can lower it).").tag(config=True)
     ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
