@@ -105,7 +105,8 @@ class NodeAddTimes:
 
     def __init__(self, cfg: Callable[[], ProfilesConfig], since: datetime | None = None):
         self.cfg = cfg
-        self.since = since or datetime.now(timezone.utc)  # nodes created before are not samples
+        #: Nodes created before are not samples (to the second: the API server writes whole seconds).
+        self.since = since or datetime.now(timezone.utc)
         self.samples: dict[str, list[float]] = {}
         self.waiting: dict[str, Waiter] = {}                # "namespace/name" of unschedulable pods
         self._before_relist: dict[str, Waiter] = {}
@@ -171,7 +172,7 @@ class NodeAddTimes:
             self.nodes[name] = pool
             self.per_pool[pool] += 1
         created = _time(meta.get("creationTimestamp"))
-        if created is None or created <= self.since or uid in self.decided:
+        if created is None or created < self.since.replace(microsecond=0) or uid in self.decided:
             return False
         if name not in self.adding:
             waits = [(w.since, None) for w in self.waiting.values() if w.pool == pool]

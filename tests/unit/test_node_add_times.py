@@ -136,6 +136,13 @@ def test_a_node_seen_after_the_pod_it_was_added_for_was_bound_still_counts():
     assert not a.apply_node("ADDED", node("aks-gput4-2", created=late, ready=late))
 
 
+def test_a_node_created_in_the_second_the_hub_began_watching_counts():
+    """creationTimestamp has whole seconds: a node made 0.4 s after the watch began reads as before it."""
+    a = adds(since=T0 + timedelta(seconds=0.6))
+    a.apply_pod("ADDED", pod("jupyter-ann", T0), "gput4")
+    assert a.apply_node("ADDED", node("aks-gput4-1", created=T0, ready=T0 + timedelta(seconds=3)))
+
+
 def test_nodes_that_are_not_samples():
     a = adds(since=T0)
     a.apply_pod("ADDED", pod("ann", T0 - timedelta(minutes=30)), "gput4")
