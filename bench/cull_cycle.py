@@ -1,24 +1,32 @@
-"""Benchmark: one cull cycle of the GPU culler over N (default 2,000) running servers of a real hub.
+"""Benchmark: one cull cycle of the GPU culler over N running servers of a real hub, with and without culls.
 
-    python bench/cull_cycle.py [--servers 2000] [--culls N | --gpu-share 0.05] [--gpu-policy] [--out FILE]
+    python bench/cull_cycle.py --servers 5000 --culls 100 --page-size 200 --rounds 3 [--gpu-share 0.05]
+                               [--gpu-policy] [--out FILE]
 
 The hub is a real JupyterHub (configurable-http-proxy from npm, sqlite), but its servers are NOT
 processes: the spawner (`NoProcessSpawner`, defined in the generated config) starts nothing and reports
-every server as running, each pointing at one tiny shared HTTP responder. Starting 2,000 real
-jupyterhub-singleuser processes does not fit a 2-core machine; the culler only talks to the hub's REST
-API, which is the same either way (users, servers, activity, user_options and DELETEs are real hub
-objects and real hub requests; stopping a server really removes its proxy route).
+every server as running, each pointing at one tiny shared HTTP responder. The culler only talks to the
+hub's REST API, which is the same either way (users, servers, activity, user_options and DELETEs are real
+hub objects and real hub requests; stopping a server really removes its proxy route).
 
-A share of the servers (`--gpu-share`) uses a GPU profile with a 10 s idle timeout and is culled; the
-rest use a CPU profile (1 h) and are kept. With `--gpu-policy`, a real Prometheus (Debian's package)
-scrapes a DCGM-format exporter for every GPU server and the cycle runs `--gpu-idle-policy=gpu`.
+Set-up: the hub's database is SEEDED before the hub starts (bench/hub_seed.py), as a hub restored from a
+backup would have it: N users with a running default server each; `--gpu-share` of them on the GPU
+profile (1 h idle timeout), the rest on the CPU profile (8 h), all active within the last 10 minutes. The
+hub's start (init_spawners: poll, URL check; every proxy route re-added) is timed (`hub_start`). Creating
+servers through the REST API instead took ~3 per minute on a loaded machine.
+
+A round is two hubs seeded with the SAME servers: in `culls` the first `--culls` GPU servers were last
+active 2 h ago (past the GPU timeout), in `no_culls` they were active minutes ago, like the rest. Each hub
+runs one `--once` cycle; rounds alternate which goes first. With `--gpu-policy`, a real Prometheus
+(Debian's package) scrapes a DCGM-format exporter for every GPU server, the cycle runs
+`--gpu-idle-policy=gpu --gpu-window=10` and the `--culls` GPU servers are GPU-idle in `culls` only.
 
 Requests are counted AT THE HUB: the difference of its own `jupyterhub_request_duration_seconds_count`
 (by method and handler) from /hub/metrics before and after the cycle. Wall time: the culler's own
 `cull-cycle` log line (the cycle's own work, without Python start-up), the hub's DELETE time apart
 (`cull-stops`: the DELETEs are sent after the cycle's pages and answered in the background; `--once`
-waits for them before it exits) and the whole `--once` process. The first cycle culls, the second (same
-hub, right after) has nothing left to cull: `own_time_ratio` is the first's own time over the second's.
+waits for them before it exits) and the whole `--once` process. `own_time_ratio`: a round's `culls`
+cycle's own time over its `no_culls` cycle's; the summary gives its median, min and max.
 """
 from __future__ import annotations
 
@@ -27,13 +35,15 @@ import json
 import os
 import re
 import secrets
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -43,6 +53,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.hub_seed import SeededServer, seed  # noqa: E402
 from devcluster.devhub import free_port, proxy_command  # noqa: E402
 from gpu_spawner.services.culler import culler_service  # noqa: E402
 
@@ -55,8 +66,8 @@ PROFILES = {
                   "sharing": {"strategy": "time-slicing", "replicas": 4}, "cost_per_node_hour": 0.526},
     },
     "profiles": [
-        {"slug": "cpu", "display_name": "CPU", "pool": "system", "idle_timeout": "1h", "default": True},
-        {"slug": "t4", "display_name": "T4", "pool": "gput4", "gpu": {"kind": "time-sliced"}, "idle_timeout": "10s"},
+        {"slug": "cpu", "display_name": "CPU", "pool": "system", "idle_timeout": "8h", "default": True},
+        {"slug": "t4", "display_name": "T4", "pool": "gput4", "gpu": {"kind": "time-sliced"}, "idle_timeout": "1h"},
     ],
 }
 
@@ -79,6 +90,7 @@ c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {hub_port}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
+c.ConfigurableHTTPProxy.auth_token = "{proxy_token}"
 c.ConfigurableHTTPProxy.command = [{chp!r}]
 c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret = bytes.fromhex("{secret}")
@@ -86,6 +98,8 @@ c.JupyterHub.authenticator_class = "null"
 c.JupyterHub.authenticate_prometheus = False
 c.JupyterHub.concurrent_spawn_limit = 0
 c.JupyterHub.active_server_limit = 0
+c.JupyterHub.init_spawners_timeout = -1  # "now running" only once every seeded server is checked
+c.JupyterHub.last_activity_interval = 0  # the proxy's route times (route creation) would overwrite the seeded ones
 c.JupyterHub.services = {services!r}
 c.JupyterHub.load_roles = {roles!r}
 '''
@@ -121,83 +135,149 @@ def hub_requests(url: str) -> Counter:
     return out
 
 
+def seeded(args, idle: int, now: datetime) -> list[SeededServer]:
+    """The round's servers: the first `idle` GPU servers last active 2 h ago, everyone else minutes ago."""
+    out = []
+    for i in range(args.servers):
+        gpu = i < args.n_gpu
+        last = now - (timedelta(hours=2, seconds=i) if i < idle else timedelta(seconds=i % 600))
+        out.append(SeededServer(f"u{i:05d}", last, now - timedelta(hours=3), {"profile": "t4" if gpu else "cpu"}))
+    return out
+
+
+class BenchHub:
+    """One hub over freshly seeded servers, started and timed; `stop()` ends it and its proxy."""
+
+    def __init__(self, args, idle: int, culler_role: dict) -> None:
+        self.state = state = Path(tempfile.mkdtemp(prefix="cull-bench-"))
+        self.admin, self.culler_token = secrets.token_hex(16), secrets.token_hex(16)
+        services = [{"name": "gpu-culler", "api_token": self.culler_token}, {"name": "bench", "api_token": self.admin}]
+        roles = [culler_role, {"name": "bench-role", "services": ["bench"], "scopes": ["admin:users", "read:users"]}]
+        port, self.proxy_api, self.proxy_token = free_port(), free_port(), secrets.token_hex(16)
+        target = responder()
+        cfg = state / "jupyterhub_config.py"
+        cfg.write_text(HUB_CONFIG.format(responder=target, port=port, hub_port=free_port(), proxy_api=self.proxy_api,
+                                         proxy_token=self.proxy_token, chp=proxy_command(), state=state,
+                                         secret=secrets.token_hex(32), services=services, roles=roles))
+        t0 = time.perf_counter()
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        running = seed(f"sqlite:///{state}/jupyterhub.sqlite", seeded(args, idle, now), f"http://127.0.0.1:{target}")
+        self.seed_s = time.perf_counter() - t0
+        self.log_path = state / "jupyterhub.log"
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(cfg)], cwd=state, env=env,
+                                     stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}"
+        self.api = f"{self.url}/hub/api"
+        deadline = time.monotonic() + 900
+        while b"JupyterHub is now running" not in self.log_path.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop(keep=True)
+                raise SystemExit(f"the hub did not start; log: {self.log_path}")
+            time.sleep(0.2)
+        self.start_s = time.perf_counter() - t0
+        init = re.search(rb"Initialized (\d+) spawners in ([0-9.]+) seconds", self.log_path.read_bytes())
+        routes = requests.get(f"http://127.0.0.1:{self.proxy_api}/api/routes", timeout=60,
+                              headers={"Authorization": f"token {self.proxy_token}"}).json()
+        ready = requests.get(f"{self.api}/users", params={"state": "ready", "limit": 1}, timeout=60,
+                             headers={"Authorization": f"token {self.admin}",
+                                      "Accept": "application/jupyterhub-pagination+json"}).json()
+        self.start = {"seeded": running, "seed_seconds": round(self.seed_s, 2),
+                      "hub_start_seconds": round(self.start_s, 2),
+                      "init_spawners": int(init.group(1)) if init else None,
+                      "init_spawners_seconds": float(init.group(2)) if init else None,
+                      "user_routes": sum(1 for r in routes if r.startswith("/user/")),
+                      "ready_servers": ready["_pagination"]["total"]}
+        assert self.start["user_routes"] == self.start["ready_servers"] == args.servers, self.start
+
+    def stop(self, keep: bool = False) -> None:
+        """End the hub and its proxy; its state folder (database, log) is removed unless `keep`."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+        if not keep:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
+def list_pages(hub: BenchHub, page_size: int) -> tuple[int, float]:
+    """The hub's side alone: GET every page of ready users, sequentially, as the culler does."""
+    t = time.perf_counter()
+    n, next_url = 0, f"{hub.api}/users?state=ready" + (f"&limit={page_size}" if page_size else "")
+    while next_url:
+        r = requests.get(next_url, headers={"Authorization": f"token {hub.culler_token}",
+                                            "Accept": "application/jupyterhub-pagination+json"}, timeout=60)
+        n += 1
+        nxt = r.json()["_pagination"]["next"]
+        next_url = nxt["url"] if nxt else None
+    return n, time.perf_counter() - t
+
+
+def one_cycle(hub: BenchHub, profiles: Path, culler_args: list[str]) -> dict:
+    before = hub_requests(hub.url)
+    t1 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", f"--url={hub.api}",
+                        f"--profiles-file={profiles}", "--warn-before=3", "--timeout=3600", *culler_args],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, JUPYTERHUB_API_TOKEN=hub.culler_token), cwd=hub.state)
+    process_s = time.perf_counter() - t1
+    after = hub_requests(hub.url)
+    assert p.returncode == 0, p.stderr[-3000:]
+    events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    cycle = next(e for e in events if e.get("event") == "cull-cycle")
+    stops = next((e for e in events if e.get("event") == "cull-stops"), {})
+    diff = {f"{k[0]} {k[1].rsplit('.', 1)[-1]}": after[k] - before[k]
+            for k in after if len(k) == 2 and after[k] - before[k]}
+    diff.pop("GET MetricsHandler", None)  # our own "before" snapshot
+    busy = {f"{k[1]} {k[2].rsplit('.', 1)[-1]}": round(after[k] - before[k], 3)
+            for k in after if len(k) == 3 and after[k] - before[k] > 0 and "Metrics" not in k[2]}
+    total = sum(diff.values())
+    pages = diff.get("GET UserListAPIHandler", 0)
+    return {"decisions": cycle["servers"], "culls": cycle["culls"], "cycle_seconds": cycle["seconds"],
+            "stops_seconds_after_cycle": stops.get("seconds_after_cycle"),
+            "stops_hub_seconds": stops.get("hub_seconds"), "stops_done": stops.get("done"),
+            "process_seconds": round(process_s, 2), "hub_requests": total, "hub_requests_by_handler": diff,
+            "hub_handler_seconds": busy, "user_list_pages": pages,
+            "requests_minus_pages_and_culls": total - pages - cycle["culls"], "load_avg": os.getloadavg()}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
+            "values": [round(v, 3) for v in values]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--servers", type=int, default=2000)
-    ap.add_argument("--gpu-share", type=float, default=0.05, help="fraction of servers on the 10 s GPU profile")
-    ap.add_argument("--culls", type=int, default=None, help="servers on the 10 s GPU profile (overrides --gpu-share)")
+    ap.add_argument("--servers", type=int, default=5000)
+    ap.add_argument("--gpu-share", type=float, default=0.05, help="fraction of servers on the GPU profile")
+    ap.add_argument("--culls", type=int, default=100, help="GPU servers past the idle timeout in the `culls` hub")
+    ap.add_argument("--rounds", type=int, default=3, help="pairs of cycles (culls, no culls), alternating order")
     ap.add_argument("--gpu-policy", action="store_true", help="real Prometheus + DCGM exporter, policy gpu")
     ap.add_argument("--page-size", type=int, default=0, help="--api-page-size (0: the hub's default)")
     ap.add_argument("--concurrency", type=int, default=0, help="--concurrency (0: the culler's default, 10)")
     ap.add_argument("--out", help="write the result JSON here too")
     args = ap.parse_args()
+    args.n_gpu = max(int(args.servers * args.gpu_share), args.culls)
 
-    state = Path(tempfile.mkdtemp(prefix="cull-bench-"))
-    profiles = state / "profiles.yaml"
+    profiles = Path(tempfile.mkdtemp(prefix="cull-bench-profiles-")) / "profiles.yaml"
     profiles.write_text(yaml.safe_dump(PROFILES, sort_keys=False))
-    admin, culler_token = secrets.token_hex(16), secrets.token_hex(16)
     _, role = culler_service(str(profiles), env={})
-    services = [{"name": "gpu-culler", "api_token": culler_token}, {"name": "bench", "api_token": admin}]
-    roles = [role, {"name": "bench-role", "services": ["bench"],
-                    "scopes": ["admin:users", "admin:servers", "users:activity", "read:users"]}]
-    port = free_port()
-    cfg = state / "jupyterhub_config.py"
-    cfg.write_text(HUB_CONFIG.format(responder=responder(), port=port, hub_port=free_port(), proxy_api=free_port(),
-                                     chp=proxy_command(), state=state, secret=secrets.token_hex(32),
-                                     services=services, roles=roles))
-    log = (state / "jupyterhub.log").open("wb")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    hub = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(cfg)], cwd=state, env=env, stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    api = f"{url}/hub/api"
-    H = {"Authorization": f"token {admin}"}
-    extra: list[subprocess.Popen] = []
+    culler_args, extra, exporter, prom_dir = [], [], None, None
+    if args.page_size:
+        culler_args.append(f"--api-page-size={args.page_size}")
+    if args.concurrency:
+        culler_args.append(f"--concurrency={args.concurrency}")
+    runs: list[dict] = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if hub.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the hub did not start; log: {state / 'jupyterhub.log'}")
-            try:
-                if requests.get(f"{api}/", timeout=2).json().get("version"):
-                    break
-            except (requests.RequestException, ValueError):
-                pass
-            time.sleep(0.3)
-        n_gpu = args.culls if args.culls is not None else int(args.servers * args.gpu_share)
-        users = [f"u{i:05d}" for i in range(args.servers)]
-        t0 = time.monotonic()
-        for i in range(0, len(users), 500):
-            r = requests.post(f"{api}/users", json={"usernames": users[i:i + 500]}, headers=H, timeout=120)
-            assert r.status_code == 201, r.text
-
-        def spawn(i_user):
-            i, u = i_user
-            r = requests.post(f"{api}/users/{u}/server", json={"profile": "t4" if i < n_gpu else "cpu"},
-                              headers=H, timeout=300)
-            assert r.status_code in (201, 202), r.text
-
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(spawn, enumerate(users)))
-        while True:
-            r = requests.get(f"{api}/users", params={"state": "ready", "limit": 1},
-                             headers={**H, "Accept": "application/jupyterhub-pagination+json"}, timeout=60)
-            if r.json()["_pagination"]["total"] >= args.servers:
-                break
-            time.sleep(1)
-        setup_s = time.monotonic() - t0
-        print(f"{args.servers} servers running in {setup_s:.0f} s", file=sys.stderr)
-
-        culler_args = []
         if args.gpu_policy:
             sys.path.insert(0, str(REPO / "tests"))
             from culler.fixtures import Exporter  # the test suite's DCGM-format exporter
 
             exporter = Exporter()
-            for i, u in enumerate(users[:n_gpu]):
-                exporter.set_gpu(f"jupyter-{u}", activity=0.01 if i % 2 == 0 else 0.7)
-            d = state / "prom"
-            d.mkdir()
+            d = prom_dir = Path(tempfile.mkdtemp(prefix="cull-bench-prom-"))
             (d / "prometheus.yml").write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
                 {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}]}))
             pport = free_port()
@@ -206,79 +286,53 @@ def main() -> int:
                                            f"--web.listen-address=127.0.0.1:{pport}"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True))
-            culler_args = [f"--prometheus-url=http://127.0.0.1:{pport}", "--gpu-idle-policy=gpu",
-                           "--scrape-interval=1"]
-            time.sleep(12)  # a full 10 s window of samples
-        else:
-            time.sleep(max(0.0, 11 - (time.monotonic() - t0 - setup_s)))  # GPU servers idle past 10 s
-            time.sleep(11)
-        if args.page_size:
-            culler_args.append(f"--api-page-size={args.page_size}")
-        if args.concurrency:
-            culler_args.append(f"--concurrency={args.concurrency}")
-
-        def list_pages() -> tuple[int, float]:
-            """The hub's side alone: GET every page of ready users, sequentially, as the culler does."""
-            t = time.perf_counter()
-            n, next_url = 0, f"{api}/users?state=ready" + (f"&limit={args.page_size}" if args.page_size else "")
-            while next_url:
-                r = requests.get(next_url, headers={"Authorization": f"token {culler_token}",
-                                                    "Accept": "application/jupyterhub-pagination+json"}, timeout=60)
-                n += 1
-                nxt = r.json()["_pagination"]["next"]
-                next_url = nxt["url"] if nxt else None
-            return n, time.perf_counter() - t
-
-        def one_cycle() -> dict:
-            before = hub_requests(url)
-            t1 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", f"--url={api}",
-                                f"--profiles-file={profiles}", "--warn-before=3", "--timeout=3600", *culler_args],
-                               capture_output=True, text=True, timeout=600,
-                               env=dict(os.environ, JUPYTERHUB_API_TOKEN=culler_token), cwd=state)
-            process_s = time.perf_counter() - t1
-            after = hub_requests(url)
-            assert p.returncode == 0, p.stderr[-3000:]
-            events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-            cycle = next(e for e in events if e.get("event") == "cull-cycle")
-            stops = next((e for e in events if e.get("event") == "cull-stops"), {})
-            diff = {f"{k[0]} {k[1].rsplit('.', 1)[-1]}": after[k] - before[k]
-                    for k in after if len(k) == 2 and after[k] - before[k]}
-            diff.pop("GET MetricsHandler", None)  # our own "before" snapshot
-            busy = {f"{k[1]} {k[2].rsplit('.', 1)[-1]}": round(after[k] - before[k], 3)
-                    for k in after if len(k) == 3 and after[k] - before[k] > 0 and "Metrics" not in k[2]}
-            total = sum(diff.values())
-            pages = diff.get("GET UserListAPIHandler", 0)
-            return {"decisions": cycle["servers"], "culls": cycle["culls"], "cycle_seconds": cycle["seconds"],
-                    "stops_seconds_after_cycle": stops.get("seconds_after_cycle"),
-                    "stops_hub_seconds": stops.get("hub_seconds"), "stops_done": stops.get("done"),
-                    "process_seconds": round(process_s, 2), "hub_requests": total, "hub_requests_by_handler": diff,
-                    "hub_handler_seconds": busy, "user_list_pages": pages,
-                    "requests_minus_pages_and_culls": total - pages - cycle["culls"]}
-
-        pages, list_s = list_pages()
-        first = one_cycle()
-        second = one_cycle()  # the same hub right after: nothing left to cull
-        result = {
-            "servers": args.servers, "gpu_servers": n_gpu, "policy": "gpu" if args.gpu_policy else "activity",
-            "page_size": args.page_size or "hub default", "concurrency": args.concurrency or 10, "first_cycle": first,
-            "second_cycle_no_culls": second,
-            "hub_list_only": {"pages": pages, "seconds": round(list_s, 3)},
-            "own_time_ratio": round(first["cycle_seconds"] / max(second["cycle_seconds"], 1e-6), 2),
-            "spawner": "NoProcessSpawner (no processes; servers reported running)", "load_avg": os.getloadavg(),
-        }
-        print(json.dumps(result, indent=2))
-        if args.out:
-            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-        return 0
+            culler_args += [f"--prometheus-url=http://127.0.0.1:{pport}", "--gpu-idle-policy=gpu",
+                            "--gpu-window=10", "--scrape-interval=1"]
+        for r in range(args.rounds):
+            for kind in (("culls", "no_culls") if r % 2 == 0 else ("no_culls", "culls")):
+                idle = args.culls if kind == "culls" else 0
+                hub = BenchHub(args, idle, role)
+                try:
+                    print(f"round {r + 1} {kind}: {json.dumps(hub.start)}", file=sys.stderr)
+                    if exporter:
+                        for i in range(args.n_gpu):
+                            exporter.set_gpu(f"jupyter-u{i:05d}", activity=0.01 if i < idle else 0.7)
+                        time.sleep(12)  # a full 10 s window of samples
+                    pages, list_s = list_pages(hub, args.page_size)
+                    cycle = one_cycle(hub, profiles, culler_args)
+                    assert cycle["culls"] == idle, cycle
+                    runs.append({"round": r + 1, "kind": kind, "hub": hub.start,
+                                 "hub_list_only": {"pages": pages, "seconds": round(list_s, 3)}, "cycle": cycle})
+                    print(f"  cycle {cycle['cycle_seconds']} s, {cycle['culls']} culls, "
+                          f"{cycle['hub_requests']} hub requests, load {cycle['load_avg'][0]:.2f}", file=sys.stderr)
+                finally:
+                    hub.stop()
     finally:
-        for proc in extra + [hub]:
+        shutil.rmtree(profiles.parent, ignore_errors=True)
+        for proc in extra:
             if proc.poll() is None:
                 os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
+                proc.wait(20)
+        if prom_dir:
+            shutil.rmtree(prom_dir, ignore_errors=True)
+
+    def own(kind: str) -> list[float]:
+        return [x["cycle"]["cycle_seconds"] for x in runs if x["kind"] == kind]
+
+    result = {
+        "servers": args.servers, "gpu_servers": args.n_gpu, "culls": args.culls,
+        "policy": "gpu" if args.gpu_policy else "activity", "page_size": args.page_size or "hub default",
+        "concurrency": args.concurrency or 10, "rounds": args.rounds,
+        "own_time_ratio": spread([a / max(b, 1e-6) for a, b in zip(own("culls"), own("no_culls"))]),
+        "cycle_seconds_culls": spread(own("culls")), "cycle_seconds_no_culls": spread(own("no_culls")),
+        "hub_start_seconds": spread([x["hub"]["hub_start_seconds"] for x in runs]),
+        "load_avg_1min": spread([x["cycle"]["load_avg"][0] for x in runs]),
+        "spawner": "NoProcessSpawner (no processes; seeded servers, reported running)", "runs": runs,
+    }
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,64 @@
+"""Seed a JupyterHub database with running servers before the hub starts, as a hub restored from a backup
+would have it; for benchmarks whose servers are not processes (bench/cull_cycle.py's NoProcessSpawner).
+
+`seed(db_url, servers, target)` writes, with `jupyterhub.orm` on a new database: the hub's default roles,
+and per `SeededServer` a user (role `user`, its `last_activity`), its default server's `orm.Spawner`
+(`state` {}, `started`, `last_activity`, `user_options`, its OAuth client) and `orm.Server` row (the
+spawner's `server_id`, so the hub treats it as running) pointing at `target` ("http://127.0.0.1:PORT").
+
+What the hub then does at start (jupyterhub/app.py `init_spawners`, `proxy.check_routes`): for every
+spawner with a server it calls `poll()` (None: running), `get_url()` (the row's URL) and waits for the URL
+to answer HTTP (`target` must answer GET .../api), then adds the missing proxy route of each. With
+`init_spawners_timeout = -1` "JupyterHub is now running" comes after all of that.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import urlparse
+
+from jupyterhub import orm, roles
+from jupyterhub.utils import url_escape_path
+
+
+@dataclass
+class SeededServer:
+    user: str
+    last_activity: datetime  # naive UTC, as the hub stores times
+    started: datetime
+    user_options: dict = field(default_factory=dict)
+
+
+def seed(db_url: str, servers: list[SeededServer], target: str) -> int:
+    """Write `servers` into the new database at `db_url`; returns the number of running servers written."""
+    url = urlparse(target)
+    logging.disable(logging.INFO)  # alembic's lines about stamping the new database, per run
+    try:
+        session = orm.new_session_factory(db_url)()
+    finally:
+        logging.disable(logging.NOTSET)
+    try:
+        for spec in roles.get_default_roles():
+            roles.create_role(session, spec, commit=False)
+        session.commit()
+        user_role = orm.Role.find(session, "user")
+        for s in servers:
+            prefix = f"/user/{url_escape_path(s.user)}/"
+            user = orm.User(name=s.user, last_activity=s.last_activity, created=s.started)
+            user.roles.append(user_role)
+            client = orm.OAuthClient(identifier=f"jupyterhub-user-{url_escape_path(s.user)}",
+                                     secret=secrets.token_hex(16), redirect_uri=f"{prefix}oauth_callback",
+                                     description=f"Server at {prefix}")
+            server = orm.Server(proto=url.scheme, ip=url.hostname, port=url.port, base_url=prefix,
+                                cookie_name=f"jupyterhub-user-{url_escape_path(s.user)}")
+            spawner = orm.Spawner(name="", user=user, server=server, state={}, started=s.started,
+                                  last_activity=s.last_activity, user_options=s.user_options,
+                                  oauth_client=client)
+            session.add_all([user, client, server, spawner])
+        session.commit()
+        return session.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)).count()
+    finally:
+        session.close()
+        session.get_bind().dispose()
