@@ -189,8 +189,10 @@ def test_a_replica_killed_midway_loses_no_answered_job_and_leaves_no_stale_lock(
     try:
         with ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(one, i) for i in range(8)]
-            time.sleep(0.4)
-            held_at_kill = getattr(getattr(lease(coord, "kim"), "spec", None), "holder_identity", None)
+            deadline = time.monotonic() + 5  # kill it while it holds kim's lock, if it gets it in time
+            while (held_at_kill := getattr(getattr(lease(coord, "kim"), "spec", None), "holder_identity", None)) \
+                    != holder and time.monotonic() < deadline:
+                time.sleep(0.01)
             victim.kill()
             killed = time.monotonic()
             answers = [f.result() for f in futures]
