@@ -27,6 +27,7 @@ from gpu_spawner.contract import (
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import PROFILES_ENV, cached_profiles, profiles_path
 from gpu_spawner.model.validation import ProfilesError
+from gpu_spawner.services.admin.hub import SERVICE as ADMIN_SERVICE
 
 #: The spawner; `c.JupyterHub.spawner_class = "gpu"` (the `jupyterhub.spawners` entry point) names it too.
 SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
@@ -34,7 +35,7 @@ SPAWNER_CLASS = "gpu_spawner.hub.spawner.GPUSpawner"
 TIMEOUTS = {"start_timeout": 600, "http_timeout": 120}
 #: JupyterHub's default scopes of a server's own token (the `server` role), to which gpu-jobs access is added.
 SERVER_TOKEN_SCOPES = ["access:servers!server", "users:activity!user"]
-SERVICES = (JOBS_SERVICE, CULLER_SERVICE, USAGE_SERVICE, USAGE_COLLECTOR_SERVICE)
+SERVICES = (JOBS_SERVICE, CULLER_SERVICE, USAGE_SERVICE, USAGE_COLLECTOR_SERVICE, ADMIN_SERVICE)
 #: Our versions of JupyterHub's home, spawn and spawn-pending pages (each extends JupyterHub's own).
 HUB_PAGES = os.path.join(os.path.dirname(__file__), "hub", "templates", "pages")
 
@@ -75,7 +76,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
               ports: Mapping[str, int] | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
               environment: Mapping[str, Mapping[str, str]] | None = None, jobs_url_for_servers: str | None = None,
               spawner_class: str = SPAWNER_CLASS, env: Mapping[str, str] | None = None,
-              usage: bool | None = None) -> tuple[str, ProfilesConfig]:
+              usage: bool | None = None, admin: bool | None = None) -> tuple[str, ProfilesConfig]:
     """Wire GPUSpawner, the `gpu-jobs` service and the `gpu-culler` service into the config `c`.
 
     - `profiles_file`: default $GPUHUB_PROFILES; a bad file stops the hub with every problem listed.
@@ -90,6 +91,8 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
     - `env`: the hub's environment to read (default os.environ).
     - `usage`: run the usage collector and the showback page (`gpu-usage-collector`, `gpu-usage`: services/
       usage/hub.py); default on unless $GPUHUB_USAGE is off/false/0/no. Off: both entries are removed.
+    - `admin`: run the admins' console (`gpu-admin`: services/admin/hub.py); default on unless
+      $GPUHUB_ADMIN_CONSOLE is off/false/0/no. Off: its entry and role are removed.
     Returns (profiles file path, the validated profiles).
     """
     from gpu_spawner.hub.metrics import guard_loop
@@ -127,6 +130,7 @@ def configure(c, profiles_file: str | None = None, *, services_host: str | None 
         c.JupyterHub.services = _replace(_current(c.JupyterHub, "services"), service)
         c.JupyterHub.load_roles = _replace(_current(c.JupyterHub, "load_roles"), role)
     _configure_usage(c, path, usage, services_host, ports, options, environment, env)
+    _configure_admin(c, path, admin, services_host, ports, options, environment, env)
     # every user may call gpu-jobs with their own token, and so may their server's token (the kernel's)
     c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), jobs.ACCESS)
     c.Spawner.server_token_scopes = _with_scope(c.Spawner["server_token_scopes"] if "server_token_scopes"
@@ -179,6 +183,29 @@ def _configure_usage(c, path: str, usage: bool | None, host: str | None, ports, 
         services = _replace(services, entry)
     c.JupyterHub.services = services
     c.JupyterHub.load_roles = _with_user_access(_current(c.JupyterHub, "load_roles"), usage_hub.ACCESS)
+
+
+def _configure_admin(c, path: str, admin: bool | None, host: str | None, ports, options, environment,
+                     env) -> None:
+    """The admins' console (services/admin/hub.py) and its role, or neither; JupyterHub's admin role has
+    `access:services`, and no other role is given access to it."""
+    from gpu_spawner.model.activity import hub_activity_interval
+    from gpu_spawner.services.admin import hub as admin_hub
+
+    # its entry last, as the usage services' (calling configure twice gives the same order); its role in place
+    services = [s for s in _current(c.JupyterHub, "services") if s.get("name") != ADMIN_SERVICE]
+    roles = _current(c.JupyterHub, "load_roles")
+    if not admin_hub.admin_enabled(admin, env):
+        roles = [r for r in roles if r.get("name") != admin_hub.ROLE]
+    else:
+        last = c.JupyterHub.last_activity_interval if "last_activity_interval" in c.JupyterHub else None
+        service, role = admin_hub.admin_service(
+            path, env=env, host=host, port=ports.get(ADMIN_SERVICE), options=options.get(ADMIN_SERVICE),
+            environment=environment.get(ADMIN_SERVICE),
+            activity_interval=hub_activity_interval(last, _spawner_environment(c)))
+        services, roles = _replace(services, service), _replace(roles, role)
+    c.JupyterHub.services = services
+    c.JupyterHub.load_roles = roles
 
 
 def _per_service(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
