@@ -47,6 +47,7 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import jupyterhub
 import requests
 import yaml
 
@@ -105,20 +106,28 @@ c.JupyterHub.load_roles = {roles!r}
 '''
 
 
-def responder() -> int:
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+class Responder(ThreadingHTTPServer):
+    """The servers' one shared HTTP endpoint (answers every GET, as a server of the hub's version). The hub's
+    start checks every seeded server at once: a listen backlog of 5 (the default) drops connections, whose
+    retries (1, 3, 7, 15, 31 s) then hold up the hub's start by up to a minute."""
 
-        def log_message(self, *a):
-            pass
+    request_queue_size = 4096
+    daemon_threads = True
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv.server_address[1]
+    def __init__(self) -> None:
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("X-JupyterHub-Version", jupyterhub.__version__)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        super().__init__(("127.0.0.1", 0), H)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def hub_requests(url: str) -> Counter:
@@ -154,7 +163,8 @@ class BenchHub:
         services = [{"name": "gpu-culler", "api_token": self.culler_token}, {"name": "bench", "api_token": self.admin}]
         roles = [culler_role, {"name": "bench-role", "services": ["bench"], "scopes": ["admin:users", "read:users"]}]
         port, self.proxy_api, self.proxy_token = free_port(), free_port(), secrets.token_hex(16)
-        target = responder()
+        self.responder = Responder()
+        target = self.responder.server_address[1]
         cfg = state / "jupyterhub_config.py"
         cfg.write_text(HUB_CONFIG.format(responder=target, port=port, hub_port=free_port(), proxy_api=self.proxy_api,
                                          proxy_token=self.proxy_token, chp=proxy_command(), state=state,
@@ -199,6 +209,8 @@ class BenchHub:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
+        self.responder.shutdown()
+        self.responder.server_close()
         if not keep:
             shutil.rmtree(self.state, ignore_errors=True)
 
