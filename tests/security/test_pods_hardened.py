@@ -204,7 +204,11 @@ def test_gpu_jobs_runs_under_its_own_hardened_account():
     assert not pod.get("tolerations")  # never on a GPU pool
     rbac = deploy.render_rbac(load_profiles(EXAMPLE_PROFILES))
     jobs_bindings = [b for b in rbac if b["kind"].endswith("Binding") and b["subjects"][0]["name"] == "gpu-jobs"]
-    assert {b["metadata"].get("namespace") for b in jobs_bindings} == {None, "team-ds", "team-mlr"}
+    assert {b["metadata"].get("namespace") for b in jobs_bindings} == {None, "team-ds", "team-mlr", "jhub"}
+    (hub_role,) = [r for r in rbac if r["kind"] == "Role" and r["metadata"]["namespace"] == "jhub"
+                   and r["metadata"]["name"] in {b["roleRef"]["name"] for b in jobs_bindings}]
+    assert hub_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],  # its locks only
+                                  "verbs": ["create", "delete", "get", "update"]}]
 
 
 def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
