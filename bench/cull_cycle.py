@@ -11,15 +11,17 @@ hub objects and real hub requests; stopping a server really removes its proxy ro
 
 Set-up: the hub's database is SEEDED before the hub starts (bench/hub_seed.py), as a hub restored from a
 backup would have it: N users with a running default server each; `--gpu-share` of them on the GPU
-profile (1 h idle timeout), the rest on the CPU profile (8 h), all active within the last 10 minutes. The
-hub's start (init_spawners: poll, URL check; every proxy route re-added) is timed (`hub_start`). Creating
-servers through the REST API instead took ~3 per minute on a loaded machine.
+profile (1 h idle timeout), the rest on the CPU profile (8 h), all active within the last 10 minutes. Two
+databases are seeded once (seconds each); every hub starts on a fresh copy of one, and its start
+(init_spawners: poll, URL check of every server; every proxy route re-added) is timed (`hub_start_seconds`).
+Creating the servers through the REST API instead took ~3 per minute on a loaded machine.
 
-A round is two hubs seeded with the SAME servers: in `culls` the first `--culls` GPU servers were last
-active 2 h ago (past the GPU timeout), in `no_culls` they were active minutes ago, like the rest. Each hub
-runs one `--once` cycle; rounds alternate which goes first. With `--gpu-policy`, a real Prometheus
-(Debian's package) scrapes a DCGM-format exporter for every GPU server, the cycle runs
-`--gpu-idle-policy=gpu --gpu-window=10` and the `--culls` GPU servers are GPU-idle in `culls` only.
+A round is two hubs over the SAME servers: in `culls` the first `--culls` GPU servers were last active 2 h
+ago (past the GPU timeout), in `no_culls` they were active minutes ago, like the rest. Each hub runs one
+`--once` cycle (after one listing of all pages, `hub_list_only`); rounds alternate which goes first.
+With `--gpu-policy`, a real Prometheus (Debian's package) scrapes a DCGM-format exporter for every GPU
+server, the cycle runs `--gpu-idle-policy=gpu --gpu-window=10` and the `--culls` GPU servers are GPU-idle
+in `culls` only.
 
 Requests are counted AT THE HUB: the difference of its own `jupyterhub_request_duration_seconds_count`
 (by method and handler) from /hub/metrics before and after the cycle. Wall time: the culler's own
@@ -155,24 +157,20 @@ def seeded(args, idle: int, now: datetime) -> list[SeededServer]:
 
 
 class BenchHub:
-    """One hub over freshly seeded servers, started and timed; `stop()` ends it and its proxy."""
+    """One hub over a copy of a seeded database (its servers at `target`, a port), started and timed; `stop()`
+    ends it and its proxy."""
 
-    def __init__(self, args, idle: int, culler_role: dict) -> None:
-        self.state = state = Path(tempfile.mkdtemp(prefix="cull-bench-"))
+    def __init__(self, args, work: Path, database: Path, target: int, culler_role: dict) -> None:
+        self.state = state = Path(tempfile.mkdtemp(prefix="hub-", dir=work))
         self.admin, self.culler_token = secrets.token_hex(16), secrets.token_hex(16)
         services = [{"name": "gpu-culler", "api_token": self.culler_token}, {"name": "bench", "api_token": self.admin}]
         roles = [culler_role, {"name": "bench-role", "services": ["bench"], "scopes": ["admin:users", "read:users"]}]
         port, self.proxy_api, self.proxy_token = free_port(), free_port(), secrets.token_hex(16)
-        self.responder = Responder()
-        target = self.responder.server_address[1]
         cfg = state / "jupyterhub_config.py"
         cfg.write_text(HUB_CONFIG.format(responder=target, port=port, hub_port=free_port(), proxy_api=self.proxy_api,
                                          proxy_token=self.proxy_token, chp=proxy_command(), state=state,
                                          secret=secrets.token_hex(32), services=services, roles=roles))
-        t0 = time.perf_counter()
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
-        running = seed(f"sqlite:///{state}/jupyterhub.sqlite", seeded(args, idle, now), f"http://127.0.0.1:{target}")
-        self.seed_s = time.perf_counter() - t0
+        shutil.copyfile(database, state / "jupyterhub.sqlite")
         self.log_path = state / "jupyterhub.log"
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         t0 = time.perf_counter()
@@ -183,8 +181,9 @@ class BenchHub:
         deadline = time.monotonic() + 900
         while b"JupyterHub is now running" not in self.log_path.read_bytes():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop(keep=True)
-                raise SystemExit(f"the hub did not start; log: {self.log_path}")
+                tail = self.log_path.read_bytes()[-3000:].decode(errors="replace")
+                self.stop()
+                raise SystemExit(f"the hub did not start; its log ends:\n{tail}")
             time.sleep(0.2)
         self.start_s = time.perf_counter() - t0
         init = re.search(rb"Initialized (\d+) spawners in ([0-9.]+) seconds", self.log_path.read_bytes())
@@ -193,26 +192,22 @@ class BenchHub:
         ready = requests.get(f"{self.api}/users", params={"state": "ready", "limit": 1}, timeout=60,
                              headers={"Authorization": f"token {self.admin}",
                                       "Accept": "application/jupyterhub-pagination+json"}).json()
-        self.start = {"seeded": running, "seed_seconds": round(self.seed_s, 2),
-                      "hub_start_seconds": round(self.start_s, 2),
+        self.start = {"hub_start_seconds": round(self.start_s, 2),
                       "init_spawners": int(init.group(1)) if init else None,
                       "init_spawners_seconds": float(init.group(2)) if init else None,
                       "user_routes": sum(1 for r in routes if r.startswith("/user/")),
                       "ready_servers": ready["_pagination"]["total"]}
         assert self.start["user_routes"] == self.start["ready_servers"] == args.servers, self.start
 
-    def stop(self, keep: bool = False) -> None:
-        """End the hub and its proxy; its state folder (database, log) is removed unless `keep`."""
+    def stop(self) -> None:
+        """End the hub and its proxy; its state folder (database, log) is removed."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, 15)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
-        self.responder.shutdown()
-        self.responder.server_close()
-        if not keep:
-            shutil.rmtree(self.state, ignore_errors=True)
+        shutil.rmtree(self.state, ignore_errors=True)
 
 
 def list_pages(hub: BenchHub, page_size: int) -> tuple[int, float]:
@@ -274,22 +269,34 @@ def main() -> int:
     args = ap.parse_args()
     args.n_gpu = max(int(args.servers * args.gpu_share), args.culls)
 
-    profiles = Path(tempfile.mkdtemp(prefix="cull-bench-profiles-")) / "profiles.yaml"
+    work = Path(tempfile.mkdtemp(prefix="cull-bench-"))
+    profiles = work / "profiles.yaml"
     profiles.write_text(yaml.safe_dump(PROFILES, sort_keys=False))
     _, role = culler_service(str(profiles), env={})
-    culler_args, extra, exporter, prom_dir = [], [], None, None
+    culler_args, extra, exporter = [], [], None
     if args.page_size:
         culler_args.append(f"--api-page-size={args.page_size}")
     if args.concurrency:
         culler_args.append(f"--concurrency={args.concurrency}")
     runs: list[dict] = []
+    responder = Responder()
+    target = responder.server_address[1]
     try:
+        databases, seeding = {"culls": work / "culls.sqlite", "no_culls": work / "no_culls.sqlite"}, {}
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        for kind, db in databases.items():
+            t0 = time.perf_counter()
+            n = seed(f"sqlite:///{db}", seeded(args, args.culls if kind == "culls" else 0, now),
+                     f"http://127.0.0.1:{target}")
+            seeding[kind] = {"servers": n, "seconds": round(time.perf_counter() - t0, 2)}
+        print(f"seeded: {json.dumps(seeding)}", file=sys.stderr)
         if args.gpu_policy:
             sys.path.insert(0, str(REPO / "tests"))
             from culler.fixtures import Exporter  # the test suite's DCGM-format exporter
 
             exporter = Exporter()
-            d = prom_dir = Path(tempfile.mkdtemp(prefix="cull-bench-prom-"))
+            d = work / "prom"
+            d.mkdir()
             (d / "prometheus.yml").write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
                 {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}]}))
             pport = free_port()
@@ -303,7 +310,7 @@ def main() -> int:
         for r in range(args.rounds):
             for kind in (("culls", "no_culls") if r % 2 == 0 else ("no_culls", "culls")):
                 idle = args.culls if kind == "culls" else 0
-                hub = BenchHub(args, idle, role)
+                hub = BenchHub(args, work, databases[kind], target, role)
                 try:
                     print(f"round {r + 1} {kind}: {json.dumps(hub.start)}", file=sys.stderr)
                     if exporter:
@@ -320,13 +327,12 @@ def main() -> int:
                 finally:
                     hub.stop()
     finally:
-        shutil.rmtree(profiles.parent, ignore_errors=True)
         for proc in extra:
             if proc.poll() is None:
                 os.killpg(proc.pid, 15)
                 proc.wait(20)
-        if prom_dir:
-            shutil.rmtree(prom_dir, ignore_errors=True)
+        responder.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
 
     def own(kind: str) -> list[float]:
         return [x["cycle"]["cycle_seconds"] for x in runs if x["kind"] == kind]
@@ -334,9 +340,12 @@ def main() -> int:
     result = {
         "servers": args.servers, "gpu_servers": args.n_gpu, "culls": args.culls,
         "policy": "gpu" if args.gpu_policy else "activity", "page_size": args.page_size or "hub default",
-        "concurrency": args.concurrency or 10, "rounds": args.rounds,
+        "concurrency": args.concurrency or 10, "rounds": args.rounds, "seeding": seeding,
         "own_time_ratio": spread([a / max(b, 1e-6) for a, b in zip(own("culls"), own("no_culls"))]),
         "cycle_seconds_culls": spread(own("culls")), "cycle_seconds_no_culls": spread(own("no_culls")),
+        "deletes_answered_after_cycle_seconds": spread([x["cycle"]["stops_seconds_after_cycle"] or 0
+                                                        for x in runs if x["kind"] == "culls"]),
+        "hub_list_only_seconds": spread([x["hub_list_only"]["seconds"] for x in runs]),
         "hub_start_seconds": spread([x["hub"]["hub_start_seconds"] for x in runs]),
         "load_avg_1min": spread([x["cycle"]["load_avg"][0] for x in runs]),
         "spawner": "NoProcessSpawner (no processes; seeded servers, reported running)", "runs": runs,
