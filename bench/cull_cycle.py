@@ -1,7 +1,9 @@
 """Benchmark: one cull cycle of the GPU culler over N running servers of a real hub, with and without culls.
 
     python bench/cull_cycle.py --servers 5000 --culls 100 --page-size 200 --rounds 3 [--gpu-share 0.05]
-                               [--gpu-policy] [--out FILE]
+                               [--gpu-policy] [--concurrency N] [--out FILE]
+
+(defaults: 2,000 servers, 100 culls, 3 rounds, the hub's page size).
 
 The hub is a real JupyterHub (configurable-http-proxy from npm, sqlite), but its servers are NOT
 processes: the spawner (`NoProcessSpawner`, defined in the generated config) starts nothing and reports
@@ -258,7 +260,7 @@ def spread(values: list[float]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--servers", type=int, default=5000)
+    ap.add_argument("--servers", type=int, default=2000)
     ap.add_argument("--gpu-share", type=float, default=0.05, help="fraction of servers on the GPU profile")
     ap.add_argument("--culls", type=int, default=100, help="GPU servers past the idle timeout in the `culls` hub")
     ap.add_argument("--rounds", type=int, default=3, help="pairs of cycles (culls, no culls), alternating order")
