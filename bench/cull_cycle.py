@@ -104,6 +104,7 @@ c.JupyterHub.authenticate_prometheus = False
 c.JupyterHub.concurrent_spawn_limit = 0
 c.JupyterHub.active_server_limit = 0
 c.JupyterHub.init_spawners_timeout = -1  # "now running" only once every seeded server is checked
+c.JupyterHub.cleanup_servers = False  # as on Kubernetes: stopping the hub leaves the servers (here: 5,000 stops)
 c.JupyterHub.last_activity_interval = 0  # the proxy's route times (route creation) would overwrite the seeded ones
 c.JupyterHub.services = {services!r}
 c.JupyterHub.load_roles = {roles!r}
