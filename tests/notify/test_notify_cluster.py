@@ -48,6 +48,9 @@ for _s in c.JupyterHub.services:
     if _s["name"] == "gpu-culler":  # a known token, so the test can post as the culler does
         _s["api_token"] = {culler_token!r}
 '''
+    # the worker's cluster is shared with the files before this one: alice's jobs of another file (still
+    # finishing) would count against her per-profile limit here
+    cluster.clean("team-ds", timeout=90)
     with hub_with_agent(cluster, state, cluster.profiles, GROUPS, {"notify-tests": token}, extra) as (dev, agent):
         hub = JobsHub(dev.settings.url, token, dev, agent, state, {})
         hub.culler_token = culler_token

@@ -55,12 +55,14 @@ def test_hub_proxy_and_gpu_jobs_are_containers_on_the_system_node_under_restrict
         ns = kube.read("v1", "Namespace", "jhub")
         assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
         system = z2jh_install.nodes["system"]["name"]
-        for selector in ("component=hub", "component=proxy", "app.kubernetes.io/name=gpu-jobs"):
-            (pod,) = kube.list("v1", "Pod", "jhub", label_selector=selector)
-            assert pod["spec"]["nodeName"] == system, (selector, pod["spec"]["nodeName"])
-            assert all(cid.startswith("containerd://") for cid in container_ids(pod)), container_ids(pod)
-        (jobs,) = kube.list("v1", "Pod", "jhub", label_selector="app.kubernetes.io/name=gpu-jobs")
-        assert jobs["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+        for selector, count in (("component=hub", 1), ("component=proxy", 1), ("app.kubernetes.io/name=gpu-jobs", 2)):
+            pods = kube.list("v1", "Pod", "jhub", label_selector=selector)
+            assert len(pods) == count, (selector, [p["metadata"]["name"] for p in pods])  # gpu-jobs: two replicas
+            for pod in pods:
+                assert pod["spec"]["nodeName"] == system, (selector, pod["spec"]["nodeName"])
+                assert all(cid.startswith("containerd://") for cid in container_ids(pod)), container_ids(pod)
+        for jobs in kube.list("v1", "Pod", "jhub", label_selector="app.kubernetes.io/name=gpu-jobs"):
+            assert jobs["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         node = kube.read("v1", "Node", system)
         assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://2.")
         assert not node["spec"].get("taints")
