@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
 
@@ -193,10 +193,31 @@ async def hub_users(timeout: float = 10.0, pages: int = 50) -> list[dict]:
 # ---------------------------------------------------------------- the page
 
 class AdminPage(HubOAuthenticated, web.RequestHandler):
-    """Every request: the caller's hub identity (OAuth cookie) must be an admin's."""
+    """Every request: the caller's hub identity (OAuth cookie) must be an admin's.
+
+    The identity is asked of the hub asynchronously, in `prepare`: HubAuthenticated's synchronous
+    `get_current_user` blocks the loop on the hub's answer, and on a POST whose _xsrf cookie is stale (made
+    for an earlier login) JupyterHub's XSRF check asks for the current user from inside that same lookup, on
+    HubAuth's one background thread, which then waits on itself for ever: every later request would hang."""
+
+    _caller: dict | None = None
 
     def initialize(self, console: "Console") -> None:
         self.console = console
+
+    def get_current_user(self):
+        return self._caller  # None until prepare has asked the hub (the XSRF check may ask before)
+
+    async def prepare(self):
+        model = await self.hub_auth.get_user(self, sync=False)
+        caller = None
+        if model:
+            try:
+                caller = self.check_hub_user(model)  # the service's access scope
+            except UserNotAllowed:
+                raise web.HTTPError(403, "the admin console is for JupyterHub admins") from None
+        self._caller = caller
+        self.current_user = caller
 
     def _admin(self) -> None:
         me = self.current_user
