@@ -95,8 +95,8 @@ def _list(items: Iterable[str]) -> str:
 
 def dry_run_section(xsrf: str, text: str = "", result: dict | None = None) -> str:
     out = ["<h2 id='dry-run'>Dry run of a new profiles file</h2>",
-           f"<form method='post' action='dry-run'>{xsrf}<label for='profiles'>Profiles file (YAML, at most 256 KiB)"
-           f"</label><textarea id='profiles' name='profiles' rows='14'>{e(text)}</textarea>"
+           f"<form method='post' action='dry-run'>{xsrf}<label for='new-profiles'>Profiles file (YAML, at most 256 KiB)"
+           f"</label><textarea id='new-profiles' name='profiles' rows='14'>{e(text)}</textarea>"
            "<button type='submit'>Compare with the loaded file</button></form>"]
     if result is not None:
         out.append("<div id='dry-run-result'>")
