@@ -220,3 +220,38 @@ def test_pools_are_unknown_when_the_nodes_cannot_be_read():
     assert all(p.ready is None and p.slots_total is None for p in pool_states(cfg, None, None).values())
     known = pool_states(cfg, NODES, None)["gput4"]
     assert (known.ready, known.cordoned, known.slots_total, known.slots_used) == (1, 1, 8, None)
+
+
+@pytest.mark.parametrize("off", ["off", "false", "0", "No"])
+def test_configure_runs_the_console_for_admins_only_and_turns_it_off(monkeypatch, tmp_path, off):
+    from traitlets.config import Config
+
+    from gpu_spawner.config import configure
+    from gpu_spawner.services.admin.hub import ROLE, SCOPES, admin_enabled
+
+    monkeypatch.chdir(tmp_path)
+    for var in ("GPUHUB_ADMIN_CONSOLE", "GPUHUB_ADMIN_URL", "GPUHUB_USAGE"):
+        monkeypatch.delenv(var, raising=False)
+    c = Config()
+    configure(c, str(EXAMPLE_PROFILES), services_host="hub")
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    page = services["gpu-admin"]
+    assert page["url"] == "http://hub:10104" and page["oauth_no_confirm"]
+    assert page["command"][1:3] == ["-m", "gpu_spawner.services.admin.web"]
+    assert f"--profiles-file={EXAMPLE_PROFILES}" in page["command"] and "--activity-interval=300" in page["command"]
+    assert roles[ROLE] == {"name": ROLE, "scopes": SCOPES, "services": ["gpu-admin"]}
+    # no role but JupyterHub's admin role (access:services) reaches it
+    assert not any("gpu-admin" in s for r in c.JupyterHub.load_roles for s in r.get("scopes", []))
+    once = (list(c.JupyterHub.services), list(c.JupyterHub.load_roles))
+    configure(c, str(EXAMPLE_PROFILES), services_host="hub")
+    assert (c.JupyterHub.services, c.JupyterHub.load_roles) == once  # twice: the same
+    monkeypatch.setenv("GPUHUB_ADMIN_CONSOLE", off)
+    configure(c, str(EXAMPLE_PROFILES), services_host="hub")
+    assert "gpu-admin" not in {s["name"] for s in c.JupyterHub.services}
+    assert ROLE not in {r["name"] for r in c.JupyterHub.load_roles}
+    assert admin_enabled(True, {"GPUHUB_ADMIN_CONSOLE": off}) and not admin_enabled(False, {})
+    off_c = Config()
+    monkeypatch.delenv("GPUHUB_ADMIN_CONSOLE")
+    configure(off_c, str(EXAMPLE_PROFILES), admin=False)
+    assert "gpu-admin" not in {s["name"] for s in off_c.JupyterHub.services}
