@@ -1,9 +1,11 @@
 """The admin console (`/services/gpu-admin/`, started by configure(c)) in Chromium on a real dev hub and the dev
 cluster: an admin sees the profiles per group and the cluster's live state, axe-core finds no serious or critical
 WCAG 2.1 A/AA violation, a pasted file's dry run goes through the hub's OAuth and the XSRF check and shows the
-profile it removes; a user gets 403. The screenshot is the admin guide's (docs/images/admin-console.png)."""
+profile it removes, the real `gpuhub doctor` runs from the page; a user gets 403. The screenshot is the admin
+guide's (docs/images/admin-console.png)."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -71,6 +73,13 @@ def test_an_admin_sees_the_console_and_a_user_gets_403(admin_hub, browser, axe, 
         assert "removed: h100-full" in result and "No running server's profile would disappear" in result, result
         assert axe(page) == []
         page.screenshot(path=str(artifacts / "admin-console-dry-run.png"), full_page=True)
+
+        page.click("text=Run gpuhub doctor")  # the real `gpuhub doctor`, as a child process of the service
+        page.wait_for_selector("text=Last run", timeout=120_000)
+        doctor = page.locator("main").inner_text()
+        assert re.search(r"Last run .*: \d+ checks: \d+ ✓, \d+ ✗", doctor), doctor[-3000:]
+        assert "at most once a minute" in doctor  # no second run for a minute
+        assert axe(page) == []
     finally:
         page.close()
 
