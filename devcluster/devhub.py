@@ -103,7 +103,7 @@ c = get_config()  # noqa: F821
 from gpu_spawner.config import configure
 configure(c, {str(s.profiles)!r},
           ports={{"gpu-jobs": {s.jobs_port or free_port()}, "gpu-culler": {free_port()},
-                 "gpu-usage": {free_port()}, "gpu-usage-collector": {free_port()}}},
+                 "gpu-usage": {free_port()}, "gpu-usage-collector": {free_port()}, "gpu-admin": {free_port()}}},
           environment={{"gpu-jobs": {{"KUBECONFIG": {str(s.kubeconfig)!r}, "GPUHUB_PROFILES": {str(s.profiles)!r}}}}},
           # DEV ONLY: gpu-jobs reads Job pods' logs from the dev agent's (SIMULATOR) files
           options={{"gpu-jobs": {{"GPUJobs.log_source_class": "devcluster.agent_logs.AgentLogs",

@@ -62,10 +62,11 @@ CULLER_SERVICE = "gpu-culler"
 USAGE_SERVICE = "gpu-usage"
 USAGE_COLLECTOR_SERVICE = "gpu-usage-collector"
 #: The ports the services listen on (the NetworkPolicies and the gpu-jobs Service open exactly these):
-#: gpu-jobs, the culler and the showback page (the last two in the hub pod).
+#: gpu-jobs, the culler, the showback page and the admins' console (the last three in the hub pod).
 JOBS_PORT = 10101
 CULLER_PORT = 10102
 USAGE_PORT = 10103
+ADMIN_PORT = 10104
 #: The header of `POST /jobs` that makes a retried submission return the job it made (a fresh key per submission,
 #: the same key on the client's own retries): the kernel's client, the lab routes and gpu-jobs send or read it.
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"

@@ -28,7 +28,15 @@ from typing import Any
 
 from gpu_spawner.builders.metadata import owner_reference
 from gpu_spawner.builders.names import GPU_JOBS_POD
-from gpu_spawner.contract import CULLER_PORT, JOB_LABEL, JOBS_PORT, JOBSET_NAME_LABEL, MANAGED_BY, USAGE_PORT
+from gpu_spawner.contract import (
+    ADMIN_PORT,
+    CULLER_PORT,
+    JOB_LABEL,
+    JOBS_PORT,
+    JOBSET_NAME_LABEL,
+    MANAGED_BY,
+    USAGE_PORT,
+)
 from gpu_spawner.model.profiles import ProfilesConfig
 
 #: Addresses from which a pod can read the node's cloud identity: Azure IMDS (also AWS/GCP's metadata
@@ -97,7 +105,8 @@ def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dic
                                   {"podSelector": {"matchLabels": HUB}}], "ports": _tcp(JOBS_PORT)}]}),
         _policy("gpuhub-hub-services", hub_namespace, {"matchLabels": HUB}, {
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}], "ports": _tcp(CULLER_PORT, USAGE_PORT)},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}],
+                         "ports": _tcp(CULLER_PORT, USAGE_PORT, ADMIN_PORT)},
                         # the servers' culling warnings (the lab extension calls the culler with the server's token)
                         {"from": [{"podSelector": {"matchLabels": SINGLEUSER}}], "ports": _tcp(CULLER_PORT)}]}),
     ]

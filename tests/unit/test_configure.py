@@ -25,6 +25,7 @@ def clean_env(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)  # the culler's warnings file defaults to the hub's working directory
     monkeypatch.setenv("GPUHUB_USAGE", "off")  # the usage services have their own tests (test_usage_hub.py)
+    monkeypatch.setenv("GPUHUB_ADMIN_CONSOLE", "off")  # and so has the admins' console (its configure test)
 
 
 def by_name(entries):

@@ -136,7 +136,7 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     # the culler inside the hub pod, reachable through the hub Service on its default port; gpu-jobs is its
     # own Deployment (deploy/gpu-jobs.yaml), registered with a token from its Secret
     ports = {p["name"]: p["port"] for p in hub["service"]["extraPorts"]}
-    assert ports == {CULLER: CULLER_PORT, "gpu-usage": 10103}  # and the showback page (services/usage/hub.py)
+    assert ports == {CULLER: CULLER_PORT, "gpu-usage": 10103, "gpu-admin": 10104}  # the showback page, the console
     assert all(p["targetPort"] == p["port"] for p in hub["service"]["extraPorts"])
     env = hub["extraEnv"]
     assert env["GPUHUB_JOBS_SERVICE_URL"] == f"http://{GPU_JOBS}.jhub.svc:{JOBS_PORT}"
@@ -172,7 +172,8 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     assert c.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
     assert c.GPUSpawner.start_timeout == 600  # a GPU pool may have to scale from zero
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert set(services) == {"z2jh-service", GPU_JOBS, CULLER, "gpu-usage", "gpu-usage-collector"}
+    assert set(services) == {"z2jh-service", GPU_JOBS, CULLER, "gpu-usage", "gpu-usage-collector", "gpu-admin"}
+    assert services["gpu-admin"]["url"] == "http://hub:10104"  # values.yaml's extra port on the hub Service
     assert services[GPU_JOBS]["url"] == f"http://hub:{JOBS_PORT}"
     assert services[CULLER]["url"] == f"http://hub:{CULLER_PORT}"
     assert services["gpu-usage"]["url"] == "http://hub:10103"  # values.yaml's extra port on the hub Service
@@ -239,7 +240,7 @@ def test_networkpolicies_select_by_z2jh_component_labels(cfg):
     assert hub["podSelector"] == {"matchLabels": {"component": "hub"}}
     proxy_rule, servers_rule = hub["ingress"]
     assert proxy_rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}}]
-    assert [p["port"] for p in proxy_rule["ports"]] == [CULLER_PORT, 10103]  # the culler, the usage page
+    assert [p["port"] for p in proxy_rule["ports"]] == [CULLER_PORT, 10103, 10104]  # the culler, usage page, console
     # the servers' culling warnings ($GPUHUB_CULLER_URL), and the values let them out to that port only
     assert servers_rule["from"] == [{"podSelector": {"matchLabels": {"component": "singleuser-server"}}}]
     assert [p["port"] for p in servers_rule["ports"]] == [CULLER_PORT]

@@ -22,6 +22,7 @@ def hub_env(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("GPUHUB_ADMIN_CONSOLE", "off")  # the admins' console has its own configure test
     monkeypatch.chdir(tmp_path)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping
 
+from gpu_spawner.contract import ADMIN_PORT
+
 SERVICE = "gpu-admin"
-PORT = 10104  # gpu-jobs 10101, the culler 10102, the showback page 10103
+PORT = ADMIN_PORT  # gpu-jobs 10101, the culler 10102, the showback page 10103
 ROLE = f"{SERVICE}-service"
 #: The page's own token: the users and their servers (the profile each one was started with).
 SCOPES = ["list:users", "read:users:name", "read:servers"]
