@@ -79,6 +79,21 @@ def test_login_shows_the_users_profiles_through_proxy_public(z2jh_install):
                          timeout=30, allow_redirects=False).status_code != 302
 
 
+def test_the_admins_console_answers_admins_through_proxy_public_and_refuses_users(z2jh_install):
+    """The gpu-admin service in the hub pod, through the hub Service's extra port and the hub's NetworkPolicy:
+    the admin (an admin_users entry) gets the page after the hub's OAuth; a user gets 403."""
+    admin, _ = z2jh_install.login("admin")
+
+    def page():
+        r = admin.get(f"{z2jh_install.url}/services/gpu-admin/", timeout=60)
+        return r if r.status_code == 200 and "GPU hub admin console" in r.text else None
+
+    r = wait(page, 120, "the admins' console through proxy-public")
+    assert "t4-shared" in r.text and "Content-Security-Policy" in r.headers
+    user, _ = z2jh_install.login(USER)
+    assert user.get(f"{z2jh_install.url}/services/gpu-admin/", timeout=60).status_code == 403
+
+
 def test_gpu_server_is_a_restricted_container_on_the_gpu_node_with_its_home(gpu_server):
     installed, token, url = gpu_server
     kube = installed.kube()
