@@ -48,7 +48,7 @@ def _quantity(kind: str):
     def parse(value: Any) -> Decimal:
         try:
             q = quantities.parse(value)
-        except ValueError:
+        except (ValueError, ArithmeticError):  # ArithmeticError: decimal.Overflow of "1e999999999"
             example = "2, 500m" if kind == "CPU" else "8Gi, 512Mi"
             raise ValueError(f"{value!r} is not a Kubernetes {kind} quantity; write e.g. {example}") from None
         if q < 0:

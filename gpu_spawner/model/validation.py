@@ -389,6 +389,8 @@ def parse_profiles_text(text: str, source: str | None = None) -> ProfilesConfig:
     except ValueError as e:  # a value YAML's constructors cannot make: an integer of > 4300 digits, 2026-02-30
         why = str(e).split("; use sys.", 1)[0][:200]
         raise ProfilesError([Problem("", f"not valid YAML: a value cannot be read ({why})")], source) from None
+    except RecursionError:
+        raise ProfilesError([Problem("", "not valid YAML (nested too deeply)")], source) from None
     return parse_profiles(data, source)
 
 

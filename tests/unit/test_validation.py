@@ -414,3 +414,11 @@ def test_one_bad_entry_does_not_hide_the_next():
     paths = sorted(p.path for p in problems_of(edited(edit)))
     assert paths == sorted(["profiles[0].memroy", "profiles[1].gpu.count", "pools.gpuh100.gpu.model",
                             "pools.gpumig.sharing.replicas"])
+
+
+def test_deep_nesting_and_an_overflowing_quantity_are_problems_not_crashes():
+    (deep,) = problems_of("[" * 5000)
+    assert "not valid YAML (nested too deeply)" in deep.message
+    text = edited(lambda d: d["profiles"][0].update(cpu="1e999999999"))
+    paths = [p.path for p in problems_of(text)]
+    assert paths == ["profiles[0].cpu"]
