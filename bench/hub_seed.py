@@ -62,3 +62,38 @@ def seed(db_url: str, servers: list[SeededServer], target: str) -> int:
     finally:
         session.close()
         session.get_bind().dispose()
+
+
+def seed_users(db_url: str, names: list[str], groups: list[str] = ()) -> dict[str, dict[str, str]]:
+    """Write users WITHOUT servers (role `user`, members of `groups`) into the new database at `db_url`, each
+    with an API token of their own (the user's own permissions; a generated token, checked with one hash
+    round as the hub's own are); returns {name: {"token": ..., "cookie_id": ...}}, so that a load driver can
+    act as every user without logging in: the token for the REST API, the cookie id for the hub's pages
+    (which take no token: a login cookie signed with the hub's cookie_secret, `tornado.web.create_signed_value`)."""
+    logging.disable(logging.INFO)
+    try:
+        session = orm.new_session_factory(db_url)()
+    finally:
+        logging.disable(logging.NOTSET)
+    try:
+        for spec in roles.get_default_roles():
+            roles.create_role(session, spec, commit=False)
+        session.commit()
+        user_role = orm.Role.find(session, "user")
+        group_rows = [orm.Group(name=g) for g in groups]
+        session.add_all(group_rows)
+        if not session.query(orm.OAuthClient).filter_by(identifier="jupyterhub").first():
+            session.add(orm.OAuthClient(identifier="jupyterhub"))  # tokens' client; the hub updates it at start
+        users = []
+        for name in names:
+            user = orm.User(name=name)
+            user.roles.append(user_role)
+            user.groups.extend(group_rows)
+            users.append(user)
+        session.add_all(users)
+        session.commit()
+        return {u.name: {"token": orm.APIToken.new(user=u, scopes=["inherit"], note="bench"), "cookie_id": u.cookie_id}
+                for u in users}
+    finally:
+        session.close()
+        session.get_bind().dispose()
