@@ -33,12 +33,22 @@ def jobs_service_url(hub_namespace: str) -> str:
     return f"http://{JOBS_SERVICE}.{hub_namespace}.svc:{JOBS_PORT}"
 
 
+def notifying(options: dict[str, str] | None) -> bool:
+    """Do these gpu-jobs options configure notifications (`Notifications.smtp_host`, `Notifications.webhooks`,
+    any `Notifications.` setting: the class has no short aliases)?"""
+    return any(k.lstrip("-").startswith("Notifications.") for k in options or {})
+
+
 def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE,
-                    options: dict[str, str] | None = None, replicas: int = 2) -> list[dict[str, Any]]:
+                    options: dict[str, str] | None = None, replicas: int | None = None) -> list[dict[str, Any]]:
     """ServiceAccount, Deployment and Service of the gpu-jobs service (image: the hub image, which has the
-    package); two replicas, which share the per-user submit locks through Leases (kubeio/lease.py).
+    package); two replicas, which share the per-user submit locks through Leases (kubeio/lease.py), but one
+    when `options` configure notifications: their preferences and outbox are one SQLite file per pod, so an
+    opt-out saved through one replica would be unknown to the one that sends (until that store is shared).
     `options`: the service's settings by command-line name (`python -m gpu_spawner.services.jobs
     --help-all`), e.g. {"max-timeout": "3d"}."""
+    if replicas is None:  # one with notifications: their state is per pod (see above)
+        replicas = 1 if notifying(options) else 2
     args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **(options or {})}.items()]
     meta = {"namespace": hub_namespace, "labels": {**MANAGED_BY, **GPU_JOBS_POD}}
     prefix = f"/services/{JOBS_SERVICE}/"

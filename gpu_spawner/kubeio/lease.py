@@ -39,6 +39,29 @@ class LeaseBusy(Exception):
     """The lock was not obtained in time (another holder); the caller answers 503 'busy, try again'."""
 
 
+class Held(dict):
+    """A lock held (`Leases.hold`): the Lease as taken, and `lost`: true once a renew failed, timed out or
+    found it taken over, or no renew succeeded for two thirds of its duration (another may soon take it),
+    so the holder must stop before acting on what the lock protects."""
+
+    def __init__(self, lease: dict, duration: float, since: float):
+        super().__init__(lease)
+        self.duration, self.last_ok, self.failed = duration, since, False
+
+    @property
+    def lost(self) -> bool:
+        return self.failed or time.monotonic() - self.last_ok > self.duration * 2 / 3
+
+
+def replicas_warning(lease_mode: bool, notifying: bool) -> str | None:
+    """gpu-jobs' warning at start: several replicas possible (Leases) with notification channels on, whose
+    preferences and outbox are one SQLite file per pod (an opt-out saved through one is unknown to the leader)."""
+    if lease_mode and notifying:
+        return ("notification preferences are kept per pod: run one replica until they are shared "
+                "(kubectl scale deployment gpu-jobs --replicas=1)")
+    return None
+
+
 def lease_name(user: str, prefix: str = SUBMIT_PREFIX) -> str:
     """A valid object name for any user name (unicode, '/', any length): the prefix and 16 hex digits of the
     name's SHA-256 (a lone surrogate is encoded as itself, so distinct names stay distinct)."""
@@ -79,7 +102,9 @@ def lease_body(name: str, holder: str, duration: int, now: datetime, user: str |
 def is_free(lease: dict, now: datetime) -> bool:
     """May this Lease be taken: no holder, or expired (renewTime, else acquireTime, + leaseDurationSeconds
     before `now`; no time or no duration: expired). Held by this process is not free: another of its tasks
-    holds it (a release that failed costs one lease duration)."""
+    holds it (a release that failed costs one lease duration). `now` is this process's clock and renewTime
+    the writer's: replicas' clocks skewed by more than a lease's last third (5 s of 15) could take a lock early
+    (known, L4; NTP-synced nodes are well within it)."""
     spec = lease.get("spec") or {}
     if not spec.get("holderIdentity"):
         return True
@@ -114,21 +139,31 @@ class Leases:
         self.wait = wait
         self.clock = clock
 
-    async def _call(self, coro) -> dict:
-        return await read_json(await coro)
+    @property
+    def timeout(self) -> float:
+        """The longest one Lease call may take: a third of the duration (a hung renew must fail well before
+        the Lease expires)."""
+        return self.duration / 3
+
+    async def _call(self, call: Callable[..., Awaitable[Any]], *args, **kwargs) -> dict:
+        """One API call, bounded to `timeout` (the client's own and asyncio's: asyncio.TimeoutError)."""
+        async def go():
+            return await read_json(await call(*args, _request_timeout=self.timeout, _preload_content=False,
+                                              **kwargs))
+        return await asyncio.wait_for(go(), self.timeout)
 
     async def try_take(self, name: str, user: str | None = None) -> dict | None:
         """One attempt: the Lease now ours (its body as the API server answered), or None (held by another,
         or another writer won the race)."""
         now = self.clock()
         try:
-            return await self._call(self.coord.create_namespaced_lease(
-                self.namespace, lease_body(name, self.holder, self.duration, now, user), _preload_content=False))
+            return await self._call(self.coord.create_namespaced_lease, self.namespace,
+                                    lease_body(name, self.holder, self.duration, now, user))
         except client.ApiException as e:
             if e.status != 409:
                 raise
         try:
-            found = await self._call(self.coord.read_namespaced_lease(name, self.namespace, _preload_content=False))
+            found = await self._call(self.coord.read_namespaced_lease, name, self.namespace)
         except client.ApiException as e:
             if e.status == 404:  # released in between: the next attempt creates it
                 return None
@@ -139,9 +174,8 @@ class Leases:
         mine = spec.get("holderIdentity") == self.holder
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
         try:
-            return await self._call(self.coord.replace_namespaced_lease(
-                name, self.namespace, lease_body(name, self.holder, self.duration, now, user, rv, transitions),
-                _preload_content=False))
+            return await self._call(self.coord.replace_namespaced_lease, name, self.namespace,
+                                    lease_body(name, self.holder, self.duration, now, user, rv, transitions))
         except client.ApiException as e:
             if e.status in (404, 409):  # gone, or another writer was first
                 return None
@@ -155,8 +189,7 @@ class Leases:
                           parse_time(spec.get("acquireTime")))
         body["metadata"]["annotations"] = meta.get("annotations") or {}
         try:
-            return await self._call(self.coord.replace_namespaced_lease(meta["name"], self.namespace, body,
-                                                                        _preload_content=False))
+            return await self._call(self.coord.replace_namespaced_lease, meta["name"], self.namespace, body)
         except client.ApiException as e:
             if e.status in (404, 409):
                 return None
@@ -168,75 +201,85 @@ class Leases:
         opts = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(resource_version=meta.get("resourceVersion")))
         try:
-            await self._call(self.coord.delete_namespaced_lease(meta["name"], self.namespace, body=opts,
-                                                                _preload_content=False))
+            await self._call(self.coord.delete_namespaced_lease, meta["name"], self.namespace, body=opts)
         except client.ApiException as e:
             if e.status not in (404, 409):
                 raise
 
     @contextlib.asynccontextmanager
-    async def hold(self, name: str, user: str | None = None) -> AsyncIterator[dict]:
+    async def hold(self, name: str, user: str | None = None) -> AsyncIterator[Held]:
         """The lock `name` for the block: retried (jittered, up to `wait` seconds, else LeaseBusy), renewed
-        every third of its duration while held, released after."""
+        every third of its duration while held, released after. The block checks `held.lost` before each
+        step the lock protects: a failed, timed-out or taken-over renew (or none for 2/3 of the duration)."""
         deadline, pause = time.monotonic() + self.wait, 0.05
-        while (lease := await self.try_take(name, user)) is None:
+        while True:
+            started = time.monotonic()  # the Lease's renewTime is no earlier than this
+            if (lease := await self.try_take(name, user)) is not None:
+                break
             if time.monotonic() + pause > deadline:
                 raise LeaseBusy(f"lock {self.namespace}/{name} is held by another process")
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))
             pause = min(pause * 2, 0.5)
-        held = {"lease": lease}
+        held = Held(lease, self.duration, started)
+        current = {"lease": lease}
 
         async def renewing():
-            while True:
+            while not held.lost:
                 await asyncio.sleep(self.duration / 3)
+                started = time.monotonic()
                 try:
-                    renewed = await self.renew(held["lease"])
-                except Exception as e:  # the next try, or the lease expires; the holder finishes regardless
-                    log.warning("renewing lock %s failed: %s", name, e)
-                    continue
+                    renewed = await self.renew(current["lease"])
+                except Exception as e:  # a timeout too: counts as lost (the holder stops; it may expire)
+                    log.warning("renewing lock %s failed: %r; the lock counts as lost", name, e)
+                    held.failed = True
+                    return
                 if renewed is None:
                     log.error("lock %s was taken over while held (held past its %s s?)", name, self.duration)
+                    held.failed = True
                     return
-                held["lease"] = renewed
+                current["lease"], held.last_ok = renewed, started
 
         renewer = asyncio.create_task(renewing())
         try:
-            yield lease
+            yield held
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             try:
-                await self.release(held["lease"])
+                await self.release(current["lease"])
             except Exception as e:  # it expires by itself after `duration`
-                log.warning("releasing lock %s failed (it expires in %s s): %s", name, self.duration, e)
+                log.warning("releasing lock %s failed (it expires in %s s): %r", name, self.duration, e)
 
     async def lead(self, name: str, run: Callable[[], Awaitable[Any]]) -> None:
         """Forever: while this process holds the leader Lease `name`, `run()` runs; it is cancelled as soon as
-        the Lease is lost or could not be renewed for two thirds of its duration (before another may take it)."""
+        a renew fails, times out (every call is bounded to a third of the duration) or finds the Lease taken,
+        or none succeeded for two thirds of its duration (before another may take it); started again once a
+        renew (or a new take) succeeds."""
         task: asyncio.Task | None = None
         lease: dict | None = None
         last_ok = 0.0
         try:
             while True:
+                started, ok = time.monotonic(), False
                 try:
                     lease = await (self.renew(lease) if lease is not None else self.try_take(name))
                     if lease is not None:
-                        last_ok = time.monotonic()
+                        last_ok, ok = started, True
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:
-                    log.warning("leader lease %s: %s", name, e)
+                except Exception as e:  # a timeout too: not leading until a renew succeeds (lease kept to retry)
+                    log.warning("leader lease %s: %r", name, e)
                 if lease is not None and time.monotonic() - last_ok > self.duration * 2 / 3:
                     lease = None
                 if task is not None and task.done():  # ended (an error): started again while we lead
                     if not task.cancelled() and task.exception() is not None:
                         log.error("%s ended: %r", name, task.exception())
                     task = None
-                if lease is not None and task is None:
+                if ok and task is None:
                     log.info("%s leads %s", self.holder, name)
                     task = asyncio.create_task(run())
-                elif lease is None and task is not None:
+                elif not ok and task is not None:
                     log.warning("%s lost the lead of %s", self.holder, name)
                     task.cancel()
                     task = None

@@ -290,3 +290,96 @@ async def test_the_leaders_loop_is_started_again_if_it_ends():
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert len(runs) >= 2 and api.store == {}  # released when stopped
+
+
+# ------------------------------------------------------------------------------ a hung or lost Lease (M2, M3)
+async def hang(*a, **k):
+    await asyncio.Event().wait()
+
+
+async def test_every_lease_call_is_bounded_to_a_third_of_the_duration():
+    api, seen = FakeCoordination(), []
+    create = api.create_namespaced_lease
+
+    async def recording(*a, **k):
+        seen.append(k.get("_request_timeout"))
+        return await create(*a, **k)
+
+    api.create_namespaced_lease = recording
+    a = replica(api, "a", duration=1)
+    lease = await a.try_take("x")
+    assert seen == [pytest.approx(1 / 3)]
+    api.replace_namespaced_lease = hang  # a renew the API server never answers
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(asyncio.TimeoutError):
+        await a.renew(lease)
+    assert loop.time() - started < 0.5
+
+
+async def test_a_hung_renew_loses_the_lock_and_the_gate_answers_busy_instead_of_creating():
+    from gpu_spawner.services.jobs.app import Busy, SubmitGate
+
+    api = FakeCoordination()
+    gate = SubmitGate(leases=replica(api, "mine", duration=1))
+    async with gate.held("rita") as still_ours:
+        still_ours()  # just taken: ours
+        api.replace_namespaced_lease = hang
+        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # the renew at 1/3 s timed out by 2/3 s
+        with pytest.raises(Busy) as e:
+            still_ours()
+        assert e.value.status_code == 503 and "busy, try again" in e.value.log_message
+    async with SubmitGate().held("rita") as still_ours:  # without leases: nothing to lose
+        still_ours()
+
+
+async def test_a_lock_taken_over_or_not_renewed_in_time_is_lost():
+    api, clock = FakeCoordination(), Clock()
+    a = replica(api, "a", clock, duration=1)
+    async with a.hold("x") as held:
+        assert not held.lost
+        (lease,) = api.store.values()
+        api._put("x", {**lease, "spec": {**lease["spec"], "holderIdentity": "b"}})  # another writer
+        await asyncio.sleep(0.45)
+        assert held.lost and held.failed
+    held = L.Held({}, 15, 0.0)
+    assert held.lost and not held.failed  # no renew succeeded for 2/3 of the duration
+
+
+async def test_a_leader_whose_renew_hangs_stops_at_once():
+    api = FakeCoordination()
+    a = replica(api, "a", duration=1)
+    state = []
+
+    async def run():
+        state.append("running")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            state.append("stopped")
+
+    task = asyncio.create_task(a.lead("notify", run))
+    await asyncio.sleep(0.1)
+    assert state == ["running"]
+    api.replace_namespaced_lease = hang
+    await asyncio.sleep(0.75)  # renew at 1/3 s, timed out by 2/3 s: stopped before the Lease could expire (1 s)
+    assert state == ["running", "stopped"]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+# ------------------------------------------------------------------------------ notifications: one replica (M4)
+def test_gpu_jobs_runs_one_replica_when_notifications_are_configured():
+    def replicas(options):
+        (dep,) = [o for o in render_gpu_jobs("jhub", options=options) if o["kind"] == "Deployment"]
+        return dep["spec"]["replicas"]
+
+    assert replicas(None) == replicas({"max-timeout": "3d"}) == 2
+    assert replicas({"Notifications.smtp_host": "mail.example.org"}) == 1
+    assert replicas({"Notifications.webhooks": '{"team": "slack:https://x"}', "max-timeout": "3d"}) == 1
+
+
+def test_gpu_jobs_warns_when_several_replicas_may_keep_notification_preferences():
+    assert "kept per pod: run one replica" in L.replicas_warning(True, True)
+    assert L.replicas_warning(True, False) is None and L.replicas_warning(False, True) is None

@@ -42,7 +42,7 @@ from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name
 from gpu_spawner.contract import FINISHED, IDEMPOTENCY_KEY_HEADER, PROFILE_LABEL, USER_ANNOTATION
 from gpu_spawner.contract import JOBS_SERVICE as SERVICE_NAME
 from gpu_spawner.kubeio.clients import timeout_api_client
-from gpu_spawner.kubeio.lease import LeaseBusy, Leases, lease_name, own_namespace
+from gpu_spawner.kubeio.lease import LeaseBusy, Leases, lease_name, own_namespace, replicas_warning
 from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
@@ -72,6 +72,13 @@ class Busy(web.HTTPError):
     def __init__(self):
         super().__init__(503, log_message="another submission of yours is being checked; busy, try again in a few "
                                           "seconds", reason="Busy")
+
+
+def still_held(user: str, held) -> None:
+    """Before a create under the user's lock: the Lease (if any) still ours, else Busy (503, Retry-After)."""
+    if held is not None and held.lost:
+        log.warning("the submit lock of %s was lost before the create: answered busy", user)
+        raise Busy()
 
 
 class SubmitGate:
@@ -111,11 +118,13 @@ class SubmitGate:
     @contextlib.asynccontextmanager
     async def held(self, user: str):
         """This user's lock in this process and, with `leases`, across replicas; not obtained in the Lease's
-        wait: Busy (503, Retry-After); the API server not answering: ClusterUnavailable (503)."""
+        wait: Busy (503, Retry-After); the API server not answering: ClusterUnavailable (503). Yields a check
+        to call right before each create: the Lease lost meanwhile (a renew failed or was late): Busy."""
         async with self.lock(user), contextlib.AsyncExitStack() as stack:
+            held = None
             if self.leases is not None:
                 try:
-                    await stack.enter_async_context(self.leases.hold(lease_name(user), user))
+                    held = await stack.enter_async_context(self.leases.hold(lease_name(user), user))
                 except LeaseBusy:
                     raise Busy() from None
                 except client.ApiException as e:
@@ -123,7 +132,7 @@ class SubmitGate:
                     raise ClusterUnavailable(f"the per-user lock: HTTP {e.status} {e.reason}") from None
                 except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                     raise ClusterUnavailable.no_answer(e) from None
-            yield
+            yield functools.partial(still_held, user, held)
 
     def created(self, user: str, name: str, profile: str) -> None:
         self._recent.setdefault(user, {})[name] = (profile, time.monotonic())
@@ -242,7 +251,7 @@ class JobsHandler(JobsBase):
         submission = idempotency.submission_id(user, key) if key else None
         gate: SubmitGate = self.settings["gate"]
         self.kube.require_current()  # limits are counted from the cache: only from a current one
-        async with gate.held(user):  # count and create as one step per user, over all replicas
+        async with gate.held(user) as still_ours:  # count and create as one step per user, over all replicas
             mine = await self.kube.jobs(user, fresh=gate.leases is not None)  # from the API: another replica's too
             if submission and (earlier := idempotency.find(mine, user, submission)):
                 return await self.replayed(raw, earlier)  # before the limits: it counts among them already
@@ -253,6 +262,7 @@ class JobsHandler(JobsBase):
                 raise refusal(e) from None
             except BrokenProcessPool:
                 raise web.HTTPError(503, "the submission could not be checked right now; try again") from None
+            still_ours()  # the lock lost while counting (a renew failed or was late): 503, no create
             job, made = await self.create(user, objs)
             if made and await self.kube.job(job["metadata"]["name"]) is None:  # the cache lags: count it
                 gate.created(user, job["metadata"]["name"], slug)
@@ -414,6 +424,8 @@ async def serve(opts) -> None:
     notifier = notifications.notifier()  # None: the admin set no channel
     lease_ns = opts.lease_namespace or own_namespace()  # the per-user locks of every replica (else: in memory)
     leases = Leases(api, lease_ns) if lease_ns else None
+    if warning := replicas_warning(leases is not None, notifier is not None):
+        log.warning(warning)
     app = make_app(cfg, kube, auth, service, prefix, notifier, notifications.hub_url, leases)
     LoopGuard(app.settings["metrics"]).start()
     await app.settings["planner"].warm()
