@@ -255,3 +255,66 @@ def test_configure_runs_the_console_for_admins_only_and_turns_it_off(monkeypatch
     monkeypatch.delenv("GPUHUB_ADMIN_CONSOLE")
     configure(off_c, str(EXAMPLE_PROFILES), admin=False)
     assert "gpu-admin" not in {s["name"] for s in off_c.JupyterHub.services}
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    lines = ["a0: &a0 [data-science]"]
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    return EXAMPLE_PROFILES.read_text().replace("profiles:", "\n".join(lines) + "\nprofiles:", 1).replace(
+        "groups: [data-science, ml-research]", f"groups: *a{levels}", 1)
+
+
+async def test_an_alias_bomb_hits_the_workers_memory_limit_and_the_worker_is_replaced(site):
+    import time
+    value, cookies = await site.form("boss")
+    text = alias_bomb()
+    assert "groups: *a9" in text
+    site.console.worker = admin.Worker(timeout=20, memory=128 * 2**20)  # the limit, smaller: a few seconds
+    started = time.monotonic()
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": text}, cookies, request_timeout=30)
+    page = r.body.decode()
+    assert r.code == 413, page
+    assert "the file is too large to check: " in page and time.monotonic() - started < 15
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": EXAMPLE_PROFILES.read_text()},
+                         cookies)
+    assert r.code == 200 and "No difference from the loaded file" in r.body.decode()  # a new worker
+
+
+def test_the_worker_limits_its_address_space_and_still_parses_the_example():
+    import multiprocessing
+    import resource
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=admin.limit_memory,
+                             initargs=(admin.WORKER_MEMORY,)) as pool:
+        soft = pool.submit(resource.getrlimit, resource.RLIMIT_AS).result(30)[0]
+        cfg = pool.submit(admin.load, EXAMPLE_PROFILES.read_text()).result(30)
+    assert soft != resource.RLIM_INFINITY and soft > admin.WORKER_MEMORY
+    assert cfg.profiles
+
+
+async def test_deep_nesting_overflow_and_other_crashes_are_answered_not_500(site, monkeypatch):
+    value, cookies = await site.form("boss")
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": "[" * 5000}, cookies)
+    assert r.code == 200 and "not valid YAML (nested too deeply)" in r.body.decode()
+    text = EXAMPLE_PROFILES.read_text().replace("cpu: 2\n", 'cpu: "1e999999999"\n', 1)
+    assert text != EXAMPLE_PROFILES.read_text()
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": text}, cookies)
+    assert r.code == 200 and ".cpu: " in r.body.decode() and "problem(s)" in r.body.decode()
+
+    async def broken(*args):
+        raise KeyError("surprise")
+    monkeypatch.setattr(site.console.worker, "run", broken)
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": "x: 1"}, cookies)
+    assert r.code == 400 and "could not be checked: KeyError" in r.body.decode()
+
+
+async def test_the_dry_run_reads_the_file_as_sent(site):
+    value, cookies = await site.form("boss")
+    text = EXAMPLE_PROFILES.read_text() + "# a bell \x07\n"
+    r = await site.fetch("boss", "dry-run", "POST", {"_xsrf": value, "profiles": text}, cookies)
+    assert r.code == 200 and "not valid YAML" in r.body.decode()
+    body = f"_xsrf={value}&profiles=".encode() + b"%ff%fe"
+    r = await site.fetch("boss", "dry-run", "POST", body, cookies)
+    assert r.code == 400 and "not UTF-8" in r.body.decode()

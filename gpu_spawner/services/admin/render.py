@@ -74,8 +74,9 @@ def live_section(state: LiveState) -> str:
             f"{teams}</table>")
 
 
-def doctor_section(xsrf: str, result: dict | None, wait: float) -> str:
-    form = (f"<form method='post' action='doctor'>{xsrf}<button type='submit'>Run gpuhub doctor</button></form>"
+def doctor_section(xsrf: str, result: dict | None, wait: float, running: bool = False) -> str:
+    form = ("<p class='note'>A run is in progress.</p>" if running else
+            f"<form method='post' action='doctor'>{xsrf}<button type='submit'>Run gpuhub doctor</button></form>"
             if wait <= 0 else f"<p class='note'>The doctor runs at most once a minute: again in {int(wait) + 1} s."
                               "</p>")
     out = ["<h2 id='doctor'>Doctor</h2>", form]

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import multiprocessing
 import os
+import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +45,8 @@ MAX_REQUEST = MAX_BODY * 2    # the form's encoding of it, refused by the server
 PARSE_TIMEOUT = 10.0          # seconds for a pasted file's parse and comparison
 DOCTOR_EVERY = 60.0
 MAX_OUTPUT = 64 * 1024
+WORKER_MEMORY = 512 * 1024 * 1024  # the worker's address space beyond what it has at start (an alias bomb)
+SECRET_ENV = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")  # and every JUPYTERHUB_*TOKEN / *SECRET / *KEY
 CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 
@@ -61,23 +65,54 @@ def load(text: str) -> Any:
     return d.parse_profiles_text(text)
 
 
-class Worker:
-    """One spawned worker process, one job at a time, each bounded in time (a stuck parse kills the worker)."""
+def address_space() -> int:
+    """This process's address space (VSZ) in bytes, from /proc/self/statm (Linux); 0 where unknown."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
-    def __init__(self, timeout: float = PARSE_TIMEOUT):
-        self.timeout, self._pool, self._lock = timeout, None, asyncio.Lock()
+
+def limit_memory(extra: int) -> None:
+    """The worker's initializer: its address space capped at what it has now + `extra` (lowering a limit needs
+    no capability), so a file that expands in memory raises MemoryError there, not the pod's OOM killer here."""
+    now = address_space()
+    if now and extra > 0:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = now + extra if hard == resource.RLIM_INFINITY else min(now + extra, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def guarded(fn: Callable, *args) -> Any:
+    """In the worker: `fn(*args)`, a MemoryError raised afresh once what it held is freed (the first one's
+    traceback keeps the expanded data alive, and sending it back would need more memory than there is)."""
+    try:
+        return fn(*args)
+    except MemoryError:
+        pass
+    gc.collect()
+    raise MemoryError("the worker's memory limit")
+
+
+class Worker:
+    """One spawned worker process, one job at a time, each bounded in time (a stuck parse kills the worker) and
+    in memory (`memory` bytes beyond its size at start: a MemoryError, or its death, replaces the worker)."""
+
+    def __init__(self, timeout: float = PARSE_TIMEOUT, memory: int = WORKER_MEMORY):
+        self.timeout, self.memory, self._pool, self._lock = timeout, memory, None, asyncio.Lock()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:  # spawn: a fork of a process with a running loop and threads is unsafe
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=limit_memory, initargs=(self.memory,))
         return self._pool
 
     async def run(self, fn: Callable, *args) -> Any:
         async with self._lock:
-            future = asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
+            future = asyncio.get_running_loop().run_in_executor(self._executor(), guarded, fn, *args)
             try:
                 return await asyncio.wait_for(future, self.timeout)
-            except (asyncio.TimeoutError, BrokenProcessPool):
+            except (asyncio.TimeoutError, BrokenProcessPool, MemoryError):
                 self.kill()
                 raise
 
@@ -131,30 +166,53 @@ class Doctor:
         self.command, self.timeout, self.every, self.clock = list(command), timeout, every, clock
         self.started: float | None = None
         self.result: dict | None = None
+        self.running = False  # a run in flight (it may outlast `every`): another is not started
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """The child's environment: this one without the page's token or other JupyterHub secrets."""
+        return {k: v for k, v in os.environ.items() if k not in SECRET_ENV and not (
+            k.startswith(("JUPYTERHUB_", "JPY_")) and any(w in k for w in ("TOKEN", "SECRET", "KEY", "PASSWORD")))}
 
     def wait(self) -> float:
         return 0.0 if self.started is None else max(0.0, self.every - (self.clock() - self.started))
 
     async def run(self) -> dict | None:
-        if self.wait() > 0:
+        if self.running or self.wait() > 0:
             return self.result
-        self.started = self.clock()
+        self.running, self.started = True, self.clock()
+        try:
+            self.result = await self._run()
+        finally:
+            self.running = False
+        return self.result
+
+    async def _run(self) -> dict:
         try:
             proc = await asyncio.create_subprocess_exec(*self.command, stdout=asyncio.subprocess.PIPE,
                                                         stderr=asyncio.subprocess.STDOUT,
-                                                        stdin=asyncio.subprocess.DEVNULL)
+                                                        stdin=asyncio.subprocess.DEVNULL, env=self.environment())
         except OSError as e:
-            self.result = parse_doctor(f"cannot run the doctor: {e}", None)
-            return self.result
+            return parse_doctor(f"cannot run the doctor: {e}", None)
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), self.timeout)
-            text, code = out[:MAX_OUTPUT].decode(errors="replace"), proc.returncode
+            out = await asyncio.wait_for(proc.stdout.readexactly(MAX_OUTPUT + 1), self.timeout)
+        except asyncio.IncompleteReadError as e:  # the whole output, under the cap
+            out = e.partial
         except asyncio.TimeoutError:
+            out = None
+        if out is not None and len(out) > MAX_OUTPUT:  # more than the cap: the rest is not read
             proc.kill()
             await proc.wait()
-            text, code = f"the doctor did not finish in {self.timeout:.0f} s (stopped)", None
-        self.result = parse_doctor(text, code)
-        return self.result
+            return parse_doctor(out[:MAX_OUTPUT].decode(errors="replace") + "\n(output over 64 KiB: stopped)", None)
+        try:
+            code = None if out is None else await asyncio.wait_for(proc.wait(), self.timeout)
+        except asyncio.TimeoutError:
+            code = out = None
+        if out is None:
+            proc.kill()
+            await proc.wait()
+            return parse_doctor(f"the doctor did not finish in {self.timeout:.0f} s (stopped)", None)
+        return parse_doctor(out.decode(errors="replace"), code)
 
 
 def parse_doctor(text: str, code: int | None) -> dict:
@@ -237,7 +295,7 @@ class AdminPage(HubOAuthenticated, web.RequestHandler):
         self.finish(render.page(
             render.profiles_section(c.loaded.offered, c.loaded.path, c.loaded.checksum, c.loaded.loaded_at),
             render.live_section(c.live.state),
-            render.doctor_section(xsrf, c.doctor.result if c.doctor else None, c.doctor.wait() if c.doctor else 0)
+            render.doctor_section(xsrf, c.doctor.result, c.doctor.wait(), c.doctor.running)
             if c.doctor else "<h2 id='doctor'>Doctor</h2><p>not configured for this page</p>",
             render.dry_run_section(xsrf, dry_text, dry)))
 
@@ -256,10 +314,15 @@ class AdminPage(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(404)
         if len(self.request.body) > MAX_REQUEST:
             raise web.HTTPError(413, "the profiles file is too large")
-        text = self.get_body_argument("profiles", "")
-        if len(text.encode()) > MAX_BODY:
+        raw = (self.request.body_arguments.get("profiles") or [b""])[0]  # as sent: not stripped, controls kept
+        if len(raw) > MAX_BODY:
             return self._show(413, "", {"error": f"the file is over {MAX_BODY // 1024} KiB; nothing was compared"})
-        self._show(200, text, await self.console.dry_run(text))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return self._show(400, "", {"error": f"the file is not UTF-8 (byte {e.start}); nothing was compared"})
+        result = await self.console.dry_run(text)
+        self._show(result.pop("status", 200), text, result)
 
 
 class Console:
@@ -278,8 +341,13 @@ class Console:
                                            self.hub_namespace)
         except asyncio.TimeoutError:
             return {"error": f"the file took over {self.worker.timeout:.0f} s to read; nothing was compared"}
-        except BrokenProcessPool:
-            return {"error": "reading the file ended the worker (too large once expanded?); nothing was compared"}
+        except (BrokenProcessPool, MemoryError) as e:  # over the worker's memory: the worker is replaced
+            why = "MemoryError" if isinstance(e, MemoryError) else "the worker stopped"
+            return {"status": 413, "error": f"the file is too large to check: {why} (over "
+                                            f"{self.worker.memory // 2**20} MiB once expanded); nothing was compared"}
+        except Exception as e:  # noqa: BLE001 (a bug or an input the parser did not foresee): a 400, not a 500
+            log.exception("the dry run failed")
+            return {"status": 400, "error": f"the file could not be checked: {type(e).__name__}; nothing was compared"}
         if "diff" in result:
             new = result.pop("new")
             result["servers"], result["servers_note"] = None, "the hub's user list could not be read"
