@@ -318,3 +318,26 @@ async def test_the_dry_run_reads_the_file_as_sent(site):
     body = f"_xsrf={value}&profiles=".encode() + b"%ff%fe"
     r = await site.fetch("boss", "dry-run", "POST", body, cookies)
     assert r.code == 400 and "not UTF-8" in r.body.decode()
+
+
+async def test_the_doctor_runs_once_at_a_time_without_the_hubs_secrets_and_its_output_is_capped(tmp_path):
+    import asyncio
+    import time
+
+    calls = tmp_path / "runs"
+    child = (f"import os, time; open({str(calls)!r}, 'a').write('x'); time.sleep(1); "
+             "print('token:', os.environ.get('JUPYTERHUB_API_TOKEN', 'none'), os.environ.get('JUPYTERHUB_API_URL'))")
+    doctor = admin.Doctor([sys.executable, "-c", child], timeout=30, every=0)  # the minute's gap: not the guard here
+    first = asyncio.ensure_future(doctor.run())
+    await asyncio.sleep(0.3)
+    assert doctor.running and await doctor.run() is None  # in flight: skipped, not a second child
+    assert "A run is in progress" in admin.render.doctor_section("", doctor.result, doctor.wait(), doctor.running)
+    result = await first
+    assert calls.read_text() == "x" and not doctor.running
+    assert "token: none http://127.0.0.1:9/hub/api" in result["output"]  # the URL kept, the token not passed
+
+    flood = admin.Doctor([sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('y' * 65536)"], timeout=30)
+    started = time.monotonic()
+    result = await flood.run()
+    assert time.monotonic() - started < 10 and "output over 64 KiB: stopped" in result["output"]
+    assert len(result["output"]) < admin.MAX_OUTPUT + 100
