@@ -187,6 +187,17 @@ class Doctor:
             self.running = False
         return self.result
 
+    @staticmethod
+    async def _stop(proc) -> None:
+        """Kill the child; what is left in the pipe (a killed child's: at most its buffer) is drained, as a full
+        reader pauses the pipe and then never sees its end, and the wait for the exit would never return."""
+        proc.kill()
+        try:
+            await asyncio.wait_for(proc.stdout.read(), 5)
+            await asyncio.wait_for(proc.wait(), 5)
+        except asyncio.TimeoutError:
+            log.warning("the doctor (pid %s) did not end after its kill", proc.pid)
+
     async def _run(self) -> dict:
         try:
             proc = await asyncio.create_subprocess_exec(*self.command, stdout=asyncio.subprocess.PIPE,
@@ -201,16 +212,14 @@ class Doctor:
         except asyncio.TimeoutError:
             out = None
         if out is not None and len(out) > MAX_OUTPUT:  # more than the cap: the rest is not read
-            proc.kill()
-            await proc.wait()
+            await self._stop(proc)
             return parse_doctor(out[:MAX_OUTPUT].decode(errors="replace") + "\n(output over 64 KiB: stopped)", None)
         try:
             code = None if out is None else await asyncio.wait_for(proc.wait(), self.timeout)
         except asyncio.TimeoutError:
             code = out = None
         if out is None:
-            proc.kill()
-            await proc.wait()
+            await self._stop(proc)
             return parse_doctor(f"the doctor did not finish in {self.timeout:.0f} s (stopped)", None)
         return parse_doctor(out.decode(errors="replace"), code)
 
