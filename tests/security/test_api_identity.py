@@ -157,21 +157,30 @@ async def loop_stall(work) -> float:
 
 async def test_token_lookups_do_not_block_the_event_loop(hub):
     """The service's token check against the real hub: 300 unknown tokens at once keep the loop free, where
-    the synchronous lookup that HubAuthenticated.get_current_user() makes blocks it for each of them."""
+    the synchronous lookup that HubAuthenticated.get_current_user() makes blocks it for each of them. Wall-clock
+    stalls on a loaded machine are noisy (a descheduled process stalls both ways alike), so the side-by-side
+    comparison gets three tries with fresh tokens: a blocking check loses every one of them."""
     hub_auth = HubAuth(api_url=f"{hub.url}/hub/api", api_token=hub.admin_token)
     auth = TokenAuth(hub_auth, {"access:services!service=gpu-jobs"})
-    tokens = [secrets.token_hex(16) for _ in range(300)]
+    tried, asked = [], 0
+    for _ in range(3):
+        tokens = [secrets.token_hex(16) for _ in range(300)]
 
-    async def ours():
-        assert await asyncio.gather(*(auth.caller(f"token {t}") for t in tokens)) == [None] * len(tokens)
+        async def ours():
+            assert await asyncio.gather(*(auth.caller(f"token {t}") for t in tokens)) == [None] * len(tokens)
 
-    async def blocking():
-        for t in tokens:
-            assert hub_auth.user_for_token(t, use_cache=False) is None  # sync=True: what the old handler did
+        async def blocking():
+            for t in tokens:
+                assert hub_auth.user_for_token(t, use_cache=False) is None  # sync=True: what the old handler did
 
-    stall_async, stall_sync = await loop_stall(ours), await loop_stall(blocking)
-    print(f"event loop stall for {len(tokens)} unknown tokens: async {stall_async:.3f} s, sync {stall_sync:.3f} s")
-    assert auth.hub_requests == len(tokens) and len(auth.unknown) == len(tokens)
-    assert stall_async < stall_sync / 4, (stall_async, stall_sync)
+        stall_async, stall_sync = await loop_stall(ours), await loop_stall(blocking)
+        asked += len(tokens)
+        print(f"event loop stall for {len(tokens)} unknown tokens: async {stall_async:.3f} s, sync {stall_sync:.3f} s")
+        assert auth.hub_requests == asked and len(auth.unknown) == asked
+        tried.append((stall_async, stall_sync))
+        if stall_async < stall_sync / 4:
+            break
+    else:
+        raise AssertionError(f"the token check stalled the loop like the synchronous one, three times: {tried}")
     # asked again: answered from the bounded cache of refused tokens, no hub request
-    assert await auth.caller(f"token {tokens[0]}") is None and auth.hub_requests == len(tokens)
+    assert await auth.caller(f"token {tokens[0]}") is None and auth.hub_requests == asked
