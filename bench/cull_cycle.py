@@ -58,7 +58,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.hub_seed import SeededServer, seed  # noqa: E402
+from bench.hub_seed import LOOPBACK_HUB, SeededServer, seed, stop_hub  # noqa: E402
 from devcluster.devhub import free_port, proxy_command  # noqa: E402
 from gpu_spawner.services.culler import culler_service  # noqa: E402
 
@@ -90,18 +90,7 @@ class NoProcessSpawner(Spawner):
 
 c = get_config()  # noqa: F821
 c.JupyterHub.spawner_class = NoProcessSpawner
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {hub_port}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
-c.ConfigurableHTTPProxy.auth_token = "{proxy_token}"
-c.ConfigurableHTTPProxy.command = [{chp!r}]
-c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret = bytes.fromhex("{secret}")
-c.JupyterHub.authenticator_class = "null"
-c.JupyterHub.authenticate_prometheus = False
-c.JupyterHub.concurrent_spawn_limit = 0
+''' + LOOPBACK_HUB + '''c.JupyterHub.concurrent_spawn_limit = 0
 c.JupyterHub.active_server_limit = 0
 c.JupyterHub.init_spawners_timeout = -1  # "now running" only once every seeded server is checked
 c.JupyterHub.cleanup_servers = False  # as on Kubernetes: stopping the hub leaves the servers (here: 5,000 stops)
@@ -204,13 +193,7 @@ class BenchHub:
 
     def stop(self) -> None:
         """End the hub and its proxy; its state folder (database, log) is removed."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-        shutil.rmtree(self.state, ignore_errors=True)
+        stop_hub(self.proc, self.state)
 
 
 def list_pages(hub: BenchHub, page_size: int) -> tuple[int, float]:

@@ -14,13 +14,59 @@ to answer HTTP (`target` must answer GET .../api), then adds the missing proxy r
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import shutil
+import signal
+import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub import orm, roles
 from jupyterhub.utils import url_escape_path
+
+#: The hub config lines every bench hub shares: loopback only, its ports, proxy, database and secret (format
+#: with port, hub_port, proxy_api, proxy_token, chp, state, secret); nothing is ever spawned for real.
+LOOPBACK_HUB = '''c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
+c.ConfigurableHTTPProxy.auth_token = "{proxy_token}"
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret = bytes.fromhex("{secret}")
+c.JupyterHub.authenticator_class = "null"
+c.JupyterHub.authenticate_prometheus = False
+'''
+
+
+def stop_hub(proc: subprocess.Popen, state: Path, keep: bool = False) -> None:
+    """End a bench hub started in its own process group (its proxy with it); its state folder removed
+    unless `keep`."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if not keep:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _new_session(db_url: str):
+    """A session on a new hub database with the hub's default roles."""
+    logging.disable(logging.INFO)  # alembic's lines about stamping the new database, per run
+    try:
+        session = orm.new_session_factory(db_url)()
+    finally:
+        logging.disable(logging.NOTSET)
+    for spec in roles.get_default_roles():
+        roles.create_role(session, spec, commit=False)
+    session.commit()
+    return session
 
 
 @dataclass
@@ -34,15 +80,8 @@ class SeededServer:
 def seed(db_url: str, servers: list[SeededServer], target: str) -> int:
     """Write `servers` into the new database at `db_url`; returns the number of running servers written."""
     url = urlparse(target)
-    logging.disable(logging.INFO)  # alembic's lines about stamping the new database, per run
+    session = _new_session(db_url)
     try:
-        session = orm.new_session_factory(db_url)()
-    finally:
-        logging.disable(logging.NOTSET)
-    try:
-        for spec in roles.get_default_roles():
-            roles.create_role(session, spec, commit=False)
-        session.commit()
         user_role = orm.Role.find(session, "user")
         for s in servers:
             prefix = f"/user/{url_escape_path(s.user)}/"
@@ -70,15 +109,8 @@ def seed_users(db_url: str, names: list[str], groups: list[str] = ()) -> dict[st
     round as the hub's own are); returns {name: {"token": ..., "cookie_id": ...}}, so that a load driver can
     act as every user without logging in: the token for the REST API, the cookie id for the hub's pages
     (which take no token: a login cookie signed with the hub's cookie_secret, `tornado.web.create_signed_value`)."""
-    logging.disable(logging.INFO)
+    session = _new_session(db_url)
     try:
-        session = orm.new_session_factory(db_url)()
-    finally:
-        logging.disable(logging.NOTSET)
-    try:
-        for spec in roles.get_default_roles():
-            roles.create_role(session, spec, commit=False)
-        session.commit()
         user_role = orm.Role.find(session, "user")
         group_rows = [orm.Group(name=g) for g in groups]
         session.add_all(group_rows)

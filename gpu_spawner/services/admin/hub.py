@@ -14,6 +14,7 @@ import sys
 from typing import Any, Mapping
 
 from gpu_spawner.contract import ADMIN_PORT
+from gpu_spawner.services.hub_entry import KUBE_ENV, switched_on
 
 SERVICE = "gpu-admin"
 PORT = ADMIN_PORT  # gpu-jobs 10101, the culler 10102, the showback page 10103
@@ -23,15 +24,11 @@ SCOPES = ["list:users", "read:users:name", "read:servers"]
 #: Hub environment read here.
 ENV_ENABLED = "GPUHUB_ADMIN_CONSOLE"
 ENV_PAGE_URL = "GPUHUB_ADMIN_URL"  # the page's full URL when the proxy runs in another pod (z2jh: http://hub:10104)
-KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
-OFF = ("0", "false", "no", "off")
 
 
 def admin_enabled(value: bool | None, env: Mapping[str, str]) -> bool:
     """configure()'s `admin` argument, else $GPUHUB_ADMIN_CONSOLE (off/false/0/no: off), else on."""
-    if value is not None:
-        return bool(value)
-    return env.get(ENV_ENABLED, "").strip().lower() not in OFF
+    return switched_on(value, env, ENV_ENABLED)
 
 
 def admin_service(profiles_file: str, *, env: Mapping[str, str], host: str | None = None, port: int | None = None,

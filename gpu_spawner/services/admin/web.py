@@ -37,6 +37,7 @@ from gpu_spawner.model.activity import DEFAULT_ACTIVITY_INTERVAL
 from gpu_spawner.services.admin import diff as d
 from gpu_spawner.services.admin import render
 from gpu_spawner.services.admin.live import LiveReader, kube_reads
+from gpu_spawner.services.hub_entry import listen_address
 from gpu_spawner.services.loopguard import LoopGuard
 
 log = logging.getLogger("gpuhub.admin")
@@ -417,9 +418,8 @@ def main(argv: list[str] | None = None) -> int:
              "self", "--hub-namespace", a.hub_namespace], timeout=a.doctor_timeout)
         console = Console(loaded, live, doctor, activity_interval=a.activity_interval, hub_namespace=a.hub_namespace)
         # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10104) means all interfaces
-        address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
         HTTPServer(make_app(console, prefix), max_body_size=MAX_REQUEST, xheaders=True).listen(url.port or 80,
-                                                                                              address)
+                                                                                              listen_address(url))
         asyncio.ensure_future(console.refresh())
         LoopGuard().start()  # its stalls: logged (services/loopguard.py)
 

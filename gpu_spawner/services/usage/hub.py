@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE, USAGE_SERVICE
 from gpu_spawner.contract import USAGE_PORT as PAGE_PORT  # gpu-jobs 10101, the culler 10102
+from gpu_spawner.services.hub_entry import KUBE_ENV, switched_on
 from gpu_spawner.services.usage.metrics_http import ENV_TOKEN as METRICS_TOKEN_ENV
 
 METRICS_PORT = 9402  # the collector's /metrics, for Prometheus
@@ -24,16 +25,11 @@ ACCESS = f"access:services!service={USAGE_SERVICE}"
 #: Hub environment read here.
 ENV_ENABLED, ENV_STORE, ENV_PROMETHEUS = "GPUHUB_USAGE", "GPUHUB_USAGE_STORE", "GPUHUB_USAGE_PROMETHEUS_URL"
 ENV_PAGE_URL = "GPUHUB_USAGE_URL"  # the page's full URL when the proxy runs in another pod (z2jh: http://hub:10103)
-#: What the collector needs of the hub's environment to reach the API server (in-cluster, or a kubeconfig).
-KUBE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG")
-OFF = ("0", "false", "no", "off")
 
 
 def usage_enabled(value: bool | None, env: Mapping[str, str]) -> bool:
     """configure()'s `usage` argument, else $GPUHUB_USAGE (off/false/0/no: off), else on."""
-    if value is not None:
-        return bool(value)
-    return env.get(ENV_ENABLED, "").strip().lower() not in OFF
+    return switched_on(value, env, ENV_ENABLED)
 
 
 def prometheus_url(env: Mapping[str, str]) -> str | None:

@@ -23,6 +23,7 @@ from tornado import ioloop, web
 from gpu_spawner.contract import adopt_hub_api_url
 from gpu_spawner.model.durations import parse
 from gpu_spawner.model.profiles_file import load_profiles
+from gpu_spawner.services.hub_entry import listen_address
 from gpu_spawner.services.loopguard import LoopGuard
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage import collect
@@ -188,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     hinter = None
     if a.prometheus_url:
         hinter = make_hinter(load_profiles(a.profiles_file), a.prometheus_url, a.scrape_interval)
-    # loopback when the proxy reaches us there; a host name (z2jh: http://hub:10103) means all interfaces
-    address = url.hostname if url.hostname in ("127.0.0.1", "localhost", "::1") else ""
-    make_app(a.store, timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, address)
+    make_app(a.store, timedelta(seconds=seconds), prefix, hinter).listen(url.port or 80, listen_address(url))
     ioloop.IOLoop.current().add_callback(LoopGuard().start)  # its stalls: logged (services/loopguard.py)
     ioloop.IOLoop.current().start()
     return 0
