@@ -22,6 +22,7 @@ from kubespawner.slugs import safe_slug
 
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
+from gpu_spawner.builders.identity import pod_identity, with_identity
 from gpu_spawner.builders.kueue import local_queue_name
 from gpu_spawner.builders.storage import HomeStorage, StorageError, job_home
 from gpu_spawner.contract import (
@@ -132,9 +133,12 @@ class JobParts:
     annotations: dict[str, str]
     pod_spec: dict[str, Any]
     config_map: dict[str, Any]
+    #: The pod's own labels beyond `labels` (the team's workload identity: `builders.identity`).
+    pod_only_labels: dict[str, str] = field(default_factory=dict)
 
     def pod_template(self, settings: JobSettings) -> dict[str, Any]:
-        return {"metadata": {"labels": {**settings.pod_labels, **self.labels}, "annotations": dict(self.annotations)},
+        return {"metadata": {"labels": {**settings.pod_labels, **self.labels, **self.pod_only_labels},
+                             "annotations": dict(self.annotations)},
                 "spec": copy.deepcopy(self.pod_spec)}
 
     def queued_labels(self) -> dict[str, str]:
@@ -211,11 +215,15 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
             {"key": "notebook.gz", "path": "notebook.gz"}]}}, home_volume],
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
+    ident = pod_identity(cfg, groups)  # the user's team's (team_for, as above), never another's
+    if ident is not None:
+        pod_spec = with_identity(pod_spec, ident)
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": name, "namespace": ns, "labels": dict(labels),
                                "annotations": dict(annotations)},
                   "binaryData": {"notebook.gz": base64.b64encode(snapshot).decode()}}
-    return JobParts(name, ns, team_name, priority, timeout, labels, annotations, pod_spec, config_map)
+    return JobParts(name, ns, team_name, priority, timeout, labels, annotations, pod_spec, config_map,
+                    ident.labels if ident else {})
 
 
 def build_job(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str], notebook_path: str,

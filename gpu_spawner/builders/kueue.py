@@ -5,7 +5,8 @@ pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus
 the team's profiles on the pool ask for with that many GPUs: model/quota.py), a LocalQueue in the
 team's namespace and one of the same name in the hub's namespace (notebook servers queue there: Kueue's
 pod integration), and a WorkloadPriorityClass and PriorityClass per priority, plus a server
-WorkloadPriorityClass per priority above every job's (`server_priority_class`). Kueue API v1beta2 only.
+WorkloadPriorityClass per priority above every job's (`server_priority_class`), and the ServiceAccounts of teams
+with a workload identity (`builders.identity`). Kueue API v1beta2 only.
 Team namespaces enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
+from gpu_spawner.builders.identity import service_accounts
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
@@ -181,6 +183,7 @@ def render_kueue(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE
     """Every object, in the order `kubectl apply` needs them (the hub's namespace must exist)."""
     objs: list[dict[str, Any]] = []
     objs += [team_namespace(name, team) for name, team in cfg.teams.items()]
+    objs += service_accounts(cfg, hub_namespace)  # teams' workload identities: servers' and jobs' accounts
     for name, value in cfg.priorities.items():
         objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_spawner.builders.aks_pools import aks_pool_name
 from gpu_spawner.builders.hardening import container_security_context
+from gpu_spawner.builders.identity import WI_CLIENT_ID, WI_USE
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.warm_schedule import Change, changes, steps
 
@@ -21,8 +22,6 @@ NAMESPACE = "gpuhub-warm"
 ACCOUNT = "warm-capacity"
 TARGET = "warm-capacity-target"  # ConfigMap: RESOURCE_GROUP, CLUSTER (the admin's)
 AZ_IMAGE = "mcr.microsoft.com/azure-cli:2.72.0"
-WI_CLIENT_ID = "azure.workload.identity/client-id"
-WI_USE = "azure.workload.identity/use"
 #: A CronJob that missed its time (controller down, node drained) still runs within this many seconds.
 STARTING_DEADLINE_S = 3600
 #: The Azure role the managed identity needs, on the AKS cluster's resource id (nothing wider).

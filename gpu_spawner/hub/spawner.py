@@ -20,6 +20,7 @@ from traitlets import Bool, Unicode, default
 
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
+from gpu_spawner.builders.identity import pod_identity, server_annotations
 from gpu_spawner.builders.kueue import server_queue_labels
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.hub import metrics, picker
@@ -236,7 +237,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         async with cls._informers_lock:
             inf = cls._informers
             if inf is None:
-                inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"))
+                inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"),
+                                                         custom=shared_client("CustomObjectsApi"))
                 cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
                 if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
                     await HistoryFile(self.pool_history_file).load(cls._pool_history)
@@ -287,12 +289,14 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         has_default = any(p.default for p in allowed)
         state = await spawner.cluster_state()
         history = GPUSpawner._pool_history if state else None
+        teams = GPUSpawner._informers.teams if state else None  # the ClusterQueue watch: queued profiles' team line
         hints = await spawner.usage_hints({p.slug for p in allowed})
         return [
             picker.profile_entry(spawner.profiles, p, p.default or (not has_default and i == 0),
                                  state.profile_capacity(p) if state else None, groups, admin,
                                  eta=history.picker_eta(p) if history else None,
-                                 degraded=spawner.pool_failing_note(p.pool), hint=hints.get(p.slug))
+                                 degraded=spawner.pool_failing_note(p.pool), hint=hints.get(p.slug),
+                                 team=teams.view(spawner.profiles, p, groups) if teams else None)
             for i, p in enumerate(allowed)
         ]
 
@@ -369,6 +373,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         self.add_readiness_probe(pod)
         self.add_gpu_check(pod)
         self.add_queue_labels(pod)
+        self.add_team_identity(pod)
         return avoid_nodes(self.guard_pod(pod), *self.nodes_to_avoid())  # nodes whose GPU check just failed
 
     def add_queue_labels(self, pod):
@@ -378,6 +383,15 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         labels = server_queue_labels(self.profiles, profile, self.user_groups()) if profile else {}
         if labels:
             pod.metadata.labels = {**(pod.metadata.labels or {}), **labels}
+
+    def add_team_identity(self, pod):
+        """The user's team's workload identity, if it has one (builders/identity.py): its ServiceAccount, no
+        Kubernetes API token, the webhook's label; an admin's `service_account` stays for teams without one."""
+        ident = pod_identity(self.profiles, self.user_groups())
+        if ident is not None:
+            pod.spec.service_account_name, pod.spec.automount_service_account_token = ident.service_account, False
+            pod.metadata.labels = {**(pod.metadata.labels or {}), **ident.labels}
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), **server_annotations()}
 
     def add_gpu_check(self, pod):
         """GPU profiles: the GPU check runs first, as an init container with no home mounted,

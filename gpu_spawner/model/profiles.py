@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
+from gpu_spawner.model.identity import TeamIdentity
 from gpu_spawner.model.labels import LabelKey, LabelValue
 from gpu_spawner.model.vm_sizes import allocatable_of
 from gpu_spawner.model.warm_schedule import WarmWindow, ZoneName
@@ -386,6 +387,10 @@ class Team(_Strict):
     quota: dict[str, Annotated[int, Field(ge=0)]] = {}
     borrowing_limit: int | None = Field(None, ge=0)
     default: bool = False
+    identity: TeamIdentity | None = Field(None, description=(
+        "The team's Azure workload identity: its servers and `%gpu_submit` jobs run under the team's own "
+        "ServiceAccount, annotated with this managed identity's client id, so `DefaultAzureCredential` reaches "
+        "storage and registries without a secret; no other team's pods ever get it (docs/admin-guide.md)."))
 
 
 class ProfilesConfig(_Strict):

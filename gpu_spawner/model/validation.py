@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import multinode, quota, sharing_rules, warm_schedule
+from gpu_spawner.model import identity, multinode, quota, sharing_rules, warm_schedule
 from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
@@ -466,13 +466,15 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     if priorities is not None:
         _check_priority_ceilings(data, priorities, parsed, problems)
 
-    team_defaults = []
+    team_defaults, teams = [], {}
     for name, raw in mapping("teams").items():
         team = _parse_each(Team, raw, f"teams.{name}", problems)
         if team is not None:
             _check_team(name, team, pools, problems, broken)
+            teams[name] = team
             if team.default:
                 team_defaults.append(name)
+    problems.extend(Problem(x.at, x.message) for x in identity.file_problems(teams))
     if len(team_defaults) > 1:
         problems.append(Problem(f"teams.{team_defaults[1]}.default", f"only one team may be the default; "
                                                                      f"{team_defaults[0]!r} already is"))

@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from gpu_spawner.model import identity as I
 from gpu_spawner.model import profiles as P
 from gpu_spawner.model import warm_schedule as W
 from gpu_spawner.model.gpus import GPU_MODELS
@@ -47,6 +48,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("UnlistedChoice", P.UnlistedChoice, "`profiles[].options.<name>.unlisted_choice`"),
     ("SpawnerOverride", P.SpawnerOverride, "`kubespawner_override` of a choice"),
     ("Team", P.Team, "`teams.<name>`"),
+    ("TeamIdentity", I.TeamIdentity, "`teams.<name>.identity`"),
 ]
 
 DESCRIPTIONS: dict[str, str] = {
@@ -150,6 +152,10 @@ def _validator_kind(meta: list[Any]) -> str | None:
                 return "`\"HH:MM\"`"
             if f is W.zone_name:
                 return "IANA time zone"
+            if f is I.guid:
+                return "GUID"
+            if f is I.account:
+                return "ServiceAccount name"
             if f is P._layout:
                 return "`all-<slice>` \\| `all-balanced` \\| map slice → count"
             if f.__qualname__.startswith("_quantity"):
