@@ -1,12 +1,16 @@
 """The picker's plain-language capacity lines (pure): how people call a slot, and what choosing a profile
-now means, from the counts `capacity.ClusterState` keeps."""
+now means, from the counts `capacity.ClusterState` keeps and, for a queued profile, the team's Kueue quota
+(`model/team_room.py`)."""
 from __future__ import annotations
 
 import math
 import statistics
 
 from gpu_spawner.model.profiles import MIGSharing, Pool, Profile
+from gpu_spawner.model.team_room import Room
 
+#: The outlook of a profile with room now; a queued profile's keeps it only when the team's quota has room too.
+STARTS_NOW = "starts right away"
 #: Samples of a pool's recorded time to add a node that `node_add_seconds` reads (the most recent ones).
 NODE_ADD_SAMPLES = 20
 
@@ -64,7 +68,7 @@ def describe(profile: Profile, pool: Pool | None, resource: str | None, total: i
     recorded time to add a node (`node_add_seconds`)."""
     if profile.gpu is None:
         if fits > 0:
-            return f"room for {fits} more server{'s' if fits != 1 else ''}", "starts right away"
+            return f"room for {fits} more server{'s' if fits != 1 else ''}", STARTS_NOW
         return "CPU nodes are full", "waits for room on a CPU node"
     noun = slot_noun(profile, pool)
     if nodes == 0:
@@ -75,8 +79,64 @@ def describe(profile: Profile, pool: Pool | None, resource: str | None, total: i
             return f"no {noun} running now", scale_up_text(node_add_s)
         return f"no {noun} in this cluster", "cannot start until an admin adds nodes to this pool"
     if fits > 0:
-        return f"{free} of {total} {noun} free", "starts right away"
+        return f"{free} of {total} {noun} free", STARTS_NOW
     queue = f" — {waiting} waiting" if waiting else ""
     if can_grow:
         return f"pool full{queue}", "you will queue while the pool adds a node (a few minutes)"
     return f"pool full{queue}", "you will wait until someone else's server stops"
+
+
+def _in_use(room: Room) -> str:
+    """'8 of 8 in use', or '8 of 8 in use + 4 borrowed' for a team above its own quota."""
+    if room.used <= room.nominal:
+        return f"{room.used} of {room.nominal} in use"
+    return f"{room.nominal} of {room.nominal} in use + {room.used - room.nominal} borrowed"
+
+
+def team_line(team: str, room: Room | None, noun: str) -> str:
+    """The card's line for a queued profile: what the user's team can use now of its Kueue quota on the pool,
+    'your team (data-science): 3 of 8 T4 time-slices free in quota, +4 by borrowing'; 'team quota unknown'
+    when the ClusterQueue is not read (never a made-up number)."""
+    who = f"your team ({team})"
+    if room is None:
+        return f"{who}: team quota unknown"
+    said = f"{who}: {room.own_free} of {room.nominal} {noun} free in quota"
+    if room.used > room.nominal:
+        said = f"{who}: {room.used} {noun} in use, {room.nominal} of quota + {room.used - room.nominal} borrowed"
+    elif room.nominal == 0:
+        said = f"{who}: no {noun} in quota of its own"
+    if not room.in_cohort:
+        return said
+    if room.borrow_now is None:  # the cohort's use is not known: only what the limit allows
+        cap = room.may_borrow
+        return said + (f", up to {cap} more by borrowing if the cohort has room" if cap
+                       else ", more by borrowing if the cohort has room" if cap is None else "")
+    if room.borrow_now:
+        return said + f", +{room.borrow_now} by borrowing"
+    if room.lent:
+        return said + ", lent to other teams right now"
+    if room.own_free:
+        return said
+    return said + (", borrowing limit reached" if room.may_borrow == 0 else ", none to borrow in the cohort now")
+
+
+def team_outlook(room: Room | None, units: int, outlook: str, pending: int | None = None) -> tuple[str, bool]:
+    """What choosing a queued profile means once the team's quota is counted: (outlook, the team is the limit).
+    The pool's `outlook` stands when the team has room for `units`; at its quota the team, not the pool, is the
+    limit, whatever the pool has free; unknown quota never promises a start."""
+    if room is None:
+        return (f"{outlook} if your team's quota has room" if outlook == STARTS_NOW else outlook), False
+    if room.now is not None and room.now >= units:
+        if outlook == STARTS_NOW and room.own_free < units:
+            return "starts right away on quota borrowed from another team (it may take it back)", False
+        return outlook, False
+    if room.now is None and room.own_free >= units:
+        return outlook, False
+    if room.own_free >= units:  # its own quota, lent to other teams: Kueue takes it back for this server
+        return "waits a moment while Kueue takes back your team's quota lent to other teams", True
+    queue = f" — {pending} waiting in your team's queue" if pending else ""
+    if room.now is None and room.may_borrow != 0:
+        return (f"waits for your team's quota ({_in_use(room)}) unless the cohort has room to lend; starts when "
+                f"one of your team's servers or jobs on this pool stops{queue}"), True
+    return (f"waits for your team's quota ({_in_use(room)}): starts when one of your team's servers or jobs "
+            f"on this pool stops{queue}"), True

@@ -10,6 +10,10 @@ labels), fed by the shared informer's events instead of a second watch.
 The cost: the hub's service account needs list/watch on pods cluster-wide (live capacity needs it
 anyway), and a relist when a view joins after the first list.
 
+With Kueue-queued servers the hub also watches the ClusterQueues (`team_quota.TeamQuotas`, `teams`): the
+cards of queued profiles say what the user's team can still take; its staleness is its own (an unread
+queue makes a team's quota "unknown", never the pool's numbers).
+
 How an informer treats errors (never as data), timeouts and silent watches: `kubeio.informer.Informer`.
 """
 from __future__ import annotations
@@ -18,7 +22,9 @@ import time
 
 from kubernetes_asyncio import client
 
+from gpu_spawner.builders.kueue import queues_servers
 from gpu_spawner.hub.capacity import ClusterState
+from gpu_spawner.hub.team_quota import TeamQuotas
 from gpu_spawner.kubeio.informer import Informer, WatchSettings
 from gpu_spawner.model.profiles import ProfilesConfig
 
@@ -27,8 +33,13 @@ class CapacityInformers:
     """The hub's one ClusterState with its node and pod informers; the pod informer also feeds
     KubeSpawner's pod reflector (`SharedPodReflector` views)."""
 
-    def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api, settings: WatchSettings | None = None):
+    #: How long `start` waits for the ClusterQueue list after the pods' (the picker says "unknown" meanwhile).
+    TEAMS_WAIT_S = 3.0
+
+    def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api, settings: WatchSettings | None = None,
+                 custom: client.CustomObjectsApi | None = None):
         self.settings = settings or WatchSettings()
+        self.teams = TeamQuotas(custom, self.settings) if custom is not None else None
         self.state = ClusterState(cfg)
         self.state.is_current = lambda: not self.stale
         self.views: list = []  # SharedPodReflector: replace(items), apply(kind, pod)
@@ -73,6 +84,14 @@ class CapacityInformers:
         for informer in (self.nodes, self.pods):
             informer.synced.clear()
             informer.relist()
+        self._start_teams(cfg)
+
+    def _start_teams(self, cfg: ProfilesConfig) -> bool:
+        """Watch the ClusterQueues when the file has teams and queues some profile's servers."""
+        if self.teams is None or not cfg.teams or not any(queues_servers(cfg, p) for p in cfg.profiles):
+            return False
+        self.teams.start()
+        return True
 
     async def start(self, timeout: float = 10) -> bool:
         """Start both; wait up to `timeout` s for their lists (nodes first, so pods are attributed to their
@@ -82,8 +101,12 @@ class CapacityInformers:
         await self.nodes.wait_synced(timeout)
         self.pods.start()
         await self.pods.wait_synced(max(deadline - time.monotonic(), 0.1))
+        if self._start_teams(self.state.cfg):
+            await self.teams.informer.wait_synced(min(self.TEAMS_WAIT_S, max(deadline - time.monotonic(), 0.1)))
         return not self.stale
 
     async def stop(self) -> None:
         await self.nodes.stop()
         await self.pods.stop()
+        if self.teams is not None:
+            await self.teams.stop()

@@ -5,15 +5,19 @@ template (form.html) reads; KubeSpawner itself ignores it.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_spawner.builders import pods as podspec
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
+from gpu_spawner.hub.capacity_text import slot_noun, team_line, team_outlook
 from gpu_spawner.model.choices import default_choice_for
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.wait_estimate import ETA, frees_text
+
+if TYPE_CHECKING:
+    from gpu_spawner.hub.team_quota import TeamView
 
 
 def _duration(seconds: int) -> str:
@@ -84,11 +88,12 @@ def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:
 
 def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,
                   groups: list[str] = (), admin: dict[str, Any] | None = None, eta: ETA | None = None,
-                  degraded: str | None = None, hint: str | None = None) -> dict[str, Any]:
+                  degraded: str | None = None, hint: str | None = None,
+                  team: "TeamView | None" = None) -> dict[str, Any]:
     """One KubeSpawner `profile_list` entry for a user in `groups`; `admin`: the admin's CPU/memory settings;
     `eta`: the pool's wait estimate (`PoolHistory`), shown when the pool is full; `degraded`: the line for
     a pool with a node whose GPU check failed (`GPUFaults`); `hint`: this user's right-sizing line
-    (`PickerHints`)."""
+    (`PickerHints`); `team`: the user's team's Kueue quota when the profile's servers are queued (`TeamQuotas`)."""
     cost = hourly_cost(cfg, profile)
     overrides = podspec.spawner_overrides(cfg, profile, admin)
     info: dict[str, Any] = {
@@ -109,6 +114,12 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
         if capacity.full and capacity.resource:  # "usually frees in ~12 min (p90 ~40 min)" / "no estimate yet"
             info.update(eta=frees_text(eta), eta_p50_s=round(eta.p50_s) if eta and eta.known else "",
                         eta_p90_s=round(eta.p90_s) if eta and eta.known else "")
+    if team is not None:  # a queued profile: the team's quota may be the limit, whatever the pool has free
+        info["team"] = team_line(team.team, team.room, slot_noun(profile, cfg.pool_of(profile)))
+        info["team_unknown"] = team.room is None
+        if capacity is not None and capacity.known:
+            info["outlook"], info["team_limit"] = team_outlook(team.room, profile.gpu.count, capacity.outlook,
+                                                               team.pending)
     return {
         "slug": profile.slug,
         "display_name": profile.display_name,

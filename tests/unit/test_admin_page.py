@@ -20,7 +20,7 @@ from tornado.testing import bind_unused_port
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.services.admin import web as admin
 from gpu_spawner.services.admin.diff import checksum
-from gpu_spawner.services.admin.live import LiveReader, pool_states
+from gpu_spawner.services.admin.live import LiveReader, Read, pool_states
 
 PREFIX = "/services/gpu-admin/"
 SECRET = b"s" * 32
@@ -45,6 +45,9 @@ QUEUE = {"spec": {"resourceGroups": [{"flavors": [{"name": "gput4", "resources":
     {"name": "cpu", "nominalQuota": "10"}, {"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]},
     "status": {"pendingWorkloads": 3, "flavorsUsage": [{"name": "gput4", "resources": [
         {"name": "nvidia.com/gpu", "total": "2"}]}]}}
+#: Waiting in data-science's LocalQueue since 2026-01-01 (the page says how long, as of its read).
+WAITING = {"metadata": {"name": "job-a", "namespace": "team-ds", "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"queueName": "data-science"}, "status": {"conditions": []}}
 
 
 @pytest.fixture(autouse=True)
@@ -107,8 +110,10 @@ async def site(tmp_path):
                            "2 ready'); print('✗ kueue  ClusterQueue team-ds  missing <b>'); print('    fix: gpuhub "
                            "render kueue f | kubectl apply -f -'); print('2 checks: 1 ✓, 1 ✗')"], timeout=30)
 
-    async def reads():
-        return NODES, PODS, {"data-science": QUEUE, "ml-research": None}, ["ClusterQueue team-ml-research: 403"]
+    async def reads(cfg):
+        return Read(NODES, PODS, {"data-science": QUEUE, "ml-research": None},
+                    {"team-ds": [WAITING], "team-mlr": None, "jhub": []},
+                    ["ClusterQueue team-ml-research: 403", "Workloads in team-mlr: 403"])
 
     async def users():
         return [{"name": "rita", "servers": {"": {"user_options": {"profile": "h100-full"}}}},
@@ -138,9 +143,12 @@ async def test_an_admin_sees_the_profiles_per_group_and_the_live_state(site):
     assert "Read never" in page and ">unknown<" in page  # nothing read yet: unknown, not 0
     await site.console.live.read_once()
     page = (await site.fetch("boss")).body.decode()
-    assert "<tr><th scope='row'>gput4</th><td>1</td><td>1</td><td>8</td><td>1</td></tr>" in page
-    assert "gput4 nvidia.com/gpu: 2 / 8</td><td>3</td>" in page
-    assert "<th scope='row'>ml-research</th><td>team-ml-research</td><td>unknown</td><td>unknown</td>" in page
+    assert "<tr><th scope='row'>gput4</th><td>1</td><td>1</td><td>0</td><td>0</td><td>8</td><td>1</td></tr>" in page
+    assert "gput4 nvidia.com/gpu: 2 / 8 (borrowed 0)</td><td>3</td><td>" in page
+    assert re.search(r"<th scope='row'>data-science</th>.*?<td>3</td><td>\d+ d \d+ h</td></tr>", page)
+    assert ("<th scope='row'>ml-research</th><td>team-ml-research</td><td>unknown</td><td>unknown</td>"
+            "<td>unknown</td></tr>") in page
+    assert "GPU slots in use, last 24 h" in page and "peak 1 of 8 at" in page and "<script" not in page
 
 
 async def test_users_get_403_on_every_method_and_strangers_are_sent_to_log_in(site):

@@ -73,7 +73,7 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
         ("hub", "jhub", "", "events"): read,
         # a queued server's place: the servers' Workloads, and the team queue's count (nothing of the teams')
         ("hub", "jhub", "kueue.x-k8s.io", "workloads"): {"list"},
-        ("hub", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
+        ("hub", None, "kueue.x-k8s.io", "clusterqueues"): read,  # the picker watches them: team quota
         ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
         # its own namespace only: the per-user submit lock of every replica and the notification leader
         ("gpu-jobs", "jhub", "coordination.k8s.io", "leases"): {"create", "delete", "get", "update"},

@@ -6,8 +6,9 @@ import html
 import time
 from typing import Any, Iterable
 
+from gpu_spawner.services.admin.chart import slots_svg, summary
 from gpu_spawner.services.admin.diff import Diff
-from gpu_spawner.services.admin.live import LiveState
+from gpu_spawner.services.admin.live import LiveState, TeamState
 
 STYLE = ("body{font-family:sans-serif;margin:2em;color:#1a1a1a;background:#fff}table{border-collapse:collapse;"
          "margin:.5em 0 1.5em}td,th{padding:3px 10px;border-bottom:1px solid #ccc;text-align:left;vertical-align:top}"
@@ -51,27 +52,59 @@ def profiles_section(offered: dict[str, dict[str, dict[str, str]]], path: str, c
     return "".join(parts)
 
 
+def _age(seconds: float) -> str:
+    """An observed wait: '40 s', '12 min', '3 h 5 min', '4 d 2 h'."""
+    s = int(seconds)
+    return (f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
+            if s < 172800 else f"{s // 86400} d {s % 86400 // 3600} h")
+
+
+def _quota(t: TeamState) -> str:
+    if t.pending is None and not t.quota:
+        return "unknown"
+    return "; ".join(f"{e(f)} {e(r)}: {_n(u)} / {_n(n)} (borrowed {_n(b)})"
+                     for f, r, u, n, b in t.quota) or "no GPU quota"
+
+
+def _oldest(t: TeamState) -> str:
+    return "unknown" if not t.waits_known else "none waiting" if t.oldest_wait is None else _age(t.oldest_wait)
+
+
+def charts_section(state: LiveState) -> str:
+    """Each GPU pool's slots in use over the last day (chart.py), with its summary in words."""
+    if not state.history:
+        return ""
+    now = state.read_at if state.read_at is not None else time.time()
+    figures = "".join(
+        f"<figure style='margin:.5em 0 1em'>{slots_svg(pool, buckets, now)}<figcaption>{e(pool)}: "
+        f"{e(summary(buckets, now))}</figcaption></figure>" for pool, buckets in state.history.items())
+    return (f"<h3 id='slots-chart'>GPU slots in use, last 24 h</h3><p class='note'>Since the console started "
+            f"({e(_when(state.history_since))}), at most the last 24 h: kept in memory only (a restart begins "
+            "again). Each step is the highest count read in its 5 minutes; the line is the pool's slots.</p>"
+            + figures)
+
+
 def live_section(state: LiveState) -> str:
+    def known(value: int | None, p) -> str:  # a CPU pool's slots: not applicable once its nodes are read
+        return "—" if value is None and p.slots_total is None and p.ready is not None else _n(value)
     pools = "".join(
-        f"<tr><th scope='row'>{e(name)}</th><td>{_n(p.ready)}</td><td>{_n(p.cordoned)}</td>"
-        f"<td>{'—' if p.slots_total is None and p.ready is not None else _n(p.slots_total)}</td>"
-        f"<td>{'—' if p.slots_used is None and p.slots_total is None and p.ready is not None else _n(p.slots_used)}"
-        "</td></tr>" for name, p in state.pools.items())
+        f"<tr><th scope='row'>{e(name)}</th><td>{_n(p.ready)}</td><td>{_n(p.cordoned)}</td><td>{_n(p.starting)}"
+        f"</td><td>{_n(p.waiting)}</td><td>{known(p.slots_total, p)}</td><td>{known(p.slots_used, p)}</td></tr>"
+        for name, p in state.pools.items())
     teams = "".join(
-        f"<tr><th scope='row'>{e(name)}</th><td>{e(t.queue)}</td><td>"
-        + ("unknown" if t.pending is None and not t.quota else
-           "; ".join(f"{e(f)} {e(r)}: {_n(u)} / {_n(n)}" for f, r, u, n in t.quota) or "no GPU quota")
-        + f"</td><td>{_n(t.pending)}</td></tr>" for name, t in state.teams.items())
+        f"<tr><th scope='row'>{e(name)}</th><td>{e(t.queue)}</td><td>{_quota(t)}</td><td>{_n(t.pending)}</td>"
+        f"<td>{_oldest(t)}</td></tr>" for name, t in state.teams.items())
     errors = "".join(f"<li>{e(x)}</li>" for x in state.errors)
     return ("<h2 id='live'>Live state</h2>"
             f"<p class='note'>Read {e(_when(state.read_at))}; refreshed in the background every 30 s.</p>"
             + (f"<p>Could not read (shown as unknown):</p><ul class='bad'>{errors}</ul>" if errors else "")
             + "<table><caption>Pools</caption><tr><th scope='col'>pool</th><th scope='col'>nodes ready</th>"
-            "<th scope='col'>nodes cordoned</th><th scope='col'>GPU slots</th><th scope='col'>GPU slots in use</th>"
-            f"</tr>{pools}</table>"
+            "<th scope='col'>nodes cordoned</th><th scope='col'>nodes starting (not Ready)</th>"
+            "<th scope='col'>pods waiting for a node</th><th scope='col'>GPU slots</th>"
+            f"<th scope='col'>GPU slots in use</th></tr>{pools}</table>"
             "<table><caption>Teams (Kueue)</caption><tr><th scope='col'>team</th><th scope='col'>ClusterQueue</th>"
-            "<th scope='col'>GPU quota used / nominal</th><th scope='col'>pending Workloads</th></tr>"
-            f"{teams}</table>")
+            "<th scope='col'>GPU quota used / nominal (borrowed)</th><th scope='col'>pending Workloads</th>"
+            f"<th scope='col'>oldest wait</th></tr>{teams}</table>" + charts_section(state))
 
 
 def doctor_section(xsrf: str, result: dict | None, wait: float, running: bool = False) -> str:

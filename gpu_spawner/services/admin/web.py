@@ -409,10 +409,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 from gpu_spawner.kubeio.clients import timeout_api_client
 
-                reads = kube_reads(await timeout_api_client(), loaded.cfg)
+                reads = kube_reads(await timeout_api_client(), a.hub_namespace)
             except Exception as e:  # noqa: BLE001 (no kube config): the live state says unknown
                 log.warning("no cluster for the live state: %s", e)
-        live = LiveReader(loaded.cfg, reads)
+        live = LiveReader(loaded.cfg, reads, hub_namespace=a.hub_namespace)
         doctor = None if a.no_cluster else Doctor(
             [sys.executable, "-m", "gpu_spawner.tools.cli", "doctor", a.profiles_file, "--hub-service-account",
              "self", "--hub-namespace", a.hub_namespace], timeout=a.doctor_timeout)
