@@ -1,5 +1,6 @@
 """The admin console (`/services/gpu-admin/`, started by configure(c)) in Chromium on a real dev hub and the dev
-cluster: an admin sees the profiles per group and the cluster's live state, axe-core finds no serious or critical
+cluster: an admin sees the profiles per group and the cluster's live state (the teams' oldest waits read from
+their Workloads, each GPU pool's chart of slots in use), axe-core finds no serious or critical
 WCAG 2.1 A/AA violation, a pasted file's dry run goes through the hub's OAuth and the XSRF check and shows the
 profile it removes, the real `gpuhub doctor` runs from the page; a user gets 403. Screenshots go to artifacts/
 (the admin guide's docs/images/admin-console.png was taken from this test's admin-console.png; a test never
@@ -59,7 +60,13 @@ def test_an_admin_sees_the_console_and_a_user_gets_403(admin_hub, browser, axe, 
         assert page.locator("h1").inner_text() == "GPU hub admin console"
         assert page.locator("caption", has_text="Group ml-research").count() == 1
         pools = page.locator("table", has=page.locator("caption", has_text="Pools")).inner_text()
-        assert "gput4" in pools and "unknown" not in pools, pools
+        assert "gput4" in pools and "unknown" not in pools and "nodes starting" in pools, pools
+        teams = page.locator("table", has=page.locator("caption", has_text="Teams (Kueue)"))
+        waits = teams.locator("tr td:last-child").all_inner_texts()  # the oldest wait: the Workloads were read
+        assert len(waits) == 2 and "unknown" not in waits, teams.inner_text()
+        chart = page.locator("figure", has_text="gput4:")
+        assert chart.locator("svg[role=img]").count() == 1 and "kept in memory only" in page.content()
+        assert re.search(r"gput4: (peak \d+ of \d+|none in use); latest \d+ of \d+ at", chart.inner_text())
         assert axe(page) == []
         page.screenshot(path=str(artifacts / "admin-console.png"), full_page=False)
         page.screenshot(path=str(artifacts / "admin-console-full.png"), full_page=True)
