@@ -40,4 +40,9 @@ class Snapshot:
     #: The home-share claim per namespace (hub + teams; None: absent) and the PVs they are bound to.
     home_claims: dict[str, dict[str, Any] | None] | None = None
     home_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Workload identity (read only when a team has one): the webhook's configuration (None: absent), its pods,
+    #: and the teams' ServiceAccounts by (namespace, name) (None: absent); `identity_accounts` None: not read.
+    identity_webhook: dict[str, Any] | None = None
+    identity_webhook_pods: list[dict[str, Any]] | None = None
+    identity_accounts: dict[tuple[str, str], dict[str, Any] | None] | None = None
     errors: dict[str, str] = field(default_factory=dict)

@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpu_spawner.builders.deploy import HUB_ACCOUNT
+from gpu_spawner.builders.identity import WEBHOOK_CONFIGURATION, WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE
 from gpu_spawner.builders.storage import HOME_CLAIM
 from gpu_spawner.kubeio.clients import api_client
-from gpu_spawner.tools import doctor
+from gpu_spawner.tools import doctor, doctor_identity
 from gpu_spawner.tools.doctor import (
     DEVICE_PLUGIN_NAME,
     KUEUE_CRDS,
@@ -46,6 +47,18 @@ def _why(e: Exception) -> str:
         except (ValueError, TypeError, AttributeError):
             return f"HTTP {e.status}: {e.reason}"
     return f"{type(e).__name__}: {e}"
+
+
+def _read_or_none(call, *args) -> dict[str, Any] | None:
+    """One object, or None when the API server says it does not exist."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return _raw(call, *args)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return None
 
 
 def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot:
@@ -138,6 +151,19 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
     except ApiException as e:
         snap.home_claims = None
         snap.errors["storage"] = _why(e)
+
+    if doctor_identity.wanted(cfg, hub_namespace):  # a team's workload identity: the webhook, the accounts
+        try:
+            admission = client.AdmissionregistrationV1Api(api)
+            snap.identity_webhook = _read_or_none(admission.read_mutating_webhook_configuration, WEBHOOK_CONFIGURATION)
+            if snap.identity_webhook is None:  # installed another way: its controller's pods
+                snap.identity_webhook_pods = [p for p in _raw(core.list_namespaced_pod, WEBHOOK_NAMESPACE)["items"]
+                                              if p["metadata"]["name"].startswith(WEBHOOK_DEPLOYMENT)]
+            snap.identity_accounts = {(ns, name): _read_or_none(core.read_namespaced_service_account, name, ns)
+                                      for ns, name in doctor_identity.wanted(cfg, hub_namespace)}
+        except ApiException as e:
+            snap.identity_accounts = None
+            snap.errors["identity"] = _why(e)
 
     snap.identity = f"service account {service_account}" if service_account else "the kubeconfig's user"
     if service_account:
