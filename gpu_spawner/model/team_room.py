@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from gpu_spawner.model.quantities import parse_or_none
@@ -85,33 +84,42 @@ def _int(value: Any, up: bool) -> int | None:
 
 
 def _active(status: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Active" and c.get("status") == "True" for c in status.get("conditions") or []
-               if isinstance(c, dict))
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in _dicts(status.get("conditions")))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list from the API; anything else (missing, garbled) is none."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def queue_facts(cluster_queue: dict[str, Any]) -> QueueFacts:
     """A live ClusterQueue read once (quantities floored for quota, rounded up for use): unknown when Kueue has
     not written its status, says it is not active, or any number is missing or not a quantity (its use
-    then cannot be counted in its cohort either)."""
-    spec, status = cluster_queue.get("spec") or {}, cluster_queue.get("status") or {}
+    then cannot be counted in its cohort either). Never raises on a garbled object: it is unknown."""
+    spec, status = _obj(cluster_queue.get("spec")), _obj(cluster_queue.get("status"))
     cohort = spec.get("cohortName") or spec.get("cohort") or None
-    used: dict[tuple[str, str], Decimal] = {}
-    for f in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
-        for r in (f or {}).get("resources") or []:
+    used: dict[tuple[Any, Any], Any] = {}
+    for f in _dicts(status.get("flavorsReservation")) or _dicts(status.get("flavorsUsage")):
+        for r in _dicts(f.get("resources")):
             used[f.get("name"), r.get("name")] = r.get("total", 0)
-    quotas, known = {}, bool(status) and _active(status)
-    for group in spec.get("resourceGroups") or []:
-        for f in group.get("flavors") or []:
-            for r in f.get("resources") or []:
+    quotas, known = {}, bool(status) and _active(status) and (cohort is None or isinstance(cohort, str))
+    for group in _dicts(spec.get("resourceGroups")):
+        for f in _dicts(group.get("flavors")):
+            for r in _dicts(f.get("resources")):
                 key = (f.get("name"), r.get("name"))
                 nominal, use = _int(r.get("nominalQuota", 0), False), _int(used.get(key), True)
                 limits = [_int(r[k], False) if k in r else -1 for k in ("borrowingLimit", "lendingLimit")]
-                if nominal is None or use is None or None in limits:
+                if nominal is None or use is None or None in limits or not all(isinstance(k, str) for k in key):
                     known = False  # not listed in the status, or not a quantity: no number from this queue
                     continue
                 quotas[key] = Quota(nominal, use, *(None if v == -1 else v for v in limits))
     pending = status.get("pendingWorkloads")
-    return QueueFacts(cohort, quotas, known, pending if isinstance(pending, int) and pending >= 0 else None)
+    return QueueFacts(cohort if isinstance(cohort, str) else None, quotas, known,
+                      pending if type(pending) is int and pending >= 0 else None)
 
 
 def room(team: Quota, in_cohort: bool, members: list[Quota] | None) -> Room:

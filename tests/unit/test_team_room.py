@@ -198,3 +198,20 @@ def test_the_card_without_a_team_view_is_unchanged():
                                    team=TeamView("data-science", None))["gpuhub"]
     assert unknown["team"].endswith("team quota unknown") and unknown["team_unknown"]
     assert unknown["outlook"] == "starts right away if your team's quota has room"
+
+
+json_like = st.recursive(st.none() | st.booleans() | st.integers(-5, 10) | st.text(max_size=4) | st.sampled_from(
+    ["8", "500m", "-1", "NaN", "Active", "True", "gput4", GPU]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+        ["spec", "status", "resourceGroups", "flavors", "resources", "name", "nominalQuota", "borrowingLimit",
+         "lendingLimit", "flavorsReservation", "flavorsUsage", "total", "conditions", "type", "status",
+         "cohortName", "pendingWorkloads"]), inner, max_size=4), max_leaves=20)
+
+
+@given(st.dictionaries(st.sampled_from(["spec", "status", "metadata"]), json_like, max_size=3))
+def test_a_garbled_queue_is_unknown_never_an_error(obj):
+    facts = queue_facts(obj)
+    for q in facts.quotas.values():
+        assert q.nominal >= 0 and q.used >= 0
+    r = team_room({"q": facts}, "q", "gput4", GPU)
+    assert r is None or (r.now is None or r.now >= 0)
