@@ -34,6 +34,9 @@ async def spawner_pod(cluster, namespace: str, slug: str) -> dict:
     # hub namespace is tests/queue's (this namespace has no LocalQueue, so Kueue would hold the pod forever)
     for label in (QUEUE_LABEL, PRIORITY_LABEL):
         pod["metadata"]["labels"].pop(label, None)
+    # ml-research's workload identity account exists where its servers run (jhub), not in this namespace
+    # (tests/security/test_workload_identity_cluster.py)
+    pod["spec"].pop("serviceAccountName", None)
     return pod
 
 

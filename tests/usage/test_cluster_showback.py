@@ -44,6 +44,7 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
         pod["metadata"].update(namespace=namespace, name=f"jupyter-{slug}")
         for label in (QUEUE_LABEL, PRIORITY_LABEL):  # no team queue in this namespace: not Kueue's to admit
             pod["metadata"]["labels"].pop(label, None)
+        pod["spec"].pop("serviceAccountName", None)  # ml-research's identity account is in jhub, not here
         cluster.create(pod)
         names[slug] = pod["metadata"]["name"]
 
