@@ -25,7 +25,7 @@ ACCOUNT_RULE = "lowercase letters, digits, '-' and '.', starting and ending with
 def guid(value: Any) -> str:
     """A GUID as Entra writes client and tenant ids (`az identity show --query clientId`)."""
     if not isinstance(value, str) or not GUID.fullmatch(value):
-        raise ValueError(f"{value!r} is not a GUID; write it as az identity show prints it, e.g. "
+        raise ValueError(f"{str(value)[:80]!r} is not a GUID; write it as az identity show prints it, e.g. "
                          "11111111-2222-3333-4444-555555555555")
     return value.lower()  # as Azure writes them: the rendered lookups and doctor compare with its answers
 
@@ -33,7 +33,7 @@ def guid(value: Any) -> str:
 def account(value: Any) -> str:
     """A ServiceAccount name Kubernetes accepts."""
     if not isinstance(value, str) or len(value) > 253 or not ACCOUNT_NAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid ServiceAccount name: {ACCOUNT_RULE}")
+        raise ValueError(f"{str(value)[:80]!r} is not a valid ServiceAccount name: {ACCOUNT_RULE}")
     return value
 
 
