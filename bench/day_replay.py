@@ -2,6 +2,7 @@
 
     python bench/day_replay.py [--trace FILE | --users 12 --seed 1 --hours 24 [--spread]] [--speed 120]
                                [--warm none|file|workday|arrivals] [--levers] [--repeat 2] [--out bench/results]
+                               [--faults SEED [--fault-kinds hub,kueue,...]]
     python bench/day_replay.py --quick [--provision-delay 240 480] [--startup-s 30]   # the trade-off, model only
 
 The trace (format: devcluster/replay/trace.py; the default is generated from --seed) is replayed in
@@ -17,6 +18,12 @@ utilisation over the day). --levers: one more replay per lever switched off (dev
 warm schedules (devcluster/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
 default and the spread trace through the autoscaler model alone (devcluster/replay/quick.py), for each
 --provision-delay; writes {name}_tradeoff.json, .md and .png (GPU node-hours against start-wait p90).
+--faults SEED: after the plain replay, the same trace again with faults at seeded times in its busiest hours
+(devcluster/replay/faults.py: the hub, its services, Kueue, JobSet, the API server killed and started again,
+etcd paused, the proxy killed, a GPU node deleted under its pods, gpu-jobs' API connections dropped), each
+with how long the piece took to be healthy again (`faulted.faults`), and what must hold checked on both
+(devcluster/replay/invariants.py: sessions served, jobs exactly once, outputs, checkpoints, showback,
+node-hours within 5 %); exit 1 when one does not hold.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from devcluster.replay import accounting, levers, tradeoff  # noqa: E402
+from devcluster.replay import accounting, faults, invariants, levers, tradeoff  # noqa: E402
 from devcluster.replay import trace as traces
 from devcluster.replay.driver import Replay  # noqa: E402
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
@@ -53,13 +60,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def replay_once(tr: traces.Trace, profiles: dict, args, lever: str | None = None) -> dict:
+def replay_once(tr: traces.Trace, profiles: dict, args, lever: str | None = None,
+                fault_list: list[faults.Fault] | None = None) -> dict:
     data, tr2, culling = levers.apply(lever, profiles, tr)
     data = tradeoff.with_warm(data, tr2, args.warm, idle_pools_at_zero=args.spread)
     root = Path(tempfile.mkdtemp(prefix="day-replay-"))
     result = Replay(tr2, data, args.speed, root, culling=culling, provision_delay=args.provision_delay[0],
-                    scale_down_after=args.scale_down_after, weekday=args.weekday,
-                    say=lambda m: print(f"[replay{' -' + lever if lever else ''}] {m}", file=sys.stderr)).run()
+                    scale_down_after=args.scale_down_after, weekday=args.weekday, faults=fault_list,
+                    say=lambda m: print(f"[replay{' -' + lever if lever else ''}{' faulted' if fault_list else ''}] "
+                                        f"{m}", file=sys.stderr)).run()
     cfg = parse_profiles(data)
     result["one_vm"] = accounting.one_vm_per_user(cfg, tr2)
     result["lever_off"] = lever
@@ -138,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-down-after", type=float, default=600, help="model: empty seconds before removal")
     ap.add_argument("--levers", action="store_true", help="also replay with each lever switched off")
     ap.add_argument("--repeat", type=int, default=1, help="replay N times; fail beyond the determinism tolerance")
+    ap.add_argument("--faults", type=int, metavar="SEED", help="also replay with faults at seeded times")
+    ap.add_argument("--fault-kinds", default=",".join(faults.KINDS), help="which faults (comma-separated)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--name", default="day_replay", help="file name stem in --out")
     args = ap.parse_args(argv)
@@ -173,7 +184,21 @@ def main(argv: list[str] | None = None) -> int:
             diff = accounting.differences(result["shared"], other["shared"])
             if diff:
                 problems.append("not deterministic within tolerance: " + "; ".join(diff))
+    problems += [f"unfaulted: {v}" for v in invariants.violations(result["shared"]["invariants"])]
     rows = [result["shared"], result["one_vm"]]
+    if args.faults is not None:
+        kinds = tuple(k for k in args.fault_kinds.split(",") if k)
+        unknown = set(kinds) - set(faults.KINDS)
+        if unknown:
+            ap.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(faults.KINDS)}")
+        plan = faults.schedule(args.faults, tr, args.speed, kinds)
+        r = replay_once(tr, profiles, args, fault_list=plan)
+        r["shared"]["strategy"] = f"shared, faults seed {args.faults}"
+        result["faulted"] = {"seed": args.faults, "shared": r["shared"], "faults": r["shared"].pop("faults"),
+                             "savings": accounting.savings(r["shared"], r["one_vm"])}
+        rows.append(r["shared"])
+        problems += [f"faulted: {v}" for v in invariants.violations(r["shared"]["invariants"])]
+        problems += invariants.compare(result["shared"], r["shared"], result["faulted"]["faults"])
     if args.levers:
         result["levers"] = {}
         for lever in levers.LEVERS:

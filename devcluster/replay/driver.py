@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,14 @@ import yaml
 
 from devcluster.devhub import NAMESPACE
 from devcluster.nodes import AGENTPOOL, node_manifest, node_name, with_system_pool
-from gpu_spawner.contract import JOBS_ACCESS_SCOPE
+from gpu_spawner.contract import IDEMPOTENCY_KEY_HEADER, JOBS_ACCESS_SCOPE
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.validation import parse_profiles
 from gpu_spawner.model.warm_schedule import minimum_at_minute
 
-from . import accounting
+from . import accounting, invariants
 from .autoscaler import AutoscalerModel, PoolModel
+from .faults import Fault, FaultRunner
 from .stack import Stack
 from .trace import HOUR, Trace
 
@@ -95,12 +96,19 @@ class State:
     node_wall: dict[str, float] = field(default_factory=dict)  # node → wall time it joined the cluster
     samples: list[dict] = field(default_factory=list)
     evicted: int = 0
+    pods: list[dict] = field(default_factory=list)  # the last list that could be read
+    seen: dict[str, dict] = field(default_factory=dict)  # uid → {ns, pod, bound, gone (wall)}: for the showback check
+    step_errors: dict[str, int] = field(default_factory=dict)  # a step that failed in a fault, per step
+    node_fault: Future | None = None  # asked by the fault thread, done by the loop
+    lost: dict[str, int] = field(default_factory=dict)  # job → its checkpoint's step when its node was lost
 
 
 class Replay:
     def __init__(self, trace: Trace, profiles: dict[str, Any], speed: float, root: Path, culling: bool = True,
-                 provision_delay: float = 240, scale_down_after: float = 600, say=print, weekday: int = 0):
-        self.trace, self.speed, self.root, self.say = trace, speed, root, say
+                 provision_delay: float = 240, scale_down_after: float = 600, say=print, weekday: int = 0,
+                 faults: list[Fault] | None = None):
+        self.trace, self.speed, self.root, self.say, self.faults = trace, speed, root, say, faults
+        self.fault_runner: FaultRunner | None = None
         self.data = scaled_profiles(profiles, speed)
         self.cfg = parse_profiles(profiles)  # unscaled: costs, pools, slots
         self.path = root / "profiles.yaml"
@@ -147,6 +155,8 @@ class Replay:
                      f"(≈ {self.trace.duration / self.speed / 60:.1f} min)")
             return self._loop()
         finally:
+            if self.fault_runner:
+                self.fault_runner.close()
             self.calls.shutdown(wait=False, cancel_futures=True)
             self.stack.down()
 
@@ -156,20 +166,26 @@ class Replay:
         next_sample, next_poll, next_activity = 0.0, 0.0, 0.0
         evictions = sorted(tr.evictions, key=lambda e: e.at)
         drain_until = tr.duration + 4 * HOUR  # jobs still running at the end may finish (costs keep counting)
+        if self.faults:
+            self.fault_runner = FaultRunner(self.faults, self.stack, self.now, self._ask_node_fault, self.say).start()
         while True:
             now, wall = self.now(), time.monotonic()
-            pods = self._pods()
-            self._autoscale(now, pods)
+            pods = self._guarded(self._pods)
+            pods = self.st.pods if pods is None else pods
+            self.st.pods = pods
+            self._guarded(self._autoscale, now, pods)
             while evictions and evictions[0].at <= now:
-                self._evict(evictions.pop(0).pool, now, pods)
+                self._guarded(self._evict, evictions.pop(0).pool, now, pods)
+            if self.st.node_fault is not None:
+                self._node_fault(now, pods)
             if wall >= next_poll:
-                self._poll_servers(now)
+                self._guarded(self._poll_servers, now)
                 next_poll = wall + 0.5
-            self._sessions(now)
-            self._jobs(now, pods)
-            self._dcgm(now, pods)
+            self._guarded(self._sessions, now)
+            self._guarded(self._jobs, now, pods)
+            self._guarded(self._dcgm, now, pods)
             if wall >= next_activity:
-                self._activity(now)
+                self._guarded(self._activity, now)
                 next_activity = wall + 2.0
             if now >= next_sample:
                 self._sample(now, pods)
@@ -177,7 +193,7 @@ class Replay:
             done = all(j.get("state") in ("Succeeded", "Failed") for j in st.jobs.values()) \
                 and len(st.jobs) == len(tr.jobs) and not st.open_spawn and all(
                     i in st.stopped for i, s in enumerate(tr.sessions) if s.stop)
-            if now >= tr.duration and (done or now >= drain_until):
+            if now >= tr.duration and (done or now >= drain_until) and not self._faults_pending():
                 break
             time.sleep(TICK_S)
         return self._summary(now)
@@ -186,8 +202,63 @@ class Replay:
     def _pods(self) -> list[dict]:
         namespaces = {NAMESPACE, *self._team_namespaces()}
         out = [p for p in self.stack.kube.list("v1", "Pod") if p["metadata"]["namespace"] in namespaces]
-        return [p for p in out if not p["metadata"].get("deletionTimestamp")
-                and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        alive = [p for p in out if not p["metadata"].get("deletionTimestamp")
+                 and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        invariants.record_pods(self.st.seen, alive, time.monotonic())
+        return alive
+
+    def _guarded(self, step, *args):
+        """A step of the loop; in a faulted replay a failed one (the hub, gpu-jobs or the API server away) is
+        counted and tried again at the next tick, as a person would retry."""
+        if not self.faults:
+            return step(*args)
+        try:
+            return step(*args)
+        except Exception:  # noqa: BLE001 (whatever the outage raises: counted, retried)
+            self.st.step_errors[step.__name__] = self.st.step_errors.get(step.__name__, 0) + 1
+            return None
+
+    def _faults_pending(self) -> bool:
+        runner = self.fault_runner
+        return bool(runner and runner.thread.is_alive() and len(runner.results) < len(runner.faults))
+
+    def _ask_node_fault(self):
+        """From the fault thread: the loop deletes a GPU node with pods at its next tick (the model's state is
+        the loop's); returns the check that what ran there runs again."""
+        self.st.node_fault = Future()
+        return self.st.node_fault.result(timeout=60)
+
+    def _node_fault(self, now: float, pods: list[dict]) -> None:
+        asked, self.st.node_fault = self.st.node_fault, None
+        try:
+            asked.set_result(self._delete_busy_node(now, pods))
+        except Exception as e:  # noqa: BLE001 (the fault thread reports it)
+            asked.set_exception(e)
+
+    def _delete_busy_node(self, now: float, pods: list[dict]):
+        """Delete the GPU node running the most servers and jobs, with its pods (a node lost under them)."""
+        on: dict[str, list[dict]] = {}
+        for p in pods:
+            rec = self.model.nodes.get(p["spec"].get("nodeName") or "")
+            if rec and rec["created"]:
+                on.setdefault(p["spec"]["nodeName"], []).append(p)
+        if not on:
+            return None
+        name = max(sorted(on), key=lambda n: len(on[n]))
+        jobs = {p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") for p in on[name]} - {None}
+        users = {p["metadata"]["name"].removeprefix("jupyter-") for p in on[name]
+                 if p["metadata"]["namespace"] == NAMESPACE}
+        for job in jobs:  # the step each job's checkpoint had reached: its rerun must resume there or later
+            user = next((self.trace.jobs[j].user for j, rec in self.st.jobs.items() if rec.get("name") == job), None)
+            if user:
+                self.st.lost[job] = invariants.checkpoint_step(self.stack.hub.share, user, job)
+        for p in on[name]:
+            self.stack.kube.delete({"apiVersion": "v1", "kind": "Pod", "metadata": p["metadata"]})
+        self.stack.kube.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        self.model.evict(name, now)
+        self.st.evicted += 1
+        self.say(f"[{now / HOUR:5.2f} h] fault: deleted node {name} under {len(on[name])} pods")
+        return lambda: invariants.node_recovered(jobs, users, self.st, self.trace, self.now())
 
     def _team_namespaces(self) -> list[str]:
         return sorted({t.namespace for t in self.cfg.teams.values()})
@@ -314,22 +385,21 @@ class Replay:
         st = self.st
         for j, job in enumerate(self.trace.jobs):
             if j not in st.jobs and job.submit <= now:
-                steps = max(1, math.ceil(job.runtime / job.checkpoint_interval))
-                body = {"profile": job.profile, "notebook_path": f"work/replay-{j}.ipynb", "notebook": JOB_NB,
-                        "parameters": {"steps": steps, "step_s": job.runtime / steps / self.speed}}
-                submitted = self.calls.submit(requests.post, f"{self.stack.hub_url}/services/gpu-jobs/jobs", json=body,
-                                              timeout=60,
-                                              headers={"Authorization": f"token {self.user_token(job.user)}"})
                 st.jobs[j] = {"name": None, "submit": now, "bound": None, "state": "Queued", "checked": 0.0,
-                              "preempted": 0, "future": submitted}
+                              "preempted": 0, "future": self._submit(j), "names": set(), "tries": 1}
         for j, rec in st.jobs.items():
             if rec["name"] is None:
                 if not rec["future"].done():
                     continue
-                r = rec.pop("future").result()
-                if r.status_code != 201:
-                    raise RuntimeError(f"gpu-jobs refused job {j}: {r.status_code} {r.text}")
+                r = rec["future"].result()
+                if isinstance(r, Exception) or r.status_code not in (200, 201):
+                    if not self.faults or not invariants.transient(r):
+                        raise RuntimeError(f"gpu-jobs refused job {j}: {r!r} {getattr(r, 'text', '')}")
+                    rec["future"] = self.calls.submit(self._post_job, j, 1.0)  # the same request, the same key
+                    rec["tries"] += 1
+                    continue
                 rec["name"] = r.json()["name"]
+                rec["names"].add(rec["name"])
             if rec["bound"] is None and any(p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name")
                                             == rec["name"] and p["spec"].get("nodeName") for p in pods):
                 rec["bound"] = now
@@ -341,6 +411,24 @@ class Replay:
                 if r.ok:
                     s = r.json()
                     rec["state"], rec["preempted"] = s["state"], int(s.get("preempted") or 0)
+
+    def _submit(self, j: int) -> Future:
+        return self.calls.submit(self._post_job, j, 0.0)
+
+    def _post_job(self, j: int, after: float):
+        """POST /jobs under the job's Idempotency-Key (a retry after a lost answer gets the same job); the
+        exception instead of raising, for the loop to decide."""
+        time.sleep(after)
+        job = self.trace.jobs[j]
+        steps = max(1, math.ceil(job.runtime / job.checkpoint_interval))
+        body = {"profile": job.profile, "notebook_path": f"work/replay-{j}.ipynb", "notebook": JOB_NB,
+                "parameters": {"steps": steps, "step_s": job.runtime / steps / self.speed}}
+        try:
+            return requests.post(f"{self.stack.hub_url}/services/gpu-jobs/jobs", json=body, timeout=60,
+                                 headers={"Authorization": f"token {self.user_token(job.user)}",
+                                          IDEMPOTENCY_KEY_HEADER: f"replay-job-{j:04d}"})
+        except requests.RequestException as e:
+            return e
 
     def _dcgm(self, now: float, pods: list[dict]) -> None:
         """SIMULATED DCGM: a session pod's GPU is busy at the trace's level in active periods; a job's while it runs."""
@@ -397,5 +485,9 @@ class Replay:
         shared["spawns_unfinished"] = len(st.open_spawn)
         log = self.stack.hub.log_path.read_text(errors="replace") if self.stack.hub else ""
         shared["servers_culled"] = len(re.findall(r"DELETE /hub/api/users/[^/]+/server \(gpu-culler@", log))
+        if self.fault_runner is not None or self.faults is not None:
+            shared["faults"] = self.fault_runner.results if self.fault_runner else []
+        shared["invariants"] = invariants.gather(self, served)
+        shared["step_errors"] = dict(st.step_errors)
         return {"shared": shared, "samples": st.samples,
                 "start_waits_s": [round(w, 1) for w in waits], "queue_waits_s": [round(w, 1) for w in qwaits]}

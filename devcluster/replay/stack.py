@@ -92,15 +92,11 @@ class Stack:
                  '"scopes": ["tokens", "admin:users", "admin:servers", "users:activity"], "services": ["replay"]}]\n'
                  'c.JupyterHub.concurrent_spawn_limit = 0\n'
                  'c.JupyterHub.slow_spawn_timeout = 0\nc.JupyterHub.slow_stop_timeout = 0')
-        saved = {k: os.environ.get(k) for k in culler_env(1, "", True)}
-        os.environ.update(culler_env(self.speed, prom_url, self.culling))
-        try:
-            self.hub = DevHub(HubSettings(state_dir=state, profiles=self.profiles, kubeconfig=self.kubeconfig,
-                                          port=free_port(), groups=self.groups, api_tokens={"replay": self.token},
-                                          extra=extra, before=activity_config(self.speed))).start()
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        self.settings = HubSettings(state_dir=state, profiles=self.profiles, kubeconfig=self.kubeconfig,
+                                    port=free_port(), groups=self.groups, api_tokens={"replay": self.token},
+                                    extra=extra, before=activity_config(self.speed))
+        self.prom_url = prom_url
+        self._start_hub()
         self.hub_url = self.hub.settings.url
         deadline = time.monotonic() + 90
         while True:
@@ -112,7 +108,53 @@ class Stack:
                     raise RuntimeError("gpu-jobs did not come up:\n" + self.hub.log_tail(40)) from None
                 time.sleep(0.5)
         self.kube = dc.Cluster(self.root / "cluster").kube()
+        self.kube_server = dc.Cluster(self.root / "cluster").server
         return self
+
+    def _start_hub(self) -> None:
+        """The dev hub with the culler's settings compressed by the speed (in its environment only)."""
+        saved = {k: os.environ.get(k) for k in culler_env(1, "", True)}
+        os.environ.update(culler_env(self.speed, self.prom_url, self.culling))
+        try:
+            self.hub = DevHub(self.settings).start()
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+    # ------------------------------------------------------------------ faults (devcluster/replay/faults.py)
+    def restart_hub(self) -> None:
+        """SIGKILL the hub and every process it started (its proxy and services), as a hub pod's end; start it
+        again on the same database and state."""
+        from .faults import kill_tree
+
+        kill_tree(self.hub.proc.pid)
+        self.hub.proc.wait(timeout=30)
+        self._start_hub()
+
+    def component_pid(self, name: str) -> int:
+        from .faults import cluster_records
+
+        return cluster_records(self.root / "cluster")[name].pid
+
+    def restart_component(self, name: str) -> None:
+        """SIGKILL a control-plane component's process group, then start it exactly as `up` did (same flags,
+        ports, log), as a kubelet restarts a static pod."""
+        import signal
+
+        from devcluster import procs
+        from devcluster.components import Layout
+
+        os.killpg(self.component_pid(name), signal.SIGKILL)
+        layout = Layout(self.root / "cluster")
+        comp = dc.Cluster(self.root / "cluster").info["components"][name]
+        procs.spawn(name, comp["argv"], Path(comp["log"]), layout.root, comp["health_url"], layout.run)
+
+    def component_healthy(self, name: str) -> bool:
+        from devcluster.components import Layout
+        from devcluster.pki import PKI
+
+        comp = dc.Cluster(self.root / "cluster").info["components"][name]
+        return dc.probe(comp["health_url"], dc._ssl_context(PKI(Layout(self.root / "cluster").pki_dir)))
 
     def down(self) -> None:
         for step in (lambda: self.hub and self.hub.stop(), lambda: self.agent and self.agent.stop(),

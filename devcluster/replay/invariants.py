@@ -1,0 +1,184 @@
+"""What must hold at the end of a day replay, faulted or not: every session served (or its reason), every job
+finished exactly once (one Job, one Workload, one output notebook each), a job that lost its pod resumed from
+its checkpoint, the showback store holding every ended lifetime. Read from the cluster, the home share and
+the usage store, as an auditor would; `gather` reports, it does not raise (the bench decides)."""
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from devcluster.devhub import NAMESPACE
+from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
+
+#: Answers a person retries: the hub or gpu-jobs away, busy, or an answer lost.
+TRANSIENT = (429, 502, 503, 504)
+#: Wall seconds a lifetime may take to reach the store after its pod ended (the collector's cycle and more).
+STORE_LAG_S = 90.0
+
+
+def transient(r: Any) -> bool:
+    return isinstance(r, requests.RequestException) or getattr(r, "status_code", None) in TRANSIENT
+
+
+def record_pods(seen: dict[str, dict], alive: list[dict], wall: float) -> None:
+    """Keep every pod uid the replay saw bound, with when it was last seen (its end, once gone)."""
+    now_alive = set()
+    for p in alive:
+        uid, node = p["metadata"].get("uid"), p["spec"].get("nodeName")
+        if not uid or not node:
+            continue
+        now_alive.add(uid)
+        rec = seen.setdefault(uid, {"namespace": p["metadata"]["namespace"], "pod": p["metadata"]["name"],
+                                    "gone": None})
+        rec["gone"] = None
+    for uid, rec in seen.items():
+        if uid not in now_alive and rec["gone"] is None:
+            rec["gone"] = wall
+
+
+def node_recovered(jobs: set[str], users: set[str], st: Any, trace: Any, now: float) -> bool:
+    """After a GPU node is lost: each job that ran there runs again (a pod bound) or has ended, and each user
+    whose server ran there has a ready server again or no longer needs one (their session is over)."""
+    bound = {p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") for p in st.pods
+             if p["spec"].get("nodeName")}
+    for rec in list(st.jobs.values()):
+        if rec.get("name") in jobs and rec.get("state") not in ("Succeeded", "Failed") and rec["name"] not in bound:
+            return False
+    for user in users:
+        open_session = any(s.user == user and s.start <= now < s.end for s in trace.sessions)
+        if open_session and not (st.servers.get(user) or {}).get("ready"):
+            return False
+    return True
+
+
+def _output_notebooks(share: Path, user: str, job: str) -> list[str]:
+    folder = share / user / "gpu-jobs" / job
+    if not folder.is_dir():
+        return []
+    return sorted(f.name for f in folder.glob("*.ipynb")
+                  if not f.name.endswith(".input.ipynb") and ".attempt-" not in f.name)
+
+
+def _resumed_at(path: Path) -> int | None:
+    """Where the output notebook's run began (the replay's job prints `resumed at N`)."""
+    found = re.findall(r"resumed at (\d+)", path.read_text(errors="replace")) if path.is_file() else []
+    return int(found[-1]) if found else None
+
+
+def checkpoint_step(share: Path, user: str, job: str) -> int:
+    """The step the replay's job has checkpointed (its CHECKPOINT_DIR/step in the user's home), 0 before any."""
+    try:
+        return int((share / user / "gpu-jobs" / job / "checkpoint" / "step").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def stored_uids(store: Path) -> set[str] | None:
+    if not store.is_file():
+        return None
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return {row[0] for row in db.execute("SELECT uid FROM finished")}
+    finally:
+        db.close()
+
+
+def gather(replay: Any, served: list[bool]) -> dict[str, Any]:
+    """The invariants of the replay that just ended (its cluster and hub still up)."""
+    st, trace, kube = replay.st, replay.trace, replay.stack.kube
+    out: dict[str, Any] = {}
+    out["sessions_not_served"] = [
+        {"session": i, "user": s.user, "why": ("its server never became ready" if i not in st.session_ever_ready
+                                               else "a period began while it had no ready server")}
+        for i, (s, ok) in enumerate(zip(trace.sessions, served)) if not ok]
+    names = {rec["name"] for rec in st.jobs.values() if rec.get("name")}
+    out["jobs_with_more_than_one_name"] = sorted(j for j, rec in st.jobs.items() if len(rec.get("names", ())) > 1)
+    out["submit_tries"] = sum(rec.get("tries", 1) for rec in st.jobs.values())
+    namespaces = sorted({t.namespace for t in replay.cfg.teams.values()})
+    try:
+        made = [j for ns in namespaces for j in kube.list("batch/v1", "Job", ns)]
+        workloads = [w for ns in namespaces for w in kube.list(f"{KUEUE_GROUP}/{KUEUE_VERSION}", "Workload", ns)]
+    except Exception as e:  # noqa: BLE001 (reported)
+        out["cluster_read_error"] = repr(e)[:200]
+        made, workloads = [], []
+    job_names = [j["metadata"]["name"] for j in made]
+    out["jobs_made"] = len(job_names)
+    out["jobs_not_asked_for"] = sorted(set(job_names) - names)  # a second job from a retry would be here
+    owners: dict[str, int] = {}
+    for w in workloads:
+        for ref in w["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Job":
+                owners[ref["name"]] = owners.get(ref["name"], 0) + 1
+    out["jobs_with_workloads_other_than_one"] = sorted(n for n in names if owners.get(n, 0) != 1
+                                                       and n in job_names)
+    share = replay.stack.hub.share if replay.stack.hub else None
+    outputs_missing, outputs_doubled, resumed, not_resumed = [], [], [], []
+    for j, rec in st.jobs.items():
+        if rec.get("state") != "Succeeded" or share is None:
+            continue
+        user = trace.jobs[j].user
+        found = _output_notebooks(share, user, rec["name"])
+        if not found:
+            outputs_missing.append(rec["name"])
+        elif len(found) > 1:
+            outputs_doubled.append(rec["name"])
+        at = _resumed_at(share / user / "gpu-jobs" / rec["name"] / found[0]) if found else None
+        if rec["name"] in st.lost:  # its node was deleted under it: the rerun must start where the checkpoint was
+            (resumed if (at or 0) >= st.lost[rec["name"]] else not_resumed).append(
+                {"job": rec["name"], "checkpoint_at_loss": st.lost[rec["name"]], "resumed_at": at})
+        elif rec.get("preempted"):
+            (resumed if at else out.setdefault("preempted_restarted_at_step_0", [])).append(
+                {"job": rec["name"], "resumed_at": at})
+    out.update(outputs_missing=outputs_missing, outputs_more_than_one=outputs_doubled,
+               resumed_from_checkpoint=resumed, lost_checkpointed_work=not_resumed)
+    store = stored_uids(replay.stack.root / "hub" / "gpuhub-usage" / "usage.sqlite")
+    ended = {uid: rec for uid, rec in st.seen.items()
+             if rec["gone"] is not None and time.monotonic() - rec["gone"] > STORE_LAG_S}
+    out["lifetimes_ended"] = len(ended)
+    out["lifetimes_missing_from_store"] = (None if store is None else
+                                           sorted(f"{r['namespace']}/{r['pod']}" for u, r in ended.items()
+                                                  if u not in store))
+    out["servers_in_hub_namespace"] = sum(1 for r in st.seen.values() if r["namespace"] == NAMESPACE)
+    out["notifications"] = "not exercised: no user of the trace opts in"
+    return out
+
+
+def violations(inv: dict[str, Any]) -> list[str]:
+    """What did not hold, in words (pure)."""
+    out = []
+    for key, words in (("sessions_not_served", "sessions not served"), ("jobs_with_more_than_one_name",
+                       "jobs answered under two names"), ("jobs_not_asked_for", "Jobs nobody asked for (a retry's "
+                       "second job)"), ("jobs_with_workloads_other_than_one", "Jobs without exactly one Workload"),
+                       ("outputs_missing", "finished jobs without an output notebook"),
+                       ("outputs_more_than_one", "jobs with more than one output notebook"),
+                       ("lost_checkpointed_work", "jobs whose rerun began before their checkpoint"),
+                       ("lifetimes_missing_from_store", "ended lifetimes missing from the showback store")):
+        if inv.get(key):
+            out.append(f"{words}: {inv[key]}")
+    if inv.get("cluster_read_error"):
+        out.append(f"the cluster could not be read at the end: {inv['cluster_read_error']}")
+    return out
+
+
+def compare(plain: dict[str, Any], faulted: dict[str, Any], faults: list[dict[str, Any]],
+            node_hours_tolerance: float = 0.05) -> list[str]:
+    """The faulted replay against the plain one of the same trace: the same work done, node-hours within the
+    tolerance, every fault applied and recovered from (pure)."""
+    out = []
+    for key in ("sessions_served", "jobs_finished"):
+        if faulted.get(key) != plain.get(key):
+            out.append(f"faulted {key} {faulted.get(key)} != {plain.get(key)} unfaulted")
+    a, b = plain.get("gpu_node_hours") or 0.0, faulted.get("gpu_node_hours") or 0.0
+    if a and abs(b - a) / a > node_hours_tolerance:
+        out.append(f"faulted GPU node-hours {b} not within {node_hours_tolerance:.0%} of {a} unfaulted")
+    for f in faults:
+        if f.get("error"):
+            out.append(f"fault {f['what']} at {f['at_h']} h: {f['error']}")
+        elif f.get("recovered_after_s") is None:
+            out.append(f"fault {f['what']} at {f['at_h']} h: not healthy again")
+    return out

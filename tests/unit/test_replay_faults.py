@@ -1,0 +1,99 @@
+"""The faulted day replay's pure parts: the seeded fault schedule (every kind once, in the busiest hours, far
+enough apart to be measured alone), the invariants' verdicts and the plain-vs-faulted comparison."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devcluster.replay import faults, invariants
+from devcluster.replay import trace as traces
+from devcluster.replay.trace import HOUR
+
+
+@pytest.fixture(scope="module")
+def day() -> traces.Trace:
+    return traces.generate(1)
+
+
+def test_the_schedule_is_seeded_and_has_every_kind_once(day):
+    a, b = faults.schedule(7, day, speed=120), faults.schedule(7, day, speed=120)
+    assert a == b
+    assert sorted(f.what for f in a) == sorted(faults.KINDS)
+    assert faults.schedule(8, day, speed=120) != a
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), speed=st.sampled_from([60, 120, 360]),
+       kinds=st.lists(st.sampled_from(faults.KINDS), min_size=1, max_size=len(faults.KINDS), unique=True))
+def test_faults_are_apart_enough_to_be_measured_alone_and_inside_the_day(seed, speed, kinds):
+    day = traces.generate(1)
+    plan = faults.schedule(seed, day, speed, tuple(kinds))
+    times = [f.at for f in plan]
+    assert times == sorted(times)
+    gap = min(faults.GAP_WALL_S * speed, day.duration / len(kinds))
+    assert all(b - a >= gap - 0.2 for a, b in zip(times, times[1:]))
+    assert all(0 <= t < day.duration for t in times)
+
+
+def test_faults_fall_in_the_busiest_hours(day):
+    load = faults.hourly_load(day)
+    start, end = faults.busiest_window(day, 3)
+    window = sum(load[int(start // HOUR):int(end // HOUR)])
+    assert window == max(sum(load[h:h + 3]) for h in range(len(load) - 2))
+    quiet = min(range(len(load)), key=lambda h: load[h])
+    assert load[quiet] < max(load)  # a working day has quiet hours: the window is not just the first hours
+    for f in faults.schedule(1, day, speed=60):
+        lo, hi = faults.busiest_window(day, int(-(-faults.GAP_WALL_S * 60 * len(faults.KINDS) // HOUR)) + 1)
+        assert lo <= f.at < hi
+
+
+def test_nothing_violated_says_nothing():
+    assert invariants.violations({"sessions_not_served": [], "jobs_not_asked_for": [],
+                                  "lifetimes_missing_from_store": None}) == []
+
+
+def test_each_violation_is_said_in_words():
+    said = invariants.violations({"jobs_not_asked_for": ["gpu-alice-x"], "outputs_missing": ["gpu-bob-y"],
+                                  "lost_checkpointed_work": ["gpu-c"], "cluster_read_error": "boom"})
+    text = "\n".join(said)
+    assert "a retry's second job" in text and "gpu-alice-x" in text
+    assert "without an output notebook" in text and "checkpoint" in text and "boom" in text
+    assert len(said) == 4
+
+
+def test_the_comparison_holds_node_hours_to_five_percent_and_every_fault_to_its_recovery():
+    plain = {"sessions_served": 6, "jobs_finished": 4, "gpu_node_hours": 40.0}
+    assert invariants.compare(plain, {**plain, "gpu_node_hours": 41.9}, [
+        {"what": "hub", "at_h": 10.0, "recovered_after_s": 12.3}]) == []
+    out = invariants.compare(plain, {**plain, "gpu_node_hours": 42.5, "jobs_finished": 3}, [
+        {"what": "kueue", "at_h": 11.0, "recovered_after_s": None},
+        {"what": "proxy", "at_h": 12.0, "recovered_after_s": None, "error": "not applied: x"}])
+    assert any("jobs_finished 3 != 4" in o for o in out)
+    assert any("not within 5%" in o for o in out)
+    assert any("kueue" in o and "not healthy again" in o for o in out)
+    assert any("proxy" in o and "not applied" in o for o in out)
+
+
+def test_answers_a_person_retries():
+    import requests
+
+    class Answer:
+        def __init__(self, code):
+            self.status_code = code
+
+    assert invariants.transient(requests.ConnectionError("gone"))
+    assert invariants.transient(Answer(503)) and invariants.transient(Answer(502))
+    assert not invariants.transient(Answer(400)) and not invariants.transient(Answer(403))
+
+
+def test_pods_seen_bound_are_kept_with_when_they_ended():
+    seen: dict = {}
+    pod = {"metadata": {"uid": "u1", "namespace": "jhub", "name": "jupyter-a"}, "spec": {"nodeName": "n1"}}
+    waiting = {"metadata": {"uid": "u2", "namespace": "jhub", "name": "jupyter-b"}, "spec": {}}
+    invariants.record_pods(seen, [pod, waiting], 1.0)
+    assert set(seen) == {"u1"} and seen["u1"]["gone"] is None
+    invariants.record_pods(seen, [], 2.0)
+    assert seen["u1"]["gone"] == 2.0
+    invariants.record_pods(seen, [], 3.0)
+    assert seen["u1"]["gone"] == 2.0
