@@ -33,6 +33,7 @@ def test_a_gpu_check_failure_forged_by_the_users_jupyter_config_marks_no_node(hu
         else:
             assert r.status_code == 503, r.text
             message = r.json()["message"]
+        message = message.removeprefix("Spawn failed: ")  # JupyterHub 6 prefixes the failed event's message
         assert message.startswith("The server stopped on aks-gput4-") and "(forged)" in message, message
         assert "isn't working" not in message
         hub.wait_stopped("alice")
