@@ -258,7 +258,7 @@ class Replay:
         self.model.evict(name, now)
         self.st.evicted += 1
         self.say(f"[{now / HOUR:5.2f} h] fault: deleted node {name} under {len(on[name])} pods")
-        return lambda: invariants.node_recovered(jobs, users, self.st, self.trace, self.now())
+        return lambda: invariants.node_recovered(name, jobs, users, self.st, self.trace, self.now())
 
     def _team_namespaces(self) -> list[str]:
         return sorted({t.namespace for t in self.cfg.teams.values()})

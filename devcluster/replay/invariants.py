@@ -41,11 +41,13 @@ def record_pods(seen: dict[str, dict], alive: list[dict], wall: float) -> None:
             rec["gone"] = wall
 
 
-def node_recovered(jobs: set[str], users: set[str], st: Any, trace: Any, now: float) -> bool:
-    """After a GPU node is lost: each job that ran there runs again (a pod bound) or has ended, and each user
-    whose server ran there has a ready server again or no longer needs one (their session is over)."""
+def node_recovered(lost_node: str, jobs: set[str], users: set[str], st: Any, trace: Any, now: float) -> bool:
+    """After a GPU node is lost: each job that ran there runs again (a pod bound to another node) or has ended,
+    and each user whose server ran there has a ready server again or no longer needs one (session over)."""
     bound = {p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") for p in st.pods
-             if p["spec"].get("nodeName")}
+             if p["spec"].get("nodeName") not in (None, lost_node)}
+    if any(p["spec"].get("nodeName") == lost_node for p in st.pods):
+        return False  # the loop has not listed the pods since the node went
     for rec in list(st.jobs.values()):
         if rec.get("name") in jobs and rec.get("state") not in ("Succeeded", "Failed") and rec["name"] not in bound:
             return False

@@ -16,6 +16,8 @@ from devcluster import cluster as dc
 from devcluster import prometheus
 from devcluster.devhub import NAMESPACE, DevHub, HubSettings, activity_lines, free_port
 
+from .faults import cluster_records
+
 SCRAPE_S = 1
 
 
@@ -132,8 +134,6 @@ class Stack:
         self._start_hub()
 
     def component_pid(self, name: str) -> int:
-        from .faults import cluster_records
-
         return cluster_records(self.root / "cluster")[name].pid
 
     def restart_component(self, name: str) -> None:
@@ -144,9 +144,14 @@ class Stack:
         from devcluster import procs
         from devcluster.components import Layout
 
-        os.killpg(self.component_pid(name), signal.SIGKILL)
+        from .faults import wait_port_free
+
+        rec = cluster_records(self.root / "cluster")[name]
+        os.killpg(rec.pid, signal.SIGKILL)
         layout = Layout(self.root / "cluster")
         comp = dc.Cluster(self.root / "cluster").info["components"][name]
+        # the old process gone and its port released first: started at once, the API server found its port in use
+        wait_port_free(lambda: procs.alive(rec), comp["health_url"])
         procs.spawn(name, comp["argv"], Path(comp["log"]), layout.root, comp["health_url"], layout.run)
 
     def component_healthy(self, name: str) -> bool:
