@@ -53,11 +53,13 @@ def test_healthy_dev_cluster(cluster, hub_rbac):
     assert all("simulated" in s for s in simulated)
     assert len([s for s in simulated if "device plugin" in s]) == len(GPU_POOLS)
     assert [s.split()[2] for s in simulated if "MPS daemon" in s] == ["gput4mps"]
+    # the example's ml-research team has a workload identity; no Azure webhook on simulated nodes, said so
+    assert len([s for s in simulated if "workload identity" in s.lower() and "webhook" in s]) == 1
     ok = "\n".join(rows(r.stdout, "✓"))
     for pool in GPU_POOLS:
         assert f"pool {pool}" in ok
     assert "MIG state" in ok and "LocalQueue team-ds/data-science" in ok and "rbac" in ok
-    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS) + 1} ~ (simulated, see the row)")
+    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS) + 2} ~ (simulated, see the row)")
 
 
 def test_hub_service_account_without_roles(cluster):
