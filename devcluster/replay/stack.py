@@ -61,6 +61,15 @@ def culler_env(speed: float, prometheus_url: str, culling: bool) -> dict[str, st
             "GPUHUB_CULLER_DRY_RUN": "false" if culling else "true"}
 
 
+def collector_cycle_config(speed: float) -> str:
+    """The usage collector's cycle (60 s by default) compressed like the culler's: at x120 a 60 s cycle is two
+    trace hours, and a server stopped within one is never listed, so it would be missing from showback."""
+    every = max(1, round(60 / speed))
+    return ("for _service in c.JupyterHub.services:\n"
+            "    if _service.get('name') == 'gpu-usage-collector':  # argparse keeps the last --every\n"
+            f"        _service['command'] = list(_service['command']) + ['--every={every}']")
+
+
 def activity_config(speed: float) -> str:
     """JupyterHub's activity intervals (300 s by default: servers' reports, the hub's proxy poll) compressed
     like the idle timeouts, which the product refuses to set shorter than them."""
@@ -93,7 +102,8 @@ class Stack:
         extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "replay-tokens", '
                  '"scopes": ["tokens", "admin:users", "admin:servers", "users:activity"], "services": ["replay"]}]\n'
                  'c.JupyterHub.concurrent_spawn_limit = 0\n'
-                 'c.JupyterHub.slow_spawn_timeout = 0\nc.JupyterHub.slow_stop_timeout = 0')
+                 'c.JupyterHub.slow_spawn_timeout = 0\nc.JupyterHub.slow_stop_timeout = 0\n'
+                 + collector_cycle_config(self.speed))
         self.settings = HubSettings(state_dir=state, profiles=self.profiles, kubeconfig=self.kubeconfig,
                                     port=free_port(), groups=self.groups, api_tokens={"replay": self.token},
                                     extra=extra, before=activity_config(self.speed))

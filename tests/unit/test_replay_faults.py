@@ -97,3 +97,22 @@ def test_pods_seen_bound_are_kept_with_when_they_ended():
     assert seen["u1"]["gone"] == 2.0
     invariants.record_pods(seen, [], 3.0)
     assert seen["u1"]["gone"] == 2.0
+
+
+def test_the_usage_collectors_cycle_is_compressed_like_the_cullers():
+    """At x120 the default 60 s cycle is two trace hours: a server stopped within one is never listed."""
+    import argparse
+    import types
+
+    from devcluster.replay.stack import collector_cycle_config
+
+    for speed, every in ((120, 1.0), (30, 2.0), (1, 60.0)):
+        c = types.SimpleNamespace(JupyterHub=types.SimpleNamespace(services=[
+            {"name": "gpu-usage-collector", "command": ["python", "-m", "x", "--every=60.0"]},
+            {"name": "gpu-jobs", "command": ["python", "-m", "y"]}]))
+        exec(collector_cycle_config(speed), {"c": c})
+        collector, jobs = c.JupyterHub.services
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--every", type=float)
+        assert parser.parse_known_args(collector["command"][3:])[0].every == every
+        assert jobs["command"] == ["python", "-m", "y"]
