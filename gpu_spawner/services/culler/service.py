@@ -84,7 +84,8 @@ class Metrics:
                                       "GPU-hours culled servers had held while idle", ["profile", "dry_run"],
                                       registry=r)
         self.fallbacks = Counter("gpuhub_culler_gpu_fallbacks_total",
-                                 "GPU servers decided by activity because GPU evidence was missing",
+                                 "GPU servers decided by activity because GPU evidence was missing or not "
+                                 "theirs (gpu-shared: a time-sliced or MPS device's series)",
                                  ["profile", "why"], registry=r)
         self.cycles = Counter("gpuhub_culler_cycles_total", "Cull cycles", ["outcome"], registry=r)
         self.cycle_seconds = Histogram("gpuhub_culler_cycle_seconds", "Wall time of one cull cycle", registry=r)
@@ -261,7 +262,7 @@ class GPUCuller(IdleCuller):
             self.metrics.dollars.labels(rule.profile, dry).inc(dollars)
             history = self.culled.setdefault(user, [])
             history.append({"server": sname, "profile": rule.profile, "reason": d.reason, "at": now.isoformat(),
-                            "dry_run": self.dry_run})
+                            "dry_run": self.dry_run, "why": d.why})
             del history[:-20]
         elif d.action == "warn":
             self.metrics.warnings.labels(rule.profile, d.reason).inc()
@@ -270,7 +271,7 @@ class GPUCuller(IdleCuller):
                 "server": sname, "profile": rule.profile, "reason": d.reason,
                 "cull_in_s": round(d.cull_in_s or 0), "dry_run": self.dry_run,
                 "cull_at": datetime.fromtimestamp(cull_at, timezone.utc).isoformat(),
-                "message": _warning_text(sname, rule, d)}
+                "message": _warning_text(sname, rule, d), "why": d.why}
             self.log.warning("Warning %s: %s", user, warnings[user][sname]["message"])
         if d.fallback:
             self.metrics.fallbacks.labels(rule.profile, d.fallback).inc()
@@ -349,6 +350,10 @@ def _warning_text(sname: str, rule: Rule, d: D.Decision) -> str:
         d.reason, "it has been idle")
     if d.gpu_state is not None and d.reason == "idle-soon" and rule.is_gpu:
         why = "its GPU has been idle"
+    if d.fallback == "gpu-shared" and d.reason == "idle-soon":  # the GPU's load may be its neighbours'
+        return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}: its GPU is "
+                "shared with other servers, so only your notebooks' activity counts, not the GPU's load. "
+                "Save your work; any activity resets the idle timer.")
     return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}. "
             "Save your work; any activity (or GPU use) resets the idle timer.")
 

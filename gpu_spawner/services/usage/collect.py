@@ -83,12 +83,14 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
            cfg=None) -> dict[str, Any]:
     """Everything `gpuhub report` prints (pure); right-sizing hints need `cfg` and DCGM use."""
 
-    rows = acc.aggregate(lifetimes, since, until, by, used)
+    shared = acc.shared_profiles(acc.rules_and_teams(cfg)[0]) if cfg is not None else frozenset()
+    rows = acc.aggregate(lifetimes, since, until, by, used, shared)
     costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()} if cfg is not None and used \
         else None
-    total = acc.Row("total")
+    total = acc.Row("total", use_known=used is not None)
     for r in rows:
         total.gpu_hours_held += r.gpu_hours_held
+        total.gpu_hours_shared += r.gpu_hours_shared
         total.gpu_hours_used += r.gpu_hours_used
         total.cost += r.cost
         total.pods += r.pods
