@@ -91,6 +91,8 @@ def test_warning_on_a_shared_gpu_tells_the_user_the_gpus_load_does_not_count():
     assert (d.action, d.reason) == ("warn", "idle-soon")
     text = _warning_text("", SHARED_T4, d)
     assert "stopped in about 5 min" in text and "shared with other servers" in text and "GPU use" not in text
+    by_activity = D.decide(server(idle=25 * 60), SHARED_T4, ACT, NOW)  # under any policy
+    assert "shared with other servers" in _warning_text("", SHARED_T4, by_activity)
     whole = D.decide(server(idle=25 * 60), T4, BOTH, NOW, view(ev(0.0), ev(0.0)))
     assert (whole.action, whole.reason) == ("warn", "idle-soon")
     assert "shared with other servers" not in _warning_text("", T4, whole)

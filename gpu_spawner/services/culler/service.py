@@ -350,7 +350,7 @@ def _warning_text(sname: str, rule: Rule, d: D.Decision) -> str:
         d.reason, "it has been idle")
     if d.gpu_state is not None and d.reason == "idle-soon" and rule.is_gpu:
         why = "its GPU has been idle"
-    if d.fallback == "gpu-shared" and d.reason == "idle-soon":  # the GPU's load may be its neighbours'
+    if D.gpu_shared(rule) and d.reason == "idle-soon":  # the GPU's load is its neighbours' too
         return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}: its GPU is "
                 "shared with other servers, so only your notebooks' activity counts, not the GPU's load. "
                 "Save your work; any activity resets the idle timer.")
