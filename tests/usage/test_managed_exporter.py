@@ -1,11 +1,13 @@
 """AKS's managed DCGM exporter against the real Prometheus (Debian's): its series name a node (`instance`) and a
 GPU but no pod, as Azure Managed Prometheus keeps them; with kube-state-metrics' pod series beside them,
 `dcgm_nodes.node_range` gives each sample the pod that is the only running GPU pod on its node, and no one
-where two GPU pods share a node or the pod no longer runs."""
+where two GPU pods share a node or the pod no longer runs; showback's GPU-hours used and the culler's evidence
+read them so."""
 from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,6 +15,8 @@ import requests
 
 from gpu_spawner.cluster.dcgm import PROF_METRIC, pod_of
 from gpu_spawner.cluster.dcgm_nodes import node_range
+from gpu_spawner.services.culler import decide as D
+from gpu_spawner.services.usage import collect
 
 SCRAPE = 1
 NS = "jhub"
@@ -129,6 +133,35 @@ def test_pod_matchers_narrow_the_pods_never_the_count_of_a_nodes_gpu_pods(manage
     assert set(query(url, node_range("max_over_time", PROF_METRIC, 5, SCRAPE, alice))) == {(NS, "jupyter-alice", "0")}
     bob = 'pod="jupyter-bob",namespace="jhub"'  # alone among the pods kept, but not alone on his node
     assert query(url, node_range("max_over_time", PROF_METRIC, 5, SCRAPE, bob)) == {}
+
+
+def test_showback_counts_the_sole_gpu_pods_use_and_no_one_elses(managed):
+    url, _ = managed
+    until = datetime.now(timezone.utc)
+    used = collect.used_from_prometheus(url, until - timedelta(seconds=8), until, SCRAPE)
+    alice = used[(NS, "jupyter-alice")]  # 8 steps of 1 s at 0.8 (one step more or less at the edges)
+    assert 0.8 * 7 / 3600 <= alice.used_hours <= 0.8 * 9 / 3600 and alice.peak_memory_mib == 5000
+    dave = used[(NS, "jupyter-dave")]
+    assert dave.used_hours == 0.0 and dave.peak_memory_mib == 300
+    assert used[(NS, "jupyter-frank")].used_hours > 0  # a pod-labelled series reads as before
+    for unknown in ("jupyter-bob", "jupyter-carol", "jupyter-erin", "cpu-only"):
+        assert (NS, unknown) not in used, unknown
+
+
+def test_the_culler_sees_the_sole_gpu_pod_busy_or_idle_and_the_others_as_unknown(managed):
+    url, _ = managed
+    evidence = D.parse_evidence(requests.get(f"{url}/api/v1/query", timeout=30, params={
+        "query": D.evidence_query(8, step=SCRAPE)}).json()["data"]["result"])
+    alice, dave = evidence[(NS, "jupyter-alice")], evidence[(NS, "jupyter-dave")]
+    assert alice.state(D.DEFAULT_THRESHOLD, 8) == "busy" and alice.max_activity == pytest.approx(0.9)  # GPU_UTIL
+    assert dave.state(D.DEFAULT_THRESHOLD, 8) == "idle" and dave.devices == ("gpu0", "gpu1")
+    assert not {(NS, p) for p in ("jupyter-bob", "jupyter-carol", "jupyter-erin")} & set(evidence)
+    assert D.evidence_query(8) == D.evidence_query(8, step=None)  # without a step: as before, no node parts
+    # a young server's own query: its node's series while it is the only GPU pod there, never a neighbour's
+    for pod, found in (("jupyter-alice", True), ("jupyter-bob", False)):
+        result = requests.get(f"{url}/api/v1/query", timeout=30, params={
+            "query": D.pod_evidence_query(5, pod, NS, SCRAPE)}).json()["data"]["result"]
+        assert ((NS, pod) in D.parse_evidence(result)) is found, pod
 
 
 def test_a_second_gpu_pod_on_the_node_ends_the_attribution_from_then_on(managed):

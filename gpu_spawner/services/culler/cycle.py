@@ -133,7 +133,8 @@ class CullCycle:
             return None
         async with self.young_queries:
             result = await self.culler.prometheus_query(self.prometheus,
-                                                        D.pod_evidence_query(seconds, pod, self.namespace))
+                                                        D.pod_evidence_query(seconds, pod, self.namespace,
+                                                                             self.settings.scrape_interval))
         return D.lookup_evidence(D.parse_evidence(result), pod, self.namespace)
 
     async def gpu_view(self, user: str, sname: str, server: dict, rule: Rule) -> D.GPUView:

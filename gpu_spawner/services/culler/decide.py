@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Iterable, Literal
 
 from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm_nodes import node_range
 from gpu_spawner.cluster.rules import Rule
 from gpu_spawner.cluster.times import parse_time
 
@@ -91,11 +92,13 @@ def pod_name(user: str, server_name: str, template: str = "jupyter-{user_server}
 # ---------------------------------------------------------------- GPU evidence
 
 
-def evidence_query(window: int, selector: str = "") -> str:
+def evidence_query(window: int, selector: str = "", step: float | None = None, pod_matchers: str = "") -> str:
     """One PromQL instant query: max and sample count over the window for both DCGM metrics.
 
     Each part is tagged with a `gpuhub_stat` label so `or` keeps all four and Python can tell them apart.
-    `selector` (`{pod="..."}`) narrows it to one pod's series.
+    `selector` (`{pod="..."}`) narrows it to one pod's series. With `step` (the scrape interval) the same four
+    parts again over series that name a node but no pod (AKS's managed exporter), each sample given the only
+    GPU pod on its node (cluster/dcgm_nodes.py); `pod_matchers` narrows those to one pod.
     """
     w = f"{int(window)}s"
     prof, util = PROF_METRIC + selector, UTIL_METRIC + selector
@@ -105,6 +108,18 @@ def evidence_query(window: int, selector: str = "") -> str:
         (f"max_over_time({util}[{w}]) / 100", "util_max"),
         (f"count_over_time({util}[{w}])", "util_count"),
     ]
+    return _tagged(parts + (_node_parts(window, step, pod_matchers) if step else []))
+
+
+def _node_parts(window: int, step: float, pod_matchers: str = "") -> list[tuple[str, str]]:
+    """`evidence_query`'s four parts over the series that name a node, not a pod (cluster/dcgm_nodes.py)."""
+    return [(node_range("max_over_time", PROF_METRIC, window, step, pod_matchers), "prof_max"),
+            (node_range("count_over_time", PROF_METRIC, window, step, pod_matchers), "prof_count"),
+            (node_range("max_over_time", UTIL_METRIC, window, step, pod_matchers) + " / 100", "util_max"),
+            (node_range("count_over_time", UTIL_METRIC, window, step, pod_matchers), "util_count")]
+
+
+def _tagged(parts: list[tuple[str, str]]) -> str:
     return " or ".join(f'label_replace({expr}, "gpuhub_stat", "{tag}", "", "")' for expr, tag in parts)
 
 
@@ -113,14 +128,19 @@ def _promql_string(value: str) -> str:
     return json.dumps(value)
 
 
-def pod_evidence_query(window: int, pod: str, namespace: str | None) -> str:
-    """`evidence_query` for one pod, matched as `dcgm.pod_of` does: `exported_pod`, else `pod`."""
+def pod_evidence_query(window: int, pod: str, namespace: str | None, step: float | None = None) -> str:
+    """`evidence_query` for one pod, matched as `dcgm.pod_of` does: `exported_pod`, else `pod`; with `step`,
+    also the node-named series of its node while it is the only GPU pod there (kube-state-metrics' labels)."""
     parts = []
     for pod_label, ns_label in (("exported_pod", "exported_namespace"), ("pod", "namespace")):
         matchers = [f"{pod_label}={_promql_string(pod)}"]
         if namespace is not None:
             matchers.append(f"{ns_label}={_promql_string(namespace)}")
         parts.append(evidence_query(window, "{" + ",".join(matchers) + "}"))
+    if step:
+        own = ",".join([f"pod={_promql_string(pod)}"] + ([f"namespace={_promql_string(namespace)}"]
+                                                          if namespace is not None else []))
+        parts.append(_tagged(_node_parts(window, step, own)))
     return " or ".join(parts)
 
 

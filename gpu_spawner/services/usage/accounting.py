@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from gpu_spawner.cluster.conditions import condition
 from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm_nodes import node_range
 from gpu_spawner.cluster.rules import Rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admitted_at
@@ -164,14 +165,22 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
 # ------------------------------------------------------------------ DCGM: GPU-hours used
 
 
-def used_query(window_s: int) -> str:
+def used_query(window_s: int, step: float | None = None) -> str:
     """One instant query (at the end of the range): per device, the sum and count of activity samples over
-    the window for both DCGM metrics, and the peak framebuffer use; tagged like the culler's evidence."""
+    the window for both DCGM metrics, and the peak framebuffer use; tagged like the culler's evidence.
+    With `step` (the scrape interval) the same parts again over series that name a node, not a pod (AKS's
+    managed exporter), each sample given the only GPU pod on its node (cluster/dcgm_nodes.py)."""
     w = f"{int(window_s)}s"
     parts = [(f"sum_over_time({PROF_METRIC}[{w}])", "prof_sum"), (f"count_over_time({PROF_METRIC}[{w}])", "prof_count"),
              (f"sum_over_time({UTIL_METRIC}[{w}]) / 100", "util_sum"),
              (f"count_over_time({UTIL_METRIC}[{w}])", "util_count"),
              (f"max_over_time({MEMORY_METRIC}[{w}])", "mem_max")]
+    if step:
+        parts += [(node_range("sum_over_time", PROF_METRIC, window_s, step), "prof_sum"),
+                  (node_range("count_over_time", PROF_METRIC, window_s, step), "prof_count"),
+                  (node_range("sum_over_time", UTIL_METRIC, window_s, step) + " / 100", "util_sum"),
+                  (node_range("count_over_time", UTIL_METRIC, window_s, step), "util_count"),
+                  (node_range("max_over_time", MEMORY_METRIC, window_s, step), "mem_max")]
     return " or ".join(f'label_replace({e}, "gpuhub_stat", "{t}", "", "")' for e, t in parts)
 
 

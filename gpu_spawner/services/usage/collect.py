@@ -69,7 +69,7 @@ def prometheus_query(url: str, query: str, at: datetime, timeout: float = 30) ->
 def used_from_prometheus(url: str, since: datetime, until: datetime,
                          scrape_interval: float) -> dict[tuple[str, str], acc.PodUse]:
     window = max(int((until - since).total_seconds()), 1)
-    return acc.parse_used(prometheus_query(url, acc.used_query(window), until), scrape_interval)
+    return acc.parse_used(prometheus_query(url, acc.used_query(window, scrape_interval), until), scrape_interval)
 
 
 def reclaimed_from_prometheus(url: str, since: datetime, until: datetime) -> float | None:
