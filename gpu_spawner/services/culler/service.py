@@ -110,8 +110,9 @@ class GPUCuller(IdleCuller):
     gpu_idle_threshold = Float(D.DEFAULT_THRESHOLD, help="GPU activity (0..1) below which it is idle").tag(
         config=True)
     gpu_window = Int(0, help="GPU idle window in seconds; 0: the profile's idle_timeout").tag(config=True)
-    scrape_interval = Float(15.0, help="Prometheus scrape interval of the DCGM exporter (s), for coverage").tag(
-        config=True)
+    scrape_interval = Float(15.0, help="Prometheus scrape interval of the DCGM exporter (s), for coverage, and the "
+                                       "step at which series that name a node but no pod (AKS's managed exporter: "
+                                       "30 s) are given the node's only GPU pod").tag(config=True)
     min_coverage = Float(0.8, help="Fraction of the window's samples needed to call a GPU idle").tag(config=True)
     prometheus_timeout = Float(10.0, help="Seconds to wait for Prometheus").tag(config=True)
     warn_before = Int(600, help="Warn this many seconds before a cull (keep it > cull_every)").tag(config=True)
@@ -214,7 +215,8 @@ class GPUCuller(IdleCuller):
         client = AsyncHTTPClient(force_instance=True)
 
         async def one(window: int):
-            return window, D.parse_evidence(await self.prometheus_query(client, D.evidence_query(window)))
+            return window, D.parse_evidence(await self.prometheus_query(
+                client, D.evidence_query(window, step=self.scrape_interval)))
 
         try:
             pairs = await asyncio.gather(*(one(w) for w in sorted(windows)))
