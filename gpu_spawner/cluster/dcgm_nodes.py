@@ -53,3 +53,12 @@ def node_range(func: str, metric: str, window: float, step: float, pod_matchers:
     joined = (f'{metric}{{pod="",exported_pod=""}} * on (cluster, {NODE_LABEL}) group_left (namespace, pod) '
               f"{sole_gpu_pods(pod_matchers)}")
     return f"{func}(({joined})[{_duration(window)}:{_duration(step)}])"
+
+
+def presence_query(window: float) -> str:
+    """An instant query with a result (one number) only when some DCGM series in the window names no pod: the
+    node parts, a subquery that joins kube-state-metrics at every step, are asked for only then, so a cluster
+    whose exporters all label pods (the GPU operator's) pays nothing for them."""
+    w = _duration(window)
+    return " or ".join(f'count(last_over_time({m}{{pod="",exported_pod=""}}[{w}]))'
+                       for m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))

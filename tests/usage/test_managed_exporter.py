@@ -12,9 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from culler.fixtures import NAMESPACE as CULLER_NS
+from culler.fixtures import exporter, prometheus  # noqa: F401 (fixtures)
 
 from gpu_spawner.cluster.dcgm import PROF_METRIC, pod_of
-from gpu_spawner.cluster.dcgm_nodes import node_range
+from gpu_spawner.cluster.dcgm_nodes import node_range, presence_query
 from gpu_spawner.services.culler import decide as D
 from gpu_spawner.services.usage import collect
 
@@ -173,3 +175,32 @@ def test_a_second_gpu_pod_on_the_node_ends_the_attribution_from_then_on(managed)
     assert gina not in query(url, node_range("count_over_time", PROF_METRIC, 2, SCRAPE))  # now: unknown
     after = query(url, node_range("count_over_time", PROF_METRIC, 8, SCRAPE)).get(gina, 0)
     assert before >= 7 and 1 <= after <= before - 2  # only the steps from before hank came
+
+
+def test_the_node_parts_are_asked_for_only_where_some_series_names_no_pod(managed, exporter, prometheus):
+    url, _ = managed
+    assert query_vector(url, presence_query(8))  # the managed exporter's series
+    exporter.set_gpu("jupyter-ivan", activity=0.4)  # an operator exporter's: every series names its pod
+    try:
+        operator_style_reads_as_before(exporter, prometheus)
+    finally:  # the exporter is the session's: leave it as found
+        with exporter.lock:
+            exporter.series = {k: v for k, v in exporter.series.items() if not k.startswith("jupyter-ivan/")}
+
+
+def operator_style_reads_as_before(exporter, prometheus) -> None:
+    deadline = time.monotonic() + 30
+    while not query_vector(prometheus, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{exported_pod="jupyter-ivan"}'):
+        assert time.monotonic() < deadline, "the operator-style series never arrived"
+        time.sleep(0.5)
+    assert query_vector(prometheus, presence_query(8)) == []
+    time.sleep(2 * SCRAPE)
+    until = datetime.now(timezone.utc)  # and showback there reads as before, without them
+    assert collect.used_from_prometheus(prometheus, until - timedelta(seconds=2), until, SCRAPE)[
+        (CULLER_NS, "jupyter-ivan")].used_hours > 0
+
+
+def query_vector(url: str, q: str) -> list:
+    result = requests.get(f"{url}/api/v1/query", params={"query": q}, timeout=30).json()
+    assert result["status"] == "success", result
+    return result["data"]["result"]

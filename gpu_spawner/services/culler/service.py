@@ -34,6 +34,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from gpu_spawner.cluster.dcgm_nodes import presence_query
 from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import ENV_PROFILES
@@ -214,12 +215,15 @@ class GPUCuller(IdleCuller):
         """Evidence per window, or None when Prometheus did not answer (logged)."""
         client = AsyncHTTPClient(force_instance=True)
 
-        async def one(window: int):
+        async def one(window: int, step: float | None):
             return window, D.parse_evidence(await self.prometheus_query(
-                client, D.evidence_query(window, step=self.scrape_interval)))
+                client, D.evidence_query(window, step=step)))
 
         try:
-            pairs = await asyncio.gather(*(one(w) for w in sorted(windows)))
+            # series that name a node but no pod (AKS's managed exporter): their parts only when there are any
+            present = await self.prometheus_query(client, presence_query(max(windows)))
+            step = self.scrape_interval if present else None
+            pairs = await asyncio.gather(*(one(w, step) for w in sorted(windows)))
         except Exception as e:  # unreachable, timeout, 5xx, bad answer: fall back to activity
             self.log.warning("Prometheus at %s unavailable (%s): GPU servers are judged by activity this cycle",
                              self.prometheus_url, e)

@@ -10,6 +10,7 @@ from typing import Any
 
 import requests
 
+from gpu_spawner.cluster.dcgm_nodes import presence_query
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_LABEL
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.rightsize import hints
@@ -69,7 +70,9 @@ def prometheus_query(url: str, query: str, at: datetime, timeout: float = 30) ->
 def used_from_prometheus(url: str, since: datetime, until: datetime,
                          scrape_interval: float) -> dict[tuple[str, str], acc.PodUse]:
     window = max(int((until - since).total_seconds()), 1)
-    return acc.parse_used(prometheus_query(url, acc.used_query(window, scrape_interval), until), scrape_interval)
+    # series that name a node but no pod (AKS's managed exporter): their parts only when there are any
+    step = scrape_interval if prometheus_query(url, presence_query(window), until) else None
+    return acc.parse_used(prometheus_query(url, acc.used_query(window, step), until), scrape_interval)
 
 
 def reclaimed_from_prometheus(url: str, since: datetime, until: datetime) -> float | None:
