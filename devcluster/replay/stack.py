@@ -15,6 +15,7 @@ from typing import Any
 from devcluster import cluster as dc
 from devcluster import prometheus
 from devcluster.devhub import NAMESPACE, DevHub, HubSettings, activity_lines, free_port
+from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE
 
 from .faults import cluster_records
 
@@ -66,7 +67,7 @@ def collector_cycle_config(speed: float) -> str:
     trace hours, and a server stopped within one is never listed, so it would be missing from showback."""
     every = max(1, round(60 / speed))
     return ("for _service in c.JupyterHub.services:\n"
-            "    if _service.get('name') == 'gpu-usage-collector':  # argparse keeps the last --every\n"
+            f"    if _service.get('name') == {USAGE_COLLECTOR_SERVICE!r}:  # argparse keeps the last --every\n"
             f"        _service['command'] = list(_service['command']) + ['--every={every}']")
 
 
