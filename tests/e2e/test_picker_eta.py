@@ -56,8 +56,12 @@ def test_full_pool_shows_its_eta_in_the_picker_and_the_progress(hub, cluster, na
             break
         for name in holding:
             cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        wait_until(lambda: bound() & set(names) - seen, 60,
-                   f"the next queued pods bound (bound so far: {sorted(seen)}; at this round's start: {pods_now()})")
+        # Every freed slot must be taken before the next round: a round that went on after the first of two
+        # binds deleted one pod only, and an odd round left the pool half full at the end, waiting forever.
+        wanted = min(len(holding), len(set(names) - seen))
+        wait_until(lambda: len(bound() & set(names) - seen) >= wanted, 60,
+                   f"the next {wanted} queued pods bound (bound so far: {sorted(seen)}; "
+                   f"at this round's start: {pods_now()})")
     wait_until(lambda: len(bound()) == len(nodes), 60, "the last queued pods holding the pool: full again")
 
     def card():
