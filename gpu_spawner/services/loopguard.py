@@ -8,13 +8,16 @@ the real one. Each stall of at least MIN_STALL is observed twice:
   - `gpuhub_event_loop_busy_stall_seconds`: CPU time the loop's thread spent in it (the loop computing,
     not the machine descheduling the process: what tests assert, generous to noise on a busy machine);
 and the longest wall stall so far is `gpuhub_event_loop_longest_stall_seconds`. Stalls of `warn_after`
-or more are logged. A process without an event loop (the usage collector: a plain loop and a threaded
+or more are logged, with how much of them Python's cyclic garbage collector took (a full collection of a
+big process is a stall no request asked for: `gpuhub_event_loop_gc_stall_seconds` tells the two apart).
+A process without an event loop (the usage collector: a plain loop and a threaded
 /metrics server) runs the guard on a loop of its own in a thread (`start_in_thread`): there a stall is
 the time any other thread, its /metrics server included, could not run (the GIL held by a long call).
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -29,6 +32,33 @@ MIN_STALL = 0.005
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class _CollectorClock:
+    """Seconds the cyclic garbage collector ran in this process so far (gc.callbacks: one start and one
+    stop per collection, on the thread that triggered it)."""
+
+    def __init__(self) -> None:
+        self.total, self._started = 0.0, 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self.total += time.perf_counter() - self._started
+            self._started = 0.0
+
+
+_collector_clock: _CollectorClock | None = None
+
+
+def collector_seconds() -> float:
+    """The garbage collector's time so far; its clock starts with the first LoopGuard of the process."""
+    global _collector_clock
+    if _collector_clock is None:
+        _collector_clock = _CollectorClock()
+    return _collector_clock.total
+
+
 class LoopGuard:
     """The stall metrics of one process's event loop, in `registry` (the service's own, or the default)."""
 
@@ -41,30 +71,36 @@ class LoopGuard:
         self.busy = Histogram("gpuhub_event_loop_busy_stall_seconds", "CPU time the event loop's thread spent in "
                               "each of those stalls (the loop computing, not the process descheduled)",
                               buckets=BUCKETS, registry=registry)
+        self.collecting = Histogram("gpuhub_event_loop_gc_stall_seconds", "Of each of those stalls, the time "
+                                    "Python's cyclic garbage collector ran", buckets=BUCKETS, registry=registry)
         self.longest = Gauge("gpuhub_event_loop_longest_stall_seconds", "The longest event-loop stall since "
                              "the process started (wall time)", registry=registry)
         self._longest = 0.0
         self._task: asyncio.Task | None = None
+        collector_seconds()  # its clock runs from here on
 
-    def observe(self, wall: float, busy: float) -> None:
+    def observe(self, wall: float, busy: float, collecting: float = 0.0) -> None:
         if wall < MIN_STALL:
             return
         self.stalls.observe(wall)
         self.busy.observe(min(busy, wall))
+        self.collecting.observe(min(collecting, wall))
         if wall > self._longest:
             self._longest = wall
             self.longest.set(wall)
         if wall >= self.warn_after:
-            log.warning("the event loop stalled %.0f ms (%.0f ms of it computing)", wall * 1e3, busy * 1e3)
+            log.warning("the event loop stalled %.0f ms (%.0f ms of it computing, %.0f ms of that collecting "
+                        "garbage)", wall * 1e3, busy * 1e3, collecting * 1e3)
 
     async def run(self, cpu_clock=time.thread_time) -> None:
         """The ticker: runs until cancelled."""
         loop = asyncio.get_running_loop()
         while True:
-            start, cpu = loop.time(), cpu_clock()
+            start, cpu, collected = loop.time(), cpu_clock(), collector_seconds()
             await asyncio.sleep(self.interval)
             late = loop.time() - start - self.interval
-            self.observe(late, cpu_clock() - cpu)  # the tick's CPU time; observe() caps it at the stall
+            # the tick's CPU time and collector time; observe() caps both at the stall
+            self.observe(late, cpu_clock() - cpu, collector_seconds() - collected)
 
     def start(self) -> LoopGuard:
         """Start the ticker on the running loop (call it from a coroutine or a loop callback)."""

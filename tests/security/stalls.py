@@ -25,6 +25,7 @@ class Reading:
     busy_sum: float  # their CPU seconds, all stalls
     wall_sum: float  # wall seconds, all stalls
     count: float
+    gc_sum: float = 0.0  # of those, the garbage collector's seconds
 
 
 def parse(text: str) -> Reading:
@@ -38,7 +39,7 @@ def parse(text: str) -> Reading:
     assert f"{busy}_count" in values, "no loop-guard metrics: is the service's LoopGuard started?"
     return Reading(over=values[f"{busy}_bucket@+Inf"] - values[f"{busy}_bucket@0.05"],
                    busy_sum=values[f"{busy}_sum"], wall_sum=values["gpuhub_event_loop_stall_seconds_sum"],
-                   count=values[f"{busy}_count"])
+                   count=values[f"{busy}_count"], gc_sum=values.get("gpuhub_event_loop_gc_stall_seconds_sum", 0.0))
 
 
 @dataclass
@@ -74,8 +75,10 @@ class StallMeter:
         old = self.worst.get(what, (0.0, 0.0))
         self.worst[what] = (max(old[0], busy), max(old[1], wall))
         if after.over > before.over:
+            collecting = after.gc_sum - before.gc_sum
             pytest.fail(f"{what} stalled the event loop over {self.limit * 1e3:.0f} ms ({busy * 1e3:.0f} ms of "
-                        f"CPU, {wall * 1e3:.0f} ms wall, {after.count - before.count:.0f} stall(s)) {detail[:300]}")
+                        f"CPU, {collecting * 1e3:.0f} ms of it collecting garbage, {wall * 1e3:.0f} ms wall, "
+                        f"{after.count - before.count:.0f} stall(s)) {detail[:300]}")
 
     def report(self) -> str:
         """Each endpoint's worst stall (sums of the stalls of one request: an upper bound on the longest)."""

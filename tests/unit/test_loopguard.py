@@ -4,6 +4,7 @@ without an event loop sees the GIL held by a long call."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -50,3 +51,21 @@ def test_without_an_event_loop_the_guard_sees_the_gil_held():
     time.sleep(0.05)
     with pytest.raises(pytest.fail.Exception, match="stalled"):
         meter.check("a C call holding the GIL", before, meter.read())
+
+
+async def test_a_stall_the_garbage_collector_made_is_told_apart():
+    guard = LoopGuard(CollectorRegistry()).start()
+    meter = StallMeter(registry=guard.registry)
+    await asyncio.sleep(0.05)
+    garbage = [[] for _ in range(400_000)]
+    for i, item in enumerate(garbage):  # cycles only the cyclic collector can free
+        item.append(garbage[i - 1])
+    del garbage, item
+    before = meter.read()
+    spin(0.03)  # computing, not collecting
+    gc.collect()  # a full collection over ~400,000 containers, on the loop
+    await asyncio.sleep(0.03)
+    after = meter.read()
+    assert after.gc_sum - before.gc_sum > 0.005, (before, after)  # the collection is in the stall
+    assert after.busy_sum - before.busy_sum >= (after.gc_sum - before.gc_sum) + 0.02  # and the spin is not
+    guard._task.cancel()
