@@ -12,6 +12,8 @@ import re
 import secrets
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -166,6 +168,24 @@ def wait_ready(kube: Kube, timeout: float = 300) -> None:
         wait_for(lambda: ready(selector), timeout, f"{what}'s pod to be Ready", interval=1)
 
 
+def wait_answering(url: str, timeout: float = 180, in_a_row: int = 3) -> None:
+    """proxy-public answers the hub's /hub/health `in_a_row` times running: the whole path a user's login takes
+    (NodePort, the proxy, the hub Service, the hub). A Ready hub pod is not enough: kube-proxy programs the hub
+    Service's new endpoint a little later, and until then the proxy answers 503."""
+    answered = 0
+
+    def healthy() -> bool:
+        nonlocal answered
+        try:
+            with urllib.request.urlopen(f"{url}/hub/health", timeout=5) as r:
+                answered = answered + 1 if r.status == 200 else 0
+        except (urllib.error.URLError, OSError):
+            answered = 0
+        return answered >= in_a_row
+
+    wait_for(healthy, timeout, "proxy-public to answer the hub's /hub/health", interval=0.5)
+
+
 def install(kubeconfig: Path, profiles: Path, users: dict[str, list[str]], state: Path, system_node_ip: str,
             chart: Path | None = None, say: Callable[[str], None] = lambda m: None) -> tuple[str, str]:
     """Install (or upgrade) the product; returns (proxy-public URL, the dev password)."""
@@ -184,7 +204,10 @@ def install(kubeconfig: Path, profiles: Path, users: dict[str, list[str]], state
         say("helm upgrade --install jhub (z2jh 4.4.0) with deploy/values.yaml and " + str(overlay_file))
         helm_install(kubeconfig, overlay_file, chart)
         wait_ready(kube)
-        say(f"hub, proxy and gpu-jobs Ready in {time.monotonic() - t0:.0f} s")
+        url = f"http://{system_node_ip}:{NODE_PORT}"
+        wait_answering(url)
+        say(f"hub, proxy and gpu-jobs Ready, and the hub answering through proxy-public, in "
+            f"{time.monotonic() - t0:.0f} s")
     finally:
         kube.close()
-    return f"http://{system_node_ip}:{NODE_PORT}", password
+    return url, password

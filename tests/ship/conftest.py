@@ -49,7 +49,8 @@ class Installed:
     def login(self, user: str) -> tuple[requests.Session, str]:
         """Log in through proxy-public as the browser does; returns the session and an API token of the user's."""
         s = requests.Session()
-        s.get(f"{self.url}/hub/login", timeout=30)
+        page = s.get(f"{self.url}/hub/login", timeout=30)
+        assert page.status_code == 200 and s.cookies.get("_xsrf"), (page.status_code, page.text[:500])
         r = s.post(f"{self.url}/hub/login?next=", data={"username": user, "password": self.password,
                                                        "_xsrf": s.cookies.get("_xsrf")}, timeout=60,
                    allow_redirects=False)

@@ -207,3 +207,53 @@ def test_product_image_names_chp_from_the_chart():
     image = yaml.safe_load((chart / "values.yaml").read_text())["proxy"]["chp"]["image"]
     assert names["chp"] == [f"{image['name']}:{image['tag']}"]
     assert names["chp"][0].startswith(z2jh_dev.CHP_IMAGE_NAME + ":")
+
+
+class _Health:
+    """A real HTTP server whose /hub/health answers the given statuses in turn (then the last one)."""
+
+    def __init__(self, statuses: list[int]):
+        import http.server
+        import threading
+
+        answers, asked = list(statuses), []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                asked.append(self.path)
+                status = answers.pop(0) if len(answers) > 1 else answers[0]
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.asked = asked
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_install_waits_until_proxy_public_answers_health_three_times_running():
+    """A 503 between answers (kube-proxy not yet routing the hub Service) starts the count again."""
+    health = _Health([503, 200, 200, 503, 200, 200, 200])
+    try:
+        z2jh_dev.wait_answering(health.url, timeout=30)
+    finally:
+        health.close()
+    assert health.asked == ["/hub/health"] * 7
+
+
+def test_install_names_what_it_waited_for_when_the_hub_never_answers():
+    health = _Health([503])
+    try:
+        with pytest.raises(TimeoutError, match="proxy-public to answer the hub's /hub/health"):
+            z2jh_dev.wait_answering(health.url, timeout=2)
+    finally:
+        health.close()
+    assert len(health.asked) >= 2
