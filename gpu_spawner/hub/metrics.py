@@ -40,9 +40,21 @@ def watch_state(get_state: Callable) -> None:
 _guard: list[LoopGuard] = []
 
 
+def hub_started() -> asyncio.Future | None:
+    """Done once the running JupyterHub has started (its own start future, set where it logs "JupyterHub is
+    now running"); None outside a hub, or a JupyterHub without it."""
+    from jupyterhub.app import JupyterHub
+
+    if not JupyterHub.initialized():
+        return None
+    started = getattr(JupyterHub.instance(), "_start_future", None)
+    return started if isinstance(started, asyncio.Future) else None
+
+
 def guard_loop() -> LoopGuard | None:
     """The hub loop's stall guard, in the hub's registry (/hub/metrics): started on the running loop the first
-    time this is called there (the spawner's first use), again on a later loop (tests); None with no loop."""
+    time this is called there (the config's load), again on a later loop (tests); None with no loop. The hub's
+    start-up heap is frozen once the hub has started (LoopGuard.start); outside a hub, never."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -52,5 +64,6 @@ def guard_loop() -> LoopGuard | None:
     guard = _guard[0]
     task = guard._task
     if task is None or task.done() or task.get_loop() is not loop:
-        guard.start()
+        started = hub_started()
+        guard.start(ready=started if started is not None else loop.create_future())  # never done: no freeze
     return guard

@@ -54,3 +54,15 @@ async def test_a_picker_render_never_stalls_the_hubs_loop():
         print(meter.report())
     finally:
         await sp.api.api_client.close()
+
+
+async def test_outside_a_running_hub_the_hubs_guard_freezes_nothing():
+    """The hub's heap is frozen when JupyterHub has started (its start future); a process that is no hub
+    (this one) keeps its heap as it is."""
+    import gc
+
+    gc.unfreeze()
+    assert metrics.hub_started() is None
+    metrics.guard_loop()
+    await asyncio.sleep(0.02)
+    assert gc.get_freeze_count() == 0

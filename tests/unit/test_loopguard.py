@@ -69,3 +69,55 @@ async def test_a_stall_the_garbage_collector_made_is_told_apart():
     assert after.gc_sum - before.gc_sum > 0.005, (before, after)  # the collection is in the stall
     assert after.busy_sum - before.busy_sum >= (after.gc_sum - before.gc_sum) + 0.02  # and the spin is not
     guard._task.cancel()
+
+
+class _Cyclic:
+    """A container in a reference cycle with itself: only the cyclic collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+@pytest.fixture
+def unfrozen():
+    gc.unfreeze()
+    yield
+    gc.unfreeze()  # the frozen objects go back to the oldest generation: the next test sees a normal heap
+
+
+async def test_a_started_service_freezes_its_heap_and_still_collects_later_garbage(unfrozen):
+    import weakref
+
+    guard = LoopGuard(CollectorRegistry()).start()
+    await asyncio.sleep(0.02)
+    assert gc.get_freeze_count() > 1000  # this process's modules and objects: out of every later collection
+    later = _Cyclic()
+    gone = weakref.ref(later)
+    del later
+    gc.collect()
+    assert gone() is None  # garbage made after the freeze is collected as before
+    guard._task.cancel()
+
+
+async def test_the_heap_is_frozen_only_once_the_process_is_ready(unfrozen):
+    ready = asyncio.get_running_loop().create_future()
+    guard = LoopGuard(CollectorRegistry()).start(ready=ready)
+    await asyncio.sleep(0.02)
+    assert gc.get_freeze_count() == 0  # the hub still starting: what it builds is not frozen half-made
+    ready.set_result(None)
+    await asyncio.sleep(0.02)
+    assert gc.get_freeze_count() > 1000
+    guard._task.cancel()
+
+
+def test_the_collectors_time_is_cpu_time_of_the_collecting_thread():
+    """The same clock as a stall's "computing" share, so "N ms of it collecting garbage" is a part of it."""
+    from gpu_spawner.services.loopguard import collector_seconds
+
+    collector_seconds()
+    garbage = [_Cyclic() for _ in range(200_000)]
+    del garbage
+    before_gc, before_cpu = collector_seconds(), time.thread_time()
+    gc.collect()
+    collected, cpu = collector_seconds() - before_gc, time.thread_time() - before_cpu
+    assert 0 < collected <= cpu + 1e-3, (collected, cpu)
