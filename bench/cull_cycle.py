@@ -67,12 +67,13 @@ PROFILES = {
     "pools": {
         "system": {"node_selector": {"agentpool": "system"}, "instance_type": "Standard_D8s_v5",
                    "cost_per_node_hour": 0.384},
+        # whole T4s: a time-sliced GPU's DCGM series are the device's, which the culler never asks Prometheus for
         "gput4": {"node_selector": {"agentpool": "gput4"}, "gpu": {"model": "T4"}, "taints": [TAINT],
-                  "sharing": {"strategy": "time-slicing", "replicas": 4}, "cost_per_node_hour": 0.526},
+                  "cost_per_node_hour": 0.526},
     },
     "profiles": [
         {"slug": "cpu", "display_name": "CPU", "pool": "system", "idle_timeout": "8h", "default": True},
-        {"slug": "t4", "display_name": "T4", "pool": "gput4", "gpu": {"kind": "time-sliced"}, "idle_timeout": "1h"},
+        {"slug": "t4", "display_name": "T4", "pool": "gput4", "gpu": {"kind": "full"}, "idle_timeout": "1h"},
     ],
 }
 

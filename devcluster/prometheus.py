@@ -21,17 +21,22 @@ class PrometheusMissing(RuntimeError):
 
 
 def start(folder: Path, exporter_port: int, scrape_s: float = 1,
-          exporter_pod: str = "nvidia-dcgm-exporter-x7k2p") -> tuple[subprocess.Popen, str]:
-    """Start it in `folder` (config, data, log); returns (process, base URL) once it answers /-/ready."""
+          exporter_pod: str = "nvidia-dcgm-exporter-x7k2p", honor_labels: bool = False) -> tuple[subprocess.Popen, str]:
+    """Start it in `folder` (config, data, log); returns (process, base URL) once it answers /-/ready.
+
+    `honor_labels`: no static labels, and the exporter's own `instance` wins, as when Azure Managed Prometheus
+    scrapes AKS's managed exporter (its `instance` is the node's name) and kube-state-metrics from one target."""
     binary = shutil.which("prometheus")
     if not binary:
         raise PrometheusMissing("prometheus is not installed (make test-deps installs Debian's package)")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": f"{scrape_s}s", "evaluation_interval": f"{scrape_s}s"},
-        "scrape_configs": [{"job_name": "dcgm", "static_configs": [{
-            "targets": [f"127.0.0.1:{exporter_port}"],
-            "labels": {"pod": exporter_pod, "namespace": "gpu-operator"}}]}],
+        "scrape_configs": [{"job_name": "dcgm-exporter", "honor_labels": True,
+                            "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}] if honor_labels else
+                          [{"job_name": "dcgm", "static_configs": [{
+                              "targets": [f"127.0.0.1:{exporter_port}"],
+                              "labels": {"pod": exporter_pod, "namespace": "gpu-operator"}}]}],
     }))
     port = free_port()
     with (folder / "prometheus.log").open("wb") as log:

@@ -4,16 +4,19 @@
 
 `aks_node_pool(name, pool)` gives, for one pool: the agent pool name, VM size, the labels and taints to set
 (the admin's own, plus the NVIDIA stack's `nvidia.com/device-plugin.config` and `nvidia.com/mig.config` labels),
-autoscaling bounds or a fixed count, spot priority with its eviction policy and price cap, and whether AKS
-installs the GPU driver (never: the NVIDIA GPU operator does). Besides, what AKS itself puts on a spot pool
-(`aks_labels`, `aks_taints`): the CLI leaves those to AKS; Terraform must declare them, or every plan would
-show AKS's label and taint as drift to remove.
+autoscaling bounds or a fixed count, spot priority with its eviction policy and price cap, and who installs the
+GPU software: on `gpu_stack: operator` pools AKS installs no driver (the NVIDIA GPU operator does); on
+`aks-managed` pools AKS installs its managed stack (`managed_gpu`), and the nodes are labelled so that a GPU
+operator installed for other pools deploys none of its operands there (model/gpu_stack.py). Besides, what
+AKS itself puts on a spot pool (`aks_labels`, `aks_taints`): the CLI leaves those to AKS; Terraform must declare
+them, or every plan would show AKS's label and taint as drift to remove.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpu_spawner.model.gpu_stack import OPERATOR_OPERANDS_LABEL, is_managed
 from gpu_spawner.model.profiles import SPOT_TAINT, MIGSharing, MPSSharing, Pool, ProfilesConfig, Taint
 from gpu_spawner.model.sharing_rules import MIG_DISABLED
 
@@ -52,7 +55,8 @@ class AKSNodePool:
     min_count: int | None              # autoscaling bounds (None: a fixed-size pool)
     max_count: int | None
     spot: bool
-    gpu_driver: str | None             # GPU_DRIVER_NONE on GPU pools, else None (not said)
+    gpu_driver: str | None             # GPU_DRIVER_NONE on operator GPU pools, else None (not said)
+    managed_gpu: bool = False          # AKS installs driver, device plugin and DCGM exporter (preview)
     mode: Literal["User"] = "User"
     os_type: Literal["Linux"] = "Linux"
     aks_labels: dict[str, str] = field(default_factory=dict)  # what AKS itself puts on the pool (spot)
@@ -79,6 +83,9 @@ def aks_pool_name(name: str, pool: Pool) -> str:
 def node_labels_for_aks(name: str, pool: Pool) -> dict[str, str]:
     """Labels a node pool request must set (AKS sets kubernetes.azure.com/* itself)."""
     labels = {k: v for k, v in pool.node_selector.items() if not k.startswith(AKS_LABEL_PREFIX)}
+    if is_managed(pool):  # no device plugin config or MIG layout: AKS's stack takes none
+        labels[OPERATOR_OPERANDS_LABEL] = "false"
+        return labels
     if pool.is_gpu:
         labels[DEVICE_PLUGIN_CONFIG_LABEL] = name
     if isinstance(pool.sharing, MIGSharing):
@@ -111,7 +118,8 @@ def aks_node_pool(name: str, pool: Pool) -> AKSNodePool:
         min_count=pool.min_nodes if autoscale else None,
         max_count=pool.max_nodes if autoscale else None,
         spot=pool.spot,
-        gpu_driver=GPU_DRIVER_NONE if pool.is_gpu else None,
+        gpu_driver=GPU_DRIVER_NONE if pool.is_gpu and not is_managed(pool) else None,
+        managed_gpu=is_managed(pool),
         aks_labels={spot_key: SPOT_TAINT["value"]} if pool.spot else {},
         aks_taints=(taint_text(Taint(**SPOT_TAINT)),) if pool.spot else (),
     )

@@ -48,6 +48,7 @@ from gpu_spawner.builders.workloads import (
     render_gpu_operator_values,
 )
 from gpu_spawner.contract import JOBSET_GROUP, KUEUE_GROUP, MANAGED_BY
+from gpu_spawner.model.gpu_stack import is_managed
 from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, ProfilesConfig, TimeSlicing
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
@@ -202,7 +203,7 @@ def render_device_plugin_config(cfg: ProfilesConfig, namespace: str = GPU_OPERAT
     data = {DEFAULT_DEVICE_PLUGIN_ENTRY: yaml.safe_dump(device_plugin_entry(Pool(node_selector={"any": "pool"})),
                                                         sort_keys=False)}
     data |= {name: yaml.safe_dump(device_plugin_entry(pool), sort_keys=False)
-             for name, pool in cfg.pools.items() if pool.is_gpu}
+             for name, pool in cfg.pools.items() if pool.is_gpu and not is_managed(pool)}  # AKS's takes none
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": DEVICE_PLUGIN_CONFIG, "namespace": namespace, "labels": dict(MANAGED_BY)},
             "data": data}
@@ -250,6 +251,8 @@ def aks_nodepool_command(facts: AKSNodePool) -> list[list[str]]:
                 ["--spot-max-price", str(facts.spot_max_price)]]
     if facts.gpu_driver:  # the NVIDIA GPU operator installs driver, device plugin, GFD, mig-manager
         cmd.append(["--gpu-driver", facts.gpu_driver.lower()])  # the CLI's spelling of AKS's `None`
+    if facts.managed_gpu:  # AKS installs driver, device plugin and DCGM exporter (aks-preview, feature flag)
+        cmd.append(["--enable-managed-gpu=true"])
     return cmd
 
 
@@ -258,6 +261,16 @@ def _shell(cmd: list[list[str]]) -> str:
         return f'"{p}"' if isinstance(p, _Var) else shlex.quote(p)
 
     return " \\\n".join(("  " if i else "") + " ".join(map(word, line)) for i, line in enumerate(cmd))
+
+
+#: What an `aks-managed` pool needs before `az aks nodepool add --enable-managed-gpu=true` works.
+MANAGED_GPU_NOTE = [
+    "# Pools with gpu_stack: aks-managed are AKS-managed GPU node pools (preview): AKS installs the driver, device",
+    "# plugin and DCGM exporter itself. They need Azure CLI >= 2.85.0, the aks-preview extension >= 19.0.0b29",
+    "# (az extension add --name aks-preview) and the subscription's feature flag:",
+    "#   az feature register --namespace Microsoft.ContainerService --name ManagedGPUExperiencePreview",
+    "# No cluster autoscaler on them during the preview (a fixed --node-count); the stack cannot be changed later.",
+]
 
 
 def render_aks_script(cfg: ProfilesConfig) -> str:
@@ -270,7 +283,10 @@ def render_aks_script(cfg: ProfilesConfig) -> str:
             f"picked by {MIG_CONFIG_LABEL})."),
            "set -euo pipefail",
            ': "${RESOURCE_GROUP:?set RESOURCE_GROUP}" "${CLUSTER:?set CLUSTER}"', ""]
-    for facts in aks_node_pools(cfg):
+    pools = aks_node_pools(cfg)
+    if any(f.managed_gpu for f in pools):
+        out[-1:-1] = MANAGED_GPU_NOTE
+    for facts in pools:
         if facts.with_cluster:
             out += [one_line(f"# pool {facts.pool!r}: the system pool is created with the cluster "
                              f"(az aks create --nodepool-name system --node-vm-size {facts.vm_size or '<size>'})."),

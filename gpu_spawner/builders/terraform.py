@@ -2,8 +2,9 @@
 
 One `azurerm_kubernetes_cluster_node_pool` resource per pool, from the same per-pool facts as
 deploy/aks-nodepools.sh (`aks_pools.aks_node_pool()`), so the two cannot drift; the system pool is the cluster's
-own `default_node_pool` and is left out, as the script leaves it out. The cluster comes in as the variable
-`kubernetes_cluster_id`.
+own `default_node_pool` and is left out, as the script leaves it out; so is an `aks-managed` GPU pool (AKS's
+managed GPU stack is a preview this file knows no azurerm argument for: the script creates it). The cluster comes
+in as the variable `kubernetes_cluster_id`.
 
 Argument names, allowed values and rules as in the Terraform azurerm provider v4.81.0 (its resource schema and
 docs; v5.2.0 has the same names): `auto_scaling_enabled` (v3's `enable_auto_scaling`), `min_count`/`max_count`
@@ -161,6 +162,11 @@ def render_terraform(cfg: ProfilesConfig, source: str = "FILE") -> str:
         if facts.with_cluster:
             out += [one_line(f"# pool {facts.pool!r}: the system pool is the cluster's own default_node_pool "
                              f"(vm_size = {facts.vm_size or '<size>'}), not created here."), ""]
+            continue
+        if facts.managed_gpu:  # the preview's gpuProfile.nvidia.managementMode: no azurerm argument known here
+            out += [one_line(f"# pool {facts.pool!r}: an AKS-managed GPU node pool (gpu_stack: aks-managed, preview), "
+                             "not declared here: this file knows no azurerm argument for AKS's managed GPU stack."),
+                    "# Create it with deploy/aks-nodepools.sh (az aks nodepool add --enable-managed-gpu=true).", ""]
             continue
         out += [node_pool_resource(facts), ""]
     return "\n".join(out)

@@ -6,6 +6,7 @@ build their nodes from them (they follow the product's facts, never the reverse)
 """
 from __future__ import annotations
 
+from gpu_spawner.model.gpu_stack import MANAGED_GPU_LABEL, MANAGED_GPU_LABEL_VALUE, is_managed
 from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, TimeSlicing, slice_memory_gb
 
 #: GPU feature discovery's label saying the node's GPUs run MPS (its config has `sharing.mps` and no GPU is
@@ -14,9 +15,12 @@ MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 
 
 def gpu_labels(pool: Pool) -> dict[str, str]:
-    """The `nvidia.com/*` labels GFD, the device plugin and mig-manager put on a node of this pool."""
+    """The `nvidia.com/*` labels GFD, the device plugin and mig-manager put on a node of this pool (on an
+    AKS-managed pool: AKS's own label for its managed GPU stack)."""
     if not pool.is_gpu:
         return {}
+    if is_managed(pool):  # AKS's managed stack runs no GFD: its one label says the stack was installed
+        return {MANAGED_GPU_LABEL: MANAGED_GPU_LABEL_VALUE}
     model, gpus, sharing = pool.gpu.spec, pool.gpu.count_per_node, pool.sharing
     labels = {
         "nvidia.com/gpu.present": "true",

@@ -169,6 +169,10 @@ class Pool(_Strict):
     instance_type: str | None = None
     node: NodeShape | None = None
     spot: bool = False
+    gpu_stack: Literal["operator", "aks-managed"] = Field("operator", description=(
+        "Who installs the GPU driver, device plugin and DCGM exporter: `operator` (the NVIDIA GPU operator; AKS "
+        "installs no driver) or `aks-managed` (AKS's managed GPU node pool, preview: whole GPUs only, no "
+        "sharing or MIG, a fixed size; docs/admin-guide.md)."))
     cost_per_node_hour: float = Field(0.0, ge=0)
     min_nodes: int = Field(0, ge=0)
     max_nodes: int | None = Field(None, ge=0)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import identity, multinode, quota, sharing_rules, warm_schedule
+from gpu_spawner.model import gpu_stack, identity, multinode, quota, sharing_rules, warm_schedule
 from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
@@ -158,6 +158,7 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
     if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
         out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
     out.extend(Problem(x.at, x.message) for x in warm_schedule.pool_problems(name, pool))
+    out.extend(Problem(x.at, x.message) for x in gpu_stack.pool_problems(name, pool))
     if pool.gpu is None:
         if not isinstance(pool.sharing, NoSharing):
             out.append(Problem(f"{at}.sharing", f"{pool.sharing.strategy!r} needs a GPU; add gpu: {{model: ..., "

@@ -10,7 +10,8 @@ Statuses: ok (✓), fail (✗, with a fix), simulated (~): a GPU pool whose node
 `gpuhub.io/simulated=true` (the dev cluster's KWOK nodes) has no NVIDIA device plugin, because no
 real GPU exists; its allocatable is published by the simulator. Doctor says so instead of failing or
 pretending; a simulated row does not make the exit status non-zero. Everything else is checked
-on the dev cluster exactly as on a real one.
+on the dev cluster exactly as on a real one. An AKS-managed GPU pool's device plugin and DCGM exporter are
+AKS's services, not pods: doctor_managed.py reads them from the node's label and conditions.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gpu_spawner.builders.deploy import DEVICE_PLUGIN_CONFIG_LABEL, hub_permissi
 from gpu_spawner.builders.kueue import render_kueue
 from gpu_spawner.contract import KUEUE_API
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
+from gpu_spawner.model.gpu_stack import is_managed
 from gpu_spawner.model.node_facts import MPS_CAPABLE_LABEL, gpu_labels
 from gpu_spawner.model.node_pools import in_pool, label_selector, node_labels
 from gpu_spawner.model.profiles import MIGSharing, MPSSharing, Pool, ProfilesConfig
@@ -29,6 +31,7 @@ from gpu_spawner.model.sharing_rules import MIG_CONFIG_LABEL, MIG_DISABLED
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
 from gpu_spawner.tools.doctor_identity import check_identity
+from gpu_spawner.tools.doctor_managed import check_managed_stack
 from gpu_spawner.tools.doctor_quota import check_quota_usable
 from gpu_spawner.tools.doctor_size import size_problems
 from gpu_spawner.tools.doctor_storage import check_storage
@@ -189,6 +192,9 @@ def _check_allocatable(sec: str, pool: Pool, nodes: list[dict[str, Any]]) -> Che
             bad.append(f"{_name(n)}: {'; '.join((diffs + stray)[:3])}")
     if not bad:
         return Check(sec, "allocatable", OK, ", ".join(f"{r}: {c}" for r, c in want.items()) + " per node")
+    if is_managed(pool):
+        return Check(sec, "allocatable", FAIL, _some(bad, 2), "AKS's managed device plugin advertises these: "
+                     "check the pool's gpu.count_per_node and the device plugin row")
     return Check(sec, "allocatable", FAIL, _some(bad, 2),
                  "the device plugin advertises these: check its config entry for the pool "
                  "(deploy/nvidia-device-plugin-config.yaml: replicas, migStrategy), the MIG layout, and that the "
@@ -426,8 +432,11 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
         for name, pool in cfg.pools.items():
             out += check_pool(name, pool, snap.nodes, file)
             out += check_node_size(cfg, name, pool, snap.nodes)
-            out += filter(None, (check_device_plugin(name, pool, snap.nodes, snap),
-                                 check_mps(name, pool, snap.nodes, snap)))
+            if is_managed(pool):  # AKS's own services, no DaemonSets (doctor_managed.py)
+                out += check_managed_stack(name, pool_nodes(pool, snap.nodes))
+            else:
+                out += filter(None, (check_device_plugin(name, pool, snap.nodes, snap),
+                                     check_mps(name, pool, snap.nodes, snap)))
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
     out += check_quota_usable(cfg, snap, file)  # per team and pool: can the live quota be used in full?

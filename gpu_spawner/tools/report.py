@@ -12,7 +12,7 @@ from gpu_spawner.services.usage.accounting import GROUPINGS
 
 FORMATS = ("table", "csv", "json")
 COLUMNS = ("key", "gpu_hours_held", "gpu_hours_used", "utilisation_pct", "cost", "pods", "peak_memory_mib",
-           "spot_evictions", "preemptions")
+           "gpu_hours_shared", "evidence", "spot_evictions", "preemptions")
 MAX_RANGE = timedelta(days=400)
 
 
@@ -79,14 +79,16 @@ def render(rep: dict[str, Any], fmt: str) -> str:
         w.writeheader()
         w.writerows(rows)
         return out.getvalue().rstrip("\n")
-    head = [rep["by"], "GPU-h held", "GPU-h used", "util %", "$", "pods", "peak MiB"]
+    head = [rep["by"], "GPU-h held", "GPU-h used", "util %", "$", "pods", "peak MiB", "use from"]
     cells = [[str(r["key"]), f"{r['gpu_hours_held']:.2f}",
               f"{r['gpu_hours_used']:.2f}" if rep["gpu_use_known"] else "?",
               "?" if r["utilisation_pct"] is None or not rep["gpu_use_known"] else f"{r['utilisation_pct']:.1f}",
               f"{r['cost']:.2f}", str(r["pods"]),
-              "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"] for r in rows]
+              "" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}", r.get("evidence") or ""]
+             for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *cells)]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+    lines = ["  ".join(c.ljust(w) if i in (0, len(head) - 1) else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(line, widths))).rstrip()
              for line in [head, *cells]]
     q = rep["queue_wait_s"]
     wait = (f"queue wait p50 {q['p50'] / 60:.1f} min, p90 {q['p90'] / 60:.1f} min ({q['count']} jobs)"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -17,7 +18,8 @@ NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)
 RULES = rules_from_profiles(CFG, default_idle_timeout=3600, default_max_age=None)
 DEFAULT = default_rule(3600, None)
-T4 = RULES["t4-shared"]  # idle 30m, max_age 12h, GPU
+SHARED_T4 = RULES["t4-shared"]  # idle 30m, max_age 12h, a time-sliced T4: DCGM's series are the device's
+T4 = replace(SHARED_T4, sharing="none", sharers=1)  # the same rule on a whole T4: GPU evidence is its own
 CPU = RULES["cpu"]  # idle 8h, CPU
 
 

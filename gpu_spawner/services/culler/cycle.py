@@ -55,7 +55,7 @@ class CullCycle:
         if gpu_on:
             windows = set()
             for r in self.rules.values():
-                if r.is_gpu and settings.window(r):
+                if r.is_gpu and settings.window(r) and not D.gpu_shared(r):  # shared: never asked
                     w = settings.window(r)
                     windows |= {w, max(w - settings.warn_before, 1)}
             evidence = await c.gpu_evidence(windows) if windows else {}
@@ -133,14 +133,15 @@ class CullCycle:
             return None
         async with self.young_queries:
             result = await self.culler.prometheus_query(self.prometheus,
-                                                        D.pod_evidence_query(seconds, pod, self.namespace))
+                                                        D.pod_evidence_query(seconds, pod, self.namespace,
+                                                                             self.settings.scrape_interval))
         return D.lookup_evidence(D.parse_evidence(result), pod, self.namespace)
 
     async def gpu_view(self, user: str, sname: str, server: dict, rule: Rule) -> D.GPUView:
         gpu_on, evidence, settings = self.gpu_on, self.evidence, self.settings
         view = D.GPUView(prometheus=gpu_on, reachable=evidence is not None)
         w = settings.window(rule)
-        if not (gpu_on and evidence is not None and rule.is_gpu and w):
+        if not (gpu_on and evidence is not None and rule.is_gpu and w) or D.gpu_shared(rule):
             return view
         pod = D.pod_name(user, sname, self.culler.pod_name_template)
         started = parse_time(server.get("started"))

@@ -14,17 +14,23 @@ Missing evidence never culls: no Prometheus, no series for the pod or too few sa
 Only samples from after the server's `started` count (a restarted server has its predecessor's pod name,
 so the same DCGM series): a server younger than the window is never GPU-idle (`lookback`).
 A full GPU is busy when EITHER metric says so; a MIG slice has only the profiling metric.
+On a time-sliced or MPS pool DCGM reports the shared device's use for every pod on it (cluster/dcgm.py
+`attribution`): it is never one server's evidence, so GPU policies judge such servers by activity alone
+(fallback `gpu-shared`), whatever the device shows, and Prometheus is not asked about them.
+Every decision carries `why`: the evidence it used, in words ("kernel idle 45 min (limit 30 min); GPU
+utilisation not used: time-sliced T4 shared with up to 3 other pods").
 Timestamps from the future (a server with a fast clock) count as "now", never as negative idleness.
 CPU servers always use the activity rule. `max_age` stops a server whatever its activity.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Literal
 
-from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm_nodes import node_range
 from gpu_spawner.cluster.rules import Rule
 from gpu_spawner.cluster.times import parse_time
 
@@ -86,11 +92,13 @@ def pod_name(user: str, server_name: str, template: str = "jupyter-{user_server}
 # ---------------------------------------------------------------- GPU evidence
 
 
-def evidence_query(window: int, selector: str = "") -> str:
+def evidence_query(window: int, selector: str = "", step: float | None = None, pod_matchers: str = "") -> str:
     """One PromQL instant query: max and sample count over the window for both DCGM metrics.
 
     Each part is tagged with a `gpuhub_stat` label so `or` keeps all four and Python can tell them apart.
-    `selector` (`{pod="..."}`) narrows it to one pod's series.
+    `selector` (`{pod="..."}`) narrows it to one pod's series. With `step` (the scrape interval) the same four
+    parts again over series that name a node but no pod (AKS's managed exporter), each sample given the only
+    GPU pod on its node (cluster/dcgm_nodes.py); `pod_matchers` narrows those to one pod.
     """
     w = f"{int(window)}s"
     prof, util = PROF_METRIC + selector, UTIL_METRIC + selector
@@ -100,6 +108,18 @@ def evidence_query(window: int, selector: str = "") -> str:
         (f"max_over_time({util}[{w}]) / 100", "util_max"),
         (f"count_over_time({util}[{w}])", "util_count"),
     ]
+    return _tagged(parts + (_node_parts(window, step, pod_matchers) if step else []))
+
+
+def _node_parts(window: int, step: float, pod_matchers: str = "") -> list[tuple[str, str]]:
+    """`evidence_query`'s four parts over the series that name a node, not a pod (cluster/dcgm_nodes.py)."""
+    return [(node_range("max_over_time", PROF_METRIC, window, step, pod_matchers), "prof_max"),
+            (node_range("count_over_time", PROF_METRIC, window, step, pod_matchers), "prof_count"),
+            (node_range("max_over_time", UTIL_METRIC, window, step, pod_matchers) + " / 100", "util_max"),
+            (node_range("count_over_time", UTIL_METRIC, window, step, pod_matchers), "util_count")]
+
+
+def _tagged(parts: list[tuple[str, str]]) -> str:
     return " or ".join(f'label_replace({expr}, "gpuhub_stat", "{tag}", "", "")' for expr, tag in parts)
 
 
@@ -108,14 +128,19 @@ def _promql_string(value: str) -> str:
     return json.dumps(value)
 
 
-def pod_evidence_query(window: int, pod: str, namespace: str | None) -> str:
-    """`evidence_query` for one pod, matched as `dcgm.pod_of` does: `exported_pod`, else `pod`."""
+def pod_evidence_query(window: int, pod: str, namespace: str | None, step: float | None = None) -> str:
+    """`evidence_query` for one pod, matched as `dcgm.pod_of` does: `exported_pod`, else `pod`; with `step`,
+    also the node-named series of its node while it is the only GPU pod there (kube-state-metrics' labels)."""
     parts = []
     for pod_label, ns_label in (("exported_pod", "exported_namespace"), ("pod", "namespace")):
         matchers = [f"{pod_label}={_promql_string(pod)}"]
         if namespace is not None:
             matchers.append(f"{ns_label}={_promql_string(namespace)}")
         parts.append(evidence_query(window, "{" + ",".join(matchers) + "}"))
+    if step:
+        own = ",".join([f"pod={_promql_string(pod)}"] + ([f"namespace={_promql_string(namespace)}"]
+                                                          if namespace is not None else []))
+        parts.append(_tagged(_node_parts(window, step, own)))
     return " or ".join(parts)
 
 
@@ -255,6 +280,7 @@ class Decision:
     fallback: str | None = None  # why the activity rule decided for a GPU server under a GPU policy
     evidence: dict[str, Any] | None = None
     future_s: float | None = None  # how far in the future the server's last_activity / started was
+    why: str | None = None  # the evidence used, in words (`explain`)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_log(self) -> dict[str, Any]:
@@ -276,8 +302,20 @@ def admin_flag(user_model: Any) -> bool | None:
     return None
 
 
+def gpu_shared(rule: Rule) -> bool:
+    """Are the DCGM series of this rule's servers their shared device's, not their own (time-slicing, MPS)?"""
+    return rule.is_gpu and rule.attribution().source == SHARED_DEVICE
+
+
 def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime,
            gpu: GPUView = GPUView(), admin: bool = False, activity_seen: datetime | None = None) -> Decision:
+    """Keep, warn or cull one ready server, with the evidence it used in words (`Decision.why`)."""
+    d = _decide(server, rule, settings, now, gpu, admin, activity_seen)
+    return replace(d, why=explain(d, rule, settings))
+
+
+def _decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime,
+            gpu: GPUView, admin: bool, activity_seen: datetime | None) -> Decision:
     """Keep, warn or cull one ready server, and why. Pure: `now` and the evidence are inputs.
 
     A last_activity or started in the future is not trusted: inactivity would go negative and the hub
@@ -308,7 +346,9 @@ def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime
     use_gpu = rule.is_gpu and settings.policy != "activity"
     if use_gpu:
         window = settings.window(rule)
-        if not gpu.prometheus:
+        if gpu_shared(rule):  # the device's series, not this server's: never evidence either way
+            fallback = "gpu-shared"
+        elif not gpu.prometheus:
             fallback = "no-prometheus"
         elif not gpu.reachable:
             fallback = "prometheus-unreachable"
@@ -370,6 +410,39 @@ def decide(server: dict[str, Any], rule: Rule, settings: Settings, now: datetime
         if 0 < t <= settings.warn_before:
             return Decision("warn", f"{why}-soon", cull_in_s=t, **base)
     return Decision("keep", reason, **base)
+
+
+def _duration(seconds: float) -> str:
+    s = max(seconds, 0.0)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def explain(d: Decision, rule: Rule, settings: Settings) -> str:
+    """The evidence a decision used, in words: the kernel's activity, the age, and what DCGM said or why it
+    was not used (a shared device, missing series, the activity policy). Bounded: no user input in it."""
+    if d.reason == "admin-exempt":
+        return "admin: exempt from culling"
+    parts = []
+    if d.reason in ("max-age", "max-age-soon") and d.age_s is not None and rule.max_age:
+        parts.append(f"age {_duration(d.age_s)} (max_age {_duration(rule.max_age)})")
+    if d.inactive_s is None:
+        parts.append("no kernel activity reported")
+    else:
+        limit = f" (limit {_duration(rule.idle_timeout)})" if rule.idle_timeout else " (no idle_timeout)"
+        parts.append(f"kernel idle {_duration(d.inactive_s)}{limit}")
+    if rule.is_gpu:
+        if gpu_shared(rule):
+            parts.append(rule.attribution().note)
+        elif settings.policy == "activity":
+            parts.append("GPU not used (gpu_idle_policy: activity)")
+        elif d.gpu_state in ("idle", "busy") and d.evidence:
+            e = d.evidence
+            own = rule.attribution(tuple(e["devices"])).note
+            parts.append(f"GPU {d.gpu_state}: at most {100 * e['max_activity']:.0f} % over "
+                         f"{_duration(e['window_s'])} (threshold {100 * e['threshold']:.0f} %; {own})")
+        elif d.fallback:
+            parts.append(f"GPU evidence not used: {d.fallback}")
+    return "; ".join(parts)
 
 
 def _young(age: float | None, window: int, settings: Settings) -> bool:

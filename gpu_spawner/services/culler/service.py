@@ -34,6 +34,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.ioloop import IOLoop, PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from gpu_spawner.cluster.dcgm_nodes import presence_query
 from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import ENV_PROFILES
@@ -84,7 +85,8 @@ class Metrics:
                                       "GPU-hours culled servers had held while idle", ["profile", "dry_run"],
                                       registry=r)
         self.fallbacks = Counter("gpuhub_culler_gpu_fallbacks_total",
-                                 "GPU servers decided by activity because GPU evidence was missing",
+                                 "GPU servers decided by activity because GPU evidence was missing or not "
+                                 "theirs (gpu-shared: a time-sliced or MPS device's series)",
                                  ["profile", "why"], registry=r)
         self.cycles = Counter("gpuhub_culler_cycles_total", "Cull cycles", ["outcome"], registry=r)
         self.cycle_seconds = Histogram("gpuhub_culler_cycle_seconds", "Wall time of one cull cycle", registry=r)
@@ -109,8 +111,9 @@ class GPUCuller(IdleCuller):
     gpu_idle_threshold = Float(D.DEFAULT_THRESHOLD, help="GPU activity (0..1) below which it is idle").tag(
         config=True)
     gpu_window = Int(0, help="GPU idle window in seconds; 0: the profile's idle_timeout").tag(config=True)
-    scrape_interval = Float(15.0, help="Prometheus scrape interval of the DCGM exporter (s), for coverage").tag(
-        config=True)
+    scrape_interval = Float(15.0, help="Prometheus scrape interval of the DCGM exporter (s), for coverage, and the "
+                                       "step at which series that name a node but no pod (AKS's managed exporter: "
+                                       "30 s) are given the node's only GPU pod").tag(config=True)
     min_coverage = Float(0.8, help="Fraction of the window's samples needed to call a GPU idle").tag(config=True)
     prometheus_timeout = Float(10.0, help="Seconds to wait for Prometheus").tag(config=True)
     warn_before = Int(600, help="Warn this many seconds before a cull (keep it > cull_every)").tag(config=True)
@@ -212,11 +215,15 @@ class GPUCuller(IdleCuller):
         """Evidence per window, or None when Prometheus did not answer (logged)."""
         client = AsyncHTTPClient(force_instance=True)
 
-        async def one(window: int):
-            return window, D.parse_evidence(await self.prometheus_query(client, D.evidence_query(window)))
+        async def one(window: int, step: float | None):
+            return window, D.parse_evidence(await self.prometheus_query(
+                client, D.evidence_query(window, step=step)))
 
         try:
-            pairs = await asyncio.gather(*(one(w) for w in sorted(windows)))
+            # series that name a node but no pod (AKS's managed exporter): their parts only when there are any
+            present = await self.prometheus_query(client, presence_query(max(windows)))
+            step = self.scrape_interval if present else None
+            pairs = await asyncio.gather(*(one(w, step) for w in sorted(windows)))
         except Exception as e:  # unreachable, timeout, 5xx, bad answer: fall back to activity
             self.log.warning("Prometheus at %s unavailable (%s): GPU servers are judged by activity this cycle",
                              self.prometheus_url, e)
@@ -261,7 +268,7 @@ class GPUCuller(IdleCuller):
             self.metrics.dollars.labels(rule.profile, dry).inc(dollars)
             history = self.culled.setdefault(user, [])
             history.append({"server": sname, "profile": rule.profile, "reason": d.reason, "at": now.isoformat(),
-                            "dry_run": self.dry_run})
+                            "dry_run": self.dry_run, "why": d.why})
             del history[:-20]
         elif d.action == "warn":
             self.metrics.warnings.labels(rule.profile, d.reason).inc()
@@ -270,7 +277,7 @@ class GPUCuller(IdleCuller):
                 "server": sname, "profile": rule.profile, "reason": d.reason,
                 "cull_in_s": round(d.cull_in_s or 0), "dry_run": self.dry_run,
                 "cull_at": datetime.fromtimestamp(cull_at, timezone.utc).isoformat(),
-                "message": _warning_text(sname, rule, d)}
+                "message": _warning_text(sname, rule, d), "why": d.why}
             self.log.warning("Warning %s: %s", user, warnings[user][sname]["message"])
         if d.fallback:
             self.metrics.fallbacks.labels(rule.profile, d.fallback).inc()
@@ -349,6 +356,10 @@ def _warning_text(sname: str, rule: Rule, d: D.Decision) -> str:
         d.reason, "it has been idle")
     if d.gpu_state is not None and d.reason == "idle-soon" and rule.is_gpu:
         why = "its GPU has been idle"
+    if D.gpu_shared(rule) and d.reason == "idle-soon":  # the GPU's load is its neighbours' too
+        return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}: its GPU is "
+                "shared with other servers, so only your notebooks' activity counts, not the GPU's load. "
+                "Save your work; any activity resets the idle timer.")
     return (f"Your {what} ({rule.profile}) will be stopped in about {minutes} min because {why}. "
             "Save your work; any activity (or GPU use) resets the idle timer.")
 

@@ -5,6 +5,11 @@ A "GPU" here is what a pod holds of one: a whole GPU, a MIG slice or a time-slic
 device, like the culler's `Rule.gpus`; the $ figure already prices a slice or share as its part of the
 node (`cluster/prices.hourly_cost`, through the rules of cluster/rules.py), so cost is the figure to compare
 across kinds.
+
+GPU-hours used and peak memory count only a pod's own DCGM series: a whole GPU's or a MIG slice's. On a
+time-sliced or MPS pool the exporter reports the shared device's activity and memory for every pod on it
+(cluster/dcgm.py `attribution`), so those pods' hours are held but their use is unknown, not their
+neighbours'; each row says which evidence it used (`Row.evidence`).
 """
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from gpu_spawner.cluster.conditions import condition
-from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
+from gpu_spawner.cluster.dcgm_nodes import node_range
 from gpu_spawner.cluster.rules import Rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admitted_at
@@ -103,6 +109,11 @@ def spot_profiles(cfg) -> frozenset[str]:
     return frozenset(p.slug for p in cfg.profiles if (pool := cfg.pool_of(p)) is not None and pool.spot)
 
 
+def shared_profiles(rules: dict[str, Rule]) -> frozenset[str]:
+    """The slugs whose pods share a device's DCGM series (time-slicing, MPS): their use is not their own."""
+    return frozenset(slug for slug, r in rules.items() if r.is_gpu and r.attribution().source == SHARED_DEVICE)
+
+
 def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, str],
                 now: datetime | None = None, spot: frozenset[str] = frozenset()) -> Lifetime | None:
     """A pod (API JSON) → its Lifetime, or None when it holds no GPU of a known profile or never started.
@@ -154,14 +165,22 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
 # ------------------------------------------------------------------ DCGM: GPU-hours used
 
 
-def used_query(window_s: int) -> str:
+def used_query(window_s: int, step: float | None = None) -> str:
     """One instant query (at the end of the range): per device, the sum and count of activity samples over
-    the window for both DCGM metrics, and the peak framebuffer use; tagged like the culler's evidence."""
+    the window for both DCGM metrics, and the peak framebuffer use; tagged like the culler's evidence.
+    With `step` (the scrape interval) the same parts again over series that name a node, not a pod (AKS's
+    managed exporter), each sample given the only GPU pod on its node (cluster/dcgm_nodes.py)."""
     w = f"{int(window_s)}s"
     parts = [(f"sum_over_time({PROF_METRIC}[{w}])", "prof_sum"), (f"count_over_time({PROF_METRIC}[{w}])", "prof_count"),
              (f"sum_over_time({UTIL_METRIC}[{w}]) / 100", "util_sum"),
              (f"count_over_time({UTIL_METRIC}[{w}])", "util_count"),
              (f"max_over_time({MEMORY_METRIC}[{w}])", "mem_max")]
+    if step:
+        parts += [(node_range("sum_over_time", PROF_METRIC, window_s, step), "prof_sum"),
+                  (node_range("count_over_time", PROF_METRIC, window_s, step), "prof_count"),
+                  (node_range("sum_over_time", UTIL_METRIC, window_s, step) + " / 100", "util_sum"),
+                  (node_range("count_over_time", UTIL_METRIC, window_s, step), "util_count"),
+                  (node_range("max_over_time", MEMORY_METRIC, window_s, step), "mem_max")]
     return " or ".join(f'label_replace({e}, "gpuhub_stat", "{t}", "", "")' for e, t in parts)
 
 
@@ -218,11 +237,26 @@ class Row:
     peak_memory_mib: float | None = None
     spot_evictions: int = 0
     preemptions: int = 0  # pods preempted by the scheduler (Kueue's preemptions of jobs: `evictions`)
+    #: Hours held on shared devices (time-slicing, MPS), whose DCGM series are not the pods' own: not in `used`.
+    gpu_hours_shared: float = 0.0
+    use_known: bool = False  # DCGM use was read (Prometheus answered)
 
     @property
     def utilisation(self) -> float | None:
-        """Used / held, in %; None when nothing was held."""
-        return 100 * self.gpu_hours_used / self.gpu_hours_held if self.gpu_hours_held else None
+        """Used / the hours held on devices whose use is known, in %; None when there are none."""
+        own = self.gpu_hours_held - self.gpu_hours_shared
+        return 100 * self.gpu_hours_used / own if own > 1e-9 else None
+
+    @property
+    def evidence(self) -> str:
+        """Which evidence `gpu_hours_used` and the peak memory come from ("" when no use was read)."""
+        if not self.use_known or not self.gpu_hours_held:
+            return ""
+        if self.gpu_hours_shared <= 1e-9:
+            return "DCGM, own devices"
+        if self.gpu_hours_held - self.gpu_hours_shared <= 1e-9:
+            return "not attributable: shared devices (time-sliced / MPS)"
+        return f"DCGM, own devices; {self.gpu_hours_shared:.2f} GPU-h on shared devices not counted"
 
     def as_dict(self) -> dict[str, Any]:
         u = self.utilisation
@@ -230,7 +264,8 @@ class Row:
                 "gpu_hours_used": round(self.gpu_hours_used, 4),
                 "utilisation_pct": None if u is None else round(u, 1), "cost": round(self.cost, 2),
                 "pods": self.pods, "peak_memory_mib": self.peak_memory_mib,
-                "spot_evictions": self.spot_evictions, "preemptions": self.preemptions}
+                "spot_evictions": self.spot_evictions, "preemptions": self.preemptions,
+                "gpu_hours_shared": round(self.gpu_hours_shared, 4), "evidence": self.evidence}
 
 
 def key_of(lt: Lifetime, by: str) -> str:
@@ -244,9 +279,10 @@ def key_of(lt: Lifetime, by: str) -> str:
 
 
 def aggregate(lifetimes: Iterable[Lifetime], since: datetime, until: datetime, by: str,
-              used: dict[tuple[str, str], PodUse] | None = None) -> list[Row]:
+              used: dict[tuple[str, str], PodUse] | None = None, shared: frozenset[str] = frozenset()) -> list[Row]:
     """Rows per `by` key, most $ first. `used` (from `parse_used` over the same range) is per pod name,
-    which a restarted server reuses: a pod's use is split over its lifetimes by the hours each held."""
+    which a restarted server reuses: a pod's use is split over its lifetimes by the hours each held.
+    `shared` (`shared_profiles`): profiles whose pods' series are their device's, never counted as used."""
     lts = [lt for lt in lifetimes if lt.held_hours(since, until) > 0]
     held_per_pod: dict[tuple[str, str], float] = {}
     for lt in lts:
@@ -255,13 +291,16 @@ def aggregate(lifetimes: Iterable[Lifetime], since: datetime, until: datetime, b
     rows: dict[str, Row] = {}
     for lt in lts:
         held = lt.held_hours(since, until)
-        row = rows.setdefault(key_of(lt, by), Row(key_of(lt, by)))
+        row = rows.setdefault(key_of(lt, by), Row(key_of(lt, by), use_known=used is not None))
         row.gpu_hours_held += held
         row.cost += held / lt.gpus * lt.hourly_cost
         row.pods += 1
         if lt.end is not None and since <= lt.end <= until:  # counted in the range where it ended
             row.spot_evictions += lt.ended_by == SPOT_EVICTION
             row.preemptions += lt.ended_by == PREEMPTED
+        if lt.profile in shared:
+            row.gpu_hours_shared += held
+            continue
         use = (used or {}).get((lt.namespace, lt.pod))
         if use is not None:
             row.gpu_hours_used += use.used_hours * held / held_per_pod[(lt.namespace, lt.pod)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import requests
 
+from gpu_spawner.cluster.dcgm_nodes import presence_query
 from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_LABEL
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.rightsize import hints
@@ -69,7 +70,9 @@ def prometheus_query(url: str, query: str, at: datetime, timeout: float = 30) ->
 def used_from_prometheus(url: str, since: datetime, until: datetime,
                          scrape_interval: float) -> dict[tuple[str, str], acc.PodUse]:
     window = max(int((until - since).total_seconds()), 1)
-    return acc.parse_used(prometheus_query(url, acc.used_query(window), until), scrape_interval)
+    # series that name a node but no pod (AKS's managed exporter): their parts only when there are any
+    step = scrape_interval if prometheus_query(url, presence_query(window), until) else None
+    return acc.parse_used(prometheus_query(url, acc.used_query(window, step), until), scrape_interval)
 
 
 def reclaimed_from_prometheus(url: str, since: datetime, until: datetime) -> float | None:
@@ -83,12 +86,14 @@ def report(lifetimes: list[acc.Lifetime], workloads: list[dict[str, Any]], since
            cfg=None) -> dict[str, Any]:
     """Everything `gpuhub report` prints (pure); right-sizing hints need `cfg` and DCGM use."""
 
-    rows = acc.aggregate(lifetimes, since, until, by, used)
+    shared = acc.shared_profiles(acc.rules_and_teams(cfg)[0]) if cfg is not None else frozenset()
+    rows = acc.aggregate(lifetimes, since, until, by, used, shared)
     costs = {slug: r.hourly_cost for slug, r in acc.rules_and_teams(cfg)[0].items()} if cfg is not None and used \
         else None
-    total = acc.Row("total")
+    total = acc.Row("total", use_known=used is not None)
     for r in rows:
         total.gpu_hours_held += r.gpu_hours_held
+        total.gpu_hours_shared += r.gpu_hours_shared
         total.gpu_hours_used += r.gpu_hours_used
         total.cost += r.cost
         total.pods += r.pods

@@ -7,7 +7,9 @@ compute (its share of time at work × the GPUs held) with the same headroom, and
 GPUs and MIG slices (a time-sliced share's compute depends on its neighbours, so it is never promised). An MPS
 share is never a candidate either: its memory is its own (the MPS daemon pins GPU memory / replicas to each
 client) but its compute is only capped at 1/replicas of the GPU's threads, with the memory bandwidth and
-the one CUDA context shared, so its neighbours decide what it gets, as on a time-sliced GPU.
+the one CUDA context shared, so its neighbours decide what it gets, as on a time-sliced GPU. Sessions on
+those shared profiles give no hint either: their DCGM series are the device's (its neighbours' use too),
+not theirs (cluster/dcgm.py `attribution`).
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
+from gpu_spawner.cluster.rules import rules_from_profiles
 from gpu_spawner.model.gpus import MIG_PROFILE_RE
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
-from gpu_spawner.services.usage.accounting import Lifetime, PodUse
+from gpu_spawner.services.usage.accounting import Lifetime, PodUse, shared_profiles
 
 MIN_SESSIONS = 3
 HEADROOM = 1.25
@@ -66,8 +69,10 @@ def hints(lifetimes: Iterable[Lifetime], used: dict[tuple[str, str], PodUse], cf
         h = lt.held_hours(since, until)
         if h > 0:
             held.setdefault((lt.user, lt.profile), {}).setdefault((lt.namespace, lt.pod), [0.0, lt.gpus])[0] += h
-    out = []
+    out, shared = [], shared_profiles(rules_from_profiles(cfg))
     for (user, slug), pods in sorted(held.items()):
+        if slug in shared:  # the device's series, not the session's: no evidence of what it needed
+            continue
         seen = [(used[k], h, gpus) for k, (h, gpus) in pods.items()
                 if k in used and used[k].peak_memory_mib is not None]
         if len(seen) < min_sessions or slug not in costs:
