@@ -38,7 +38,9 @@ SCRAPE = 1  # seconds
 GPU_IDLE = 10  # seconds: the GPU test profiles' idle_timeout (also the GPU window)
 
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
-#: Test profiles: a T4 pool and a MIG pool with idle timeouts of seconds, a CPU profile of an hour.
+#: Test profiles with idle timeouts of seconds: a whole T4 (`t4`) and a MIG slice (`mig`), whose DCGM series are
+#: their own evidence; a time-sliced T4 (`t4-shared`, `short-life`), whose series are the shared device's and
+#: never evidence; a CPU profile of an hour.
 PROFILES = {
     "pools": {
         "system": {"node_selector": {"agentpool": "system"}, "instance_type": "Standard_D8s_v5",
@@ -46,12 +48,16 @@ PROFILES = {
         "gput4": {"node_selector": {"agentpool": "gput4"}, "gpu": {"model": "T4"}, "taints": [TAINT],
                   "sharing": {"strategy": "time-slicing", "replicas": 4}, "cost_per_node_hour": 0.526,
                   "instance_type": "Standard_NC4as_T4_v3"},
+        "gput4full": {"node_selector": {"agentpool": "gput4full"}, "gpu": {"model": "T4"}, "taints": [TAINT],
+                      "cost_per_node_hour": 0.526, "instance_type": "Standard_NC4as_T4_v3"},
         "gpumig": {"node_selector": {"agentpool": "gpumig"}, "gpu": {"model": "A100-80GB"}, "taints": [TAINT],
                    "sharing": {"strategy": "mig", "layout": "all-1g.10gb"}, "cost_per_node_hour": 3.67},
     },
     "profiles": [
         {"slug": "cpu", "display_name": "CPU", "pool": "system", "idle_timeout": "1h", "default": True},
-        {"slug": "t4", "display_name": "T4", "pool": "gput4", "gpu": {"kind": "time-sliced"},
+        {"slug": "t4", "display_name": "T4", "pool": "gput4full", "gpu": {"kind": "full"},
+         "idle_timeout": f"{GPU_IDLE}s"},
+        {"slug": "t4-shared", "display_name": "Shared T4", "pool": "gput4", "gpu": {"kind": "time-sliced"},
          "idle_timeout": f"{GPU_IDLE}s"},
         {"slug": "mig", "display_name": "MIG", "pool": "gpumig", "gpu": {"kind": "mig", "profile": "1g.10gb"},
          "idle_timeout": f"{GPU_IDLE}s"},

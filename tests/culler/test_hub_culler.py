@@ -124,6 +124,26 @@ def test_prometheus_down_falls_back_to_activity_and_never_culls_on_missing_data(
     assert hub.server("down-active")["ready"]
 
 
+def test_a_time_sliced_server_is_judged_by_its_kernel_not_by_the_shared_devices_busy_dcgm(fresh, exporter,
+                                                                                           prometheus):
+    """A time-sliced T4's DCGM series are the device's, busy with the other tenants: under the GPU policy the
+    idle kernel still decides (culled), and the decision's `why` says so in words."""
+    hub = fresh
+    exporter.set_gpu("jupyter-shared-idle", activity=0.95, util=99)
+    hub.start({"shared-idle": "t4-shared"})
+    t0 = time.monotonic()
+    wait_gpu_coverage(prometheus, "jupyter-shared-idle", GPU_IDLE)
+    idle_for(GPU_IDLE + 2 * SCRAPE + 1, t0)
+    d = hub.cull("--gpu-idle-policy=gpu", prometheus=prometheus).decision("shared-idle")
+    assert (d["action"], d["reason"], d["fallback"]) == ("cull", "idle", "gpu-shared"), d
+    assert d.get("gpu_state") is None and d.get("evidence") is None, d  # the busy device was not taken as its use
+    assert "kernel idle" in d["why"] and "GPU utilisation not used: time-sliced T4 shared" in d["why"], d["why"]
+    deadline = time.monotonic() + 30
+    while hub.server("shared-idle") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert hub.server("shared-idle") is None
+
+
 def test_no_gpu_series_is_not_evidence_of_idleness(fresh, prometheus):
     hub = fresh
     hub.start({"no-series": "t4"})
