@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,29 +94,35 @@ def _stop(proc: subprocess.Popen) -> None:
 # ------------------------------------------------------------------ DCGM exporter
 
 
+def serve_metrics(render: Callable[[], str]) -> ThreadingHTTPServer:
+    """A scrape target on a free loopback port answering every GET with `render()` in Prometheus' text format;
+    served from a daemon thread until `shutdown()`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class Exporter:
     """Serves DCGM-exporter-format metrics; tests set per-pod values."""
 
     def __init__(self) -> None:
         self.series: dict[str, tuple[str, dict[str, str], float]] = {}
         self.lock = threading.Lock()
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = exporter.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_metrics(self.render)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def set_gpu(self, pod: str, activity: float | None = None, util: float | None = None, gpu: int = 0,
                 mig: tuple[str, str] | None = None) -> None:

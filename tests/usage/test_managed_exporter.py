@@ -5,15 +5,13 @@ where two GPU pods share a node or the pod no longer runs; showback's GPU-hours 
 read them so."""
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 from culler.fixtures import NAMESPACE as CULLER_NS
-from culler.fixtures import exporter, prometheus  # noqa: F401 (fixtures)
+from culler.fixtures import exporter, prometheus, serve_metrics  # noqa: F401 (fixtures)
 
 from gpu_spawner.cluster.dcgm import PROF_METRIC, pod_of
 from gpu_spawner.cluster.dcgm_nodes import node_range, presence_query
@@ -30,22 +28,8 @@ class ManagedExporter:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = ("\n".join(me.lines) + "\n").encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_metrics(lambda: "\n".join(self.lines) + "\n")
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def gpu(self, node: str, gpu: int, prof: float, util: float, mem: float) -> None:
         at = f'gpu="{gpu}",instance="{node}"'
