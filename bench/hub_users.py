@@ -1,27 +1,37 @@
 """Benchmark: what GPUSpawner adds to a hub per active user, against plain KubeSpawner, side by side.
 
-    python bench/hub_users.py --users 300,1000 --rounds 3 [--cycles 1] [--polls 3] [--concurrency 50]
-                              [--nodes 100 --pods 2000] [--out FILE]
+    python bench/hub_users.py --users 300,1000 --rounds 3 [--cycles 1] [--polls 3] [--job-polls 3]
+                              [--progress-share 0.1 --spawn-concurrency 8 --progress-window 20]
+                              [--concurrency 50] [--nodes 100 --pods 2000] [--out FILE]
 
 Two real hubs (configurable-http-proxy from npm, sqlite), loopback only, on copies of ONE seeded database
-(bench/hub_seed.py `seed_users`: N users without servers, in the example profiles' groups, an API token
-each, so the driver acts as every user without N logins):
+(bench/hub_seed.py `seed_users`: N users without servers, in the profiles' groups, an API token each, so
+the driver acts as every user without N logins). `package`: `spawner_class` GPUSpawner with the example
+profiles (`datasets` left out: see below), live capacity, the package's hub page templates; configure()
+is not called (its services need more than a hub). `plain`: kubespawner.KubeSpawner with a static
+profile_list of the same profiles, each with GPUSpawner's own pod settings for it as
+`kubespawner_override` (bench/hub_load.py `plain_profile_list`), no capacity.
 
-- `package`: `spawner_class` GPUSpawner with gpu_spawner/examples/profiles.yaml and live capacity, its
-  informers filled in the hub's config as bench/picker_render.py fills them (dev-cluster node manifests,
-  `--nodes`/`--pods`), marked synced; their Kubernetes client raises on any call (there is no cluster).
-  The hub's own page templates (config.HUB_PAGES) as configure() sets them; configure() itself is not
-  called: its services (gpu-jobs, culler, usage, admin) need a cluster and are not what a page costs.
-- `plain`: kubespawner.KubeSpawner with a static profile_list of the same profiles (slug, name,
-  description, default), no capacity.
+Every user does, at most `--concurrency` requests in flight: `--cycles` x (GET /hub/spawn, the picker;
+`--polls` GET /hub/api/users/NAME, status polling), then `--job-polls` GET /hub/api/user with its token
+(the hub's share of a `%gpu_jobs` call: gpu-jobs asks the hub who a token is, services/auth.py). With
+`--progress-share S` > 0, floor(N x S) users then also spawn (at most `--spawn-concurrency` at once):
+POST /hub/api/users/NAME/server {"profile": --spawn-profile}, read its EventSource
+GET .../server/progress until it ends or `--progress-window` s pass, DELETE the server and poll until it
+is gone. For that both hubs run against a real dev control plane (devcluster `cluster.up`, KWOK nodes,
+started here, stopped at the end): the package hub's informers watch it; the pod is created, scheduled
+and set Running by KWOK. KWOK runs no process, so the hub's HTTP check of the new server goes to a
+stand-in on loopback (`pod_connect_ip` 127.0.0.1, answering any request; the driver runs it); the
+server then becomes ready and its proxy route is added, as a real one's would be. `slow_spawn_timeout`
+is 0 in both hubs: the POST returns at once and the progress comes over the stream (the spawn form's
+own wait is 1 s). Without spawns no cluster is started: the package hub's capacity state is then filled
+in its config (`--nodes`/`--pods`, bench/picker_render.py) and its Kubernetes client raises on any call.
 
-Both get a placeholder kube config (never contacted: nothing is spawned). The driver (asyncio + aiohttp,
-at most `--concurrency` requests at once) has every user do `--cycles` times: GET /hub/spawn (the
-picker) then `--polls` GET /hub/api/users/<name> (status polling). The work per user is FIXED, so
-`cpu_ms_per_user` = the hub process's CPU time (psutil, user + system, the proxy excluded) over the
-load / N. Per hub also: its RSS after, requests done, errors, wall time, the spawn page's p50/p95.
+The work per user is FIXED, so `cpu_ms_per_user` = the hub process's CPU time (psutil, user + system, the
+proxy excluded) over the load / N. Per hub also: its RSS after, requests, errors, wall time, the picker's
+p50/p95, the spawns' time to the first progress event and to the ready event (p95), stop time (p95).
 A round runs both hubs at each N, the order alternating by round; `ratio` = package / plain
-cpu_ms_per_user of the same round and N; the summary gives median, min and max per N.
+cpu_ms_per_user of the same round and N; the summary gives its median and min–max per N.
 """
 from __future__ import annotations
 
@@ -40,45 +50,70 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from aiohttp import web
 from tornado.web import create_signed_value
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.hub_load import (  # noqa: E402
+    EventStream,
+    bench_profiles,
+    check_args,
+    p95,
+    parse_sizes,
+    plain_profile_list,
+    profile_groups,
+    spawning,
+    summarize,
+)
 from bench.hub_seed import LOOPBACK_HUB, seed_users, stop_hub  # noqa: E402
-from devcluster.devhub import free_port, proxy_command  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles  # noqa: E402
+from devcluster.devhub import NAMESPACE, free_port, proxy_command  # noqa: E402
 
-COMMON = '''# generated by bench/hub_users.py (benchmark only: nothing is ever spawned)
+COMMON = """# generated by bench/hub_users.py (benchmark only)
 import os, sys
 sys.path.insert(0, {repo!r})
 c = get_config()  # noqa: F821
-''' + LOOPBACK_HUB + '''c.JupyterHub.cleanup_servers = False
+""" + LOOPBACK_HUB + """c.JupyterHub.cleanup_servers = False
 c.JupyterHub.log_level = "INFO"
-c.KubeSpawner.namespace = "bench"
-'''
+c.KubeSpawner.namespace = {namespace!r}
+"""
 
-PACKAGE = '''
+PACKAGE = """
 from gpu_spawner.config import HUB_PAGES
 from gpu_spawner.hub.spawner import GPUSpawner
-from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.model.profiles_file import load_profiles
-from bench.picker_render import CountingCore, fill
-
 c.JupyterHub.spawner_class = GPUSpawner
 c.GPUSpawner.profiles_file = {profiles!r}
 c.JupyterHub.template_paths = [HUB_PAGES]
+"""
+
+#: No cluster: the package hub's capacity state filled as bench/picker_render.py fills it, marked synced.
+OFFLINE_CAPACITY = """
+from gpu_spawner.hub.informers import CapacityInformers
+from gpu_spawner.model.profiles_file import load_profiles
+from bench.picker_render import CountingCore, fill
 _inf = CapacityInformers(load_profiles({profiles!r}), CountingCore())
 fill(_inf.state, {nodes}, {pods})
 _inf.nodes.synced.set()
 _inf.pods.synced.set()
 GPUSpawner._informers = _inf  # what capacity_informers() returns once the informers have synced
-'''
+"""
 
-PLAIN = '''
+PLAIN = """
 c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
 c.KubeSpawner.profile_list = {profile_list!r}
-'''
+"""
+
+#: Both hubs when they spawn: the POST returns at once (progress comes over the stream), and the hub's
+#: HTTP check of a server goes to the driver's stand-in on loopback (KWOK pods run no process).
+SPAWNS = """
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
+c.KubeSpawner.pod_connect_ip = "127.0.0.1"
+c.KubeSpawner.port = {server_port}
+c.KubeSpawner.image = "simulated"
+c.KubeSpawner.start_timeout = 300
+c.KubeSpawner.http_timeout = 60
+"""
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -89,45 +124,34 @@ current-context: offline
 """
 
 
-def static_profile_list() -> list[dict]:
-    """The example profiles as a plain KubeSpawner profile_list (what a page shows, no capacity)."""
-    cfg = load_profiles(EXAMPLE_PROFILES)
-    out = []
-    for p in cfg.profiles:
-        entry = {"slug": p.slug, "display_name": p.display_name or p.slug,
-                 "description": getattr(p, "description", "") or "", "kubespawner_override": {}}
-        if getattr(p, "default", False):
-            entry["default"] = True
-        out.append(entry)
-    return out
-
-
-def groups() -> list[str]:
-    cfg = load_profiles(EXAMPLE_PROFILES)
-    names = set()
-    for p in cfg.profiles:
-        names.update(getattr(p, "groups", None) or [])
-    return sorted(names)
-
-
 class Hub:
-    def __init__(self, kind: str, work: Path, database: Path, args) -> None:
+    def __init__(self, kind: str, work: Path, database: Path, args, kubeconfig: Path | None) -> None:
         self.kind = kind
         self.state = state = Path(tempfile.mkdtemp(prefix=f"hub-{kind}-", dir=work))
         port = free_port()
         self.secret = secrets.token_bytes(32)
+        self.server_port = free_port()
         cfg = COMMON.format(repo=str(REPO), port=port, hub_port=free_port(), proxy_api=free_port(),
                             proxy_token=secrets.token_hex(16), chp=proxy_command(), state=state,
-                            secret=self.secret.hex())
-        cfg += (PACKAGE.format(profiles=str(EXAMPLE_PROFILES), nodes=args.nodes, pods=args.pods) if kind == "package"
-                else PLAIN.format(profile_list=static_profile_list()))
+                            secret=self.secret.hex(), namespace=NAMESPACE)
+        if kind == "package":
+            cfg += PACKAGE.format(profiles=args.profiles)
+            if kubeconfig is None:
+                cfg += OFFLINE_CAPACITY.format(profiles=args.profiles, nodes=args.nodes, pods=args.pods)
+        else:
+            cfg += PLAIN.format(profile_list=plain_profile_list(args.profiles))
+        if kubeconfig is not None:
+            cfg += SPAWNS.format(server_port=self.server_port)
+        else:
+            kubeconfig = state / "kubeconfig"
+            kubeconfig.write_text(KUBECONFIG)
         (state / "jupyterhub_config.py").write_text(cfg)
-        (state / "kubeconfig").write_text(KUBECONFIG)
         shutil.copyfile(database, state / "jupyterhub.sqlite")
         self.log = state / "jupyterhub.log"
-        env = dict(os.environ, KUBECONFIG=str(state / "kubeconfig"),
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig),
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         env.pop("KUBERNETES_SERVICE_HOST", None)
+        env.pop("GPUHUB_PROFILES", None)
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", "jupyterhub_config.py",
                                       "--log-level=INFO"], cwd=state, env=env, stdout=self.log.open("wb"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -163,15 +187,98 @@ class Hub:
         stop_hub(self.proc, self.state, keep=bool(os.environ.get("HUB_USERS_KEEP")))
 
 
-async def drive(hub: Hub, tokens: dict[str, dict], args) -> dict:
-    """Every user: `cycles` x (spawn page, `polls` status GETs), at most `concurrency` requests in flight."""
-    gate = asyncio.Semaphore(args.concurrency)
+async def stand_in(port: int) -> web.AppRunner:
+    """What answers the hub's HTTP check of a spawned server (any path, 200): KWOK runs no process."""
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", ok)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+class SpawnFailed(Exception):
+    pass
+
+
+async def spawn_and_stop(hub: Hub, session: aiohttp.ClientSession, name: str, token: str, args) -> dict:
+    """One user's spawn: POST, its progress stream (until it ends or the window passes), DELETE, and
+    status GETs until the server is gone. Times in ms from the POST."""
+    headers = {"Authorization": f"token {token}"}
+    api = f"{hub.url}/hub/api/users/{name}/server"
+    rec: dict = {"events": 0, "first_ms": None, "ready_ms": None, "end": "window"}
+    t0 = time.perf_counter()
+    try:
+        async with session.post(api, headers=headers, json={"profile": args.spawn_profile}) as r:
+            if r.status not in (201, 202):
+                raise SpawnFailed(f"POST {r.status}: {(await r.text())[:300]}")
+        stream = EventStream()
+        try:
+            async with asyncio.timeout(args.progress_window):
+                async with session.get(f"{api}/progress", headers=headers) as r:
+                    if r.status != 200:
+                        raise SpawnFailed(f"progress {r.status}: {(await r.text())[:300]}")
+                    async for chunk in r.content.iter_any():
+                        for event in stream.feed(chunk):
+                            at = (time.perf_counter() - t0) * 1000
+                            rec["events"] += 1
+                            rec["first_ms"] = rec["first_ms"] or at
+                            if event.get("ready"):
+                                rec["ready_ms"], rec["end"] = at, "ready"
+                            elif event.get("failed"):
+                                rec["end"] = f"failed: {event.get('message', '')[:300]}"
+                    if rec["end"] == "window":
+                        rec["end"] = "closed"
+        except TimeoutError:
+            pass
+        t1 = time.perf_counter()
+        async with session.delete(api, headers=headers) as r:
+            if r.status not in (202, 204):
+                raise SpawnFailed(f"DELETE {r.status}: {(await r.text())[:300]}")
+        deadline = time.monotonic() + 120
+        while True:
+            async with session.get(f"{hub.url}/hub/api/users/{name}", headers=headers) as r:
+                if not (await r.json()).get("servers"):
+                    break
+            if time.monotonic() > deadline:
+                raise SpawnFailed("the server was not gone 120 s after its DELETE")
+            await asyncio.sleep(0.25)
+        rec["stop_ms"] = (time.perf_counter() - t1) * 1000
+    except (SpawnFailed, aiohttp.ClientError, asyncio.TimeoutError) as e:
+        rec["error"] = f"{type(e).__name__}: {e}"
+    return rec
+
+
+def spawn_figures(spawns: list[dict]) -> dict:
+    ready = [s for s in spawns if s["end"] == "ready" and "error" not in s]
+    return {"spawns": len(spawns), "spawns_ready": len(ready),
+            "spawn_errors": [s.get("error") or s["end"] for s in spawns if s not in ready][:5],
+            "progress_first_p95_ms": p95([s["first_ms"] for s in spawns if s["first_ms"]]),
+            "progress_ready_p95_ms": p95([s["ready_ms"] for s in ready]),
+            "progress_ready_p50_ms": round(statistics.median([s["ready_ms"] for s in ready]), 1) if ready else None,
+            "progress_events_median": statistics.median([s["events"] for s in spawns]) if spawns else None,
+            "spawn_stop_p95_ms": p95([s["stop_ms"] for s in spawns if "stop_ms" in s])}
+
+
+async def drive(hub: Hub, tokens: dict[str, dict], spawners: set[str], args) -> dict:
+    """Every user: `cycles` x (picker, `polls` status GETs), `job_polls` token checks, then (the users in
+    `spawners`) a spawn with its progress stream and a stop; at most `concurrency` requests plus
+    `spawn_concurrency` spawns in flight."""
+    gate, spawn_gate = asyncio.Semaphore(args.concurrency), asyncio.Semaphore(args.spawn_concurrency)
     page_ms: list[float] = []
+    spawns: list[dict] = []
     counts = {"requests": 0, "errors": 0}
+    stand = await stand_in(hub.server_port) if spawners else None
     conn = aiohttp.TCPConnector(limit=args.concurrency)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as session:
+    spawn_conn = aiohttp.TCPConnector(limit=args.spawn_concurrency * 2)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as session, \
+            aiohttp.ClientSession(connector=spawn_conn,
+                                  timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as spawn_session:
         await hub.wait_ready(session)
-        # warm-up: one spawn page per hub (templates compiled, first spawner made), not counted
+        # warm-up: one picker per hub (templates compiled, first spawner made, informers synced), not counted
         cookies = {name: hub.cookie(u["cookie_id"]) for name, u in tokens.items()}
         name = next(iter(tokens))
         async with session.get(f"{hub.url}/hub/spawn", headers={"Cookie": cookies[name]},
@@ -179,7 +286,7 @@ async def drive(hub: Hub, tokens: dict[str, dict], args) -> dict:
             warm = await r.text()
             assert r.status == 200, (r.status, warm[-1500:])
             assert ("gpuhub-picker" in warm) == (hub.kind == "package"), warm[:2000]
-            assert all(f'value="{p["slug"]}"' in warm for p in static_profile_list()[:1]), warm[-3000:]
+            assert f'value="{args.spawn_profile}"' in warm, warm[-3000:]
 
         async def get(url: str, headers: dict, timed: bool) -> None:
             async with gate:
@@ -196,81 +303,136 @@ async def drive(hub: Hub, tokens: dict[str, dict], args) -> dict:
                     page_ms.append((time.perf_counter() - t) * 1000)
 
         async def user(name: str, u: dict) -> None:
+            token = {"Authorization": f"token {u['token']}"}
             for _ in range(args.cycles):
                 await get(f"{hub.url}/hub/spawn", {"Cookie": cookies[name]}, True)
                 for _ in range(args.polls):
-                    await get(f"{hub.url}/hub/api/users/{name}", {"Authorization": f"token {u['token']}"}, False)
+                    await get(f"{hub.url}/hub/api/users/{name}", token, False)
+            for _ in range(args.job_polls):
+                await get(f"{hub.url}/hub/api/user", token, False)
+            if name in spawners:
+                async with spawn_gate:
+                    spawns.append(await spawn_and_stop(hub, spawn_session, name, u["token"], args))
 
         cpu0, t0 = hub.cpu(), time.perf_counter()
         await asyncio.gather(*(user(n, u) for n, u in tokens.items()))
         wall, cpu = time.perf_counter() - t0, hub.cpu() - cpu0
+    if stand is not None:
+        await stand.cleanup()
     rss = hub.ps.memory_info().rss / 2**20
-    page_ms.sort()
     n = len(tokens)
+    failed = sum(1 for s in spawns if s["end"] != "ready" or "error" in s)
     return {"hub": hub.kind, "users": n, "cpu_s": round(cpu, 2), "cpu_ms_per_user": round(cpu * 1000 / n, 2),
-            "wall_s": round(wall, 2), "requests": counts["requests"], "errors": counts["errors"],
+            "wall_s": round(wall, 2), "requests": counts["requests"], "errors": counts["errors"] + failed,
             "spawn_page_p50_ms": round(statistics.median(page_ms), 1) if page_ms else None,
-            "spawn_page_p95_ms": round(page_ms[max(int(len(page_ms) * 0.95) - 1, 0)], 1) if page_ms else None,
+            "spawn_page_p95_ms": p95(page_ms), **(spawn_figures(spawns) if spawners else {}),
             "rss_mib_after": round(rss, 1), "load_avg_1min": round(os.getloadavg()[0], 2)}
 
 
-def spread(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
-            "values": [round(v, 3) for v in values]}
+def start_cluster(root: Path, args):
+    """A dev control plane for the spawns: KWOK nodes for every pool (`--pool-nodes`), one per concurrent
+    spawn in the spawn profile's pool (every spawn fits at once); the hub namespace with its service account."""
+    from devcluster import cluster
+    from devcluster.devhub import ensure_namespace
+    from gpu_spawner.model.profiles_file import load_profiles
+
+    cfg = load_profiles(args.profiles)
+    counts = {name: args.pool_nodes for name in cfg.pools}
+    pool = cfg.by_slug[args.spawn_profile].pool
+    counts[pool] = max(counts.get(pool, 0), args.spawn_concurrency)
+    c = cluster.up(args.profiles, counts, root=root, say=lambda m: print(m, file=sys.stderr))
+    ensure_namespace(c.kubeconfig)
+    kube = c.kube()
+    try:
+        cluster.wait_for_service_account(kube, NAMESPACE)
+    finally:
+        kube.close()
+    return c
+
+
+def leftover_pods(kubeconfig: Path) -> int:
+    """Pods a hub left behind (each run stops every server it started): deleted, so the next hub starts
+    from an empty namespace; their number is reported."""
+    from devcluster.kube import Kube
+
+    kube = Kube(kubeconfig)
+    try:
+        pods = kube.list("v1", "Pod", namespace=NAMESPACE)
+        for pod in pods:
+            kube.delete(pod)
+        return len(pods)
+    finally:
+        kube.close()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--users", default="300,1000", help="comma-separated N")
+    ap.add_argument("--users", type=parse_sizes, default="300,1000", help="comma-separated N")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cycles", type=int, default=1, help="spawn-page visits per user")
-    ap.add_argument("--polls", type=int, default=3, help="status GETs after each spawn page")
-    ap.add_argument("--concurrency", type=int, default=50)
-    ap.add_argument("--nodes", type=int, default=100, help="GPU nodes in the package hub's capacity state")
+    ap.add_argument("--cycles", type=int, default=1, help="picker visits per user")
+    ap.add_argument("--polls", type=int, default=3, help="status GETs after each picker")
+    ap.add_argument("--job-polls", type=int, default=3, help="GET /hub/api/user per user (%%gpu_jobs' token check)")
+    ap.add_argument("--concurrency", type=int, default=50, help="requests in flight, spawns not counted")
+    ap.add_argument("--progress-share", type=float, default=0.0, help="share of the users who spawn (0: no cluster)")
+    ap.add_argument("--spawn-concurrency", type=int, default=8)
+    ap.add_argument("--progress-window", type=float, default=20.0, help="longest read of one progress stream, s")
+    ap.add_argument("--spawn-profile", default="cpu")
+    ap.add_argument("--pool-nodes", type=int, default=2, help="KWOK nodes per pool (with spawns)")
+    ap.add_argument("--nodes", type=int, default=100, help="GPU nodes in the package hub's capacity state (no spawns)")
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--out")
     args = ap.parse_args()
-    sizes = [int(x) for x in args.users.split(",") if x]
-    work = Path(tempfile.mkdtemp(prefix="hub-users-bench-"))
-    runs: list[dict] = []
     try:
+        check_args(args)
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
+    sizes = args.users
+    work = Path(tempfile.mkdtemp(prefix="hub-users-bench-"))
+    args.profiles = bench_profiles(work / "profiles.yaml")
+    runs: list[dict] = []
+    result = {"cycles": args.cycles, "polls": args.polls, "job_polls": args.job_polls,
+              "concurrency": args.concurrency, "progress_share": args.progress_share,
+              "spawn_concurrency": args.spawn_concurrency, "progress_window_s": args.progress_window,
+              "spawn_profile": args.spawn_profile, "summary": {}, "runs": runs}
+    cluster_root = work / "cluster"
+    kubeconfig = None
+    try:
+        if args.progress_share > 0:
+            kubeconfig = start_cluster(cluster_root, args).kubeconfig
+            result["cluster"] = {"pool_nodes": args.pool_nodes, "spawn_pool_nodes": args.spawn_concurrency}
+        else:
+            result["capacity_state"] = {"gpu_nodes": args.nodes, "pods": args.pods}
         databases, tokens = {}, {}
         for n in sizes:
             t0 = time.perf_counter()
             databases[n] = work / f"users{n}.sqlite"
-            tokens[n] = seed_users(f"sqlite:///{databases[n]}", [f"u{i:05d}" for i in range(n)], groups())
+            tokens[n] = seed_users(f"sqlite:///{databases[n]}", [f"u{i:05d}" for i in range(n)],
+                                   profile_groups(args.profiles))
             print(f"seeded {n} users in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         for r in range(args.rounds):
             for n in sizes:
                 for kind in (("package", "plain") if r % 2 == 0 else ("plain", "package")):
-                    hub = Hub(kind, work, databases[n], args)
+                    hub = Hub(kind, work, databases[n], args, kubeconfig)
                     try:
-                        res = asyncio.run(drive(hub, tokens[n], args))
+                        res = asyncio.run(drive(hub, tokens[n], spawning(list(tokens[n]), args.progress_share),
+                                                args))
                     finally:
                         hub.stop()
+                    if kubeconfig is not None:
+                        res["leftover_pods"] = leftover_pods(kubeconfig)
                     res["round"] = r + 1
                     runs.append(res)
                     print(json.dumps(res), file=sys.stderr)
+                    result["summary"] = summarize(runs, sizes)
+                    if args.out:  # after every hub: a run stopped early keeps what it measured
+                        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     finally:
+        if kubeconfig is not None:
+            from devcluster import cluster
+
+            cluster.down(cluster_root)
         os.environ.get("HUB_USERS_KEEP") or shutil.rmtree(work, ignore_errors=True)
-
-    def of(kind: str, n: int, key: str) -> list[float]:
-        return [x[key] for x in sorted(runs, key=lambda x: x["round"]) if x["hub"] == kind and x["users"] == n]
-
-    summary = {}
-    for n in sizes:
-        pk, pl = of("package", n, "cpu_ms_per_user"), of("plain", n, "cpu_ms_per_user")
-        summary[n] = {"ratio": spread([a / max(b, 1e-6) for a, b in zip(pk, pl)]),
-                      "package_cpu_ms_per_user": spread(pk), "plain_cpu_ms_per_user": spread(pl),
-                      "package_page_p95_ms": spread(of("package", n, "spawn_page_p95_ms")),
-                      "plain_page_p95_ms": spread(of("plain", n, "spawn_page_p95_ms")),
-                      "package_rss_mib": spread(of("package", n, "rss_mib_after")),
-                      "plain_rss_mib": spread(of("plain", n, "rss_mib_after"))}
-    result = {"cycles": args.cycles, "polls": args.polls, "concurrency": args.concurrency,
-              "capacity_state": {"gpu_nodes": args.nodes, "pods": args.pods}, "summary": summary, "runs": runs}
     print(json.dumps(result, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
