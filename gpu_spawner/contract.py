@@ -201,6 +201,11 @@ HOME_SHARE_LABEL = f"{LABEL_PREFIX}/home-share"
 #: "checkpoints": Jupyter's contents API reserves `<path>/checkpoints`, so JupyterLab could not open it).
 JOBS_FOLDER = "gpu-jobs"
 CHECKPOINTS_FOLDER = "checkpoint"
+#: Read-only datasets of the profiles file: servers and Jobs mount each at DATASETS_DIR/NAME, and get the folder
+#: in ENV_DATASETS (only when they have a dataset); the claims and volumes of a dataset carry DATASET_LABEL=NAME.
+DATASETS_DIR = "/datasets"
+ENV_DATASETS = "GPUHUB_DATASETS"
+DATASET_LABEL = f"{LABEL_PREFIX}/dataset"
 
 
 def output_notebook_path(job: str, notebook: str | None) -> str:

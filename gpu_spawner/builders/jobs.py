@@ -4,7 +4,8 @@ A suspended batch/v1 Job in the user's team namespace, queued in the team's Loca
 profile's GPU, pool and tolerations (the same builders the spawner uses). Its pod mounts the user's
 home from the shared home share (`builders.storage`) at the same path as the user's server, runs in
 the notebook's folder, and writes `~/gpu-jobs/<job>/` (output notebook, `checkpoint/`). The notebook
-snapshot (outputs stripped, gzip) is in a ConfigMap that the service makes owned by the Job.
+snapshot (outputs stripped, gzip) is in a ConfigMap that the service makes owned by the Job. It mounts the
+datasets its server would (`builders.datasets`), read-only at the same paths.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any
 from kubespawner.slugs import safe_slug
 
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.identity import pod_identity, with_identity
 from gpu_spawner.builders.kueue import local_queue_name
@@ -196,6 +198,8 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
            ENV_PARAMETERS: json.dumps(parameters), ENV_JOB: name}
     # an MPS pod's /dev/shm is the device plugin's (the node's MPS daemon talks through it), never its own
     shm_mounts, shm_volumes = ([podspec.shm_mount()], [podspec.shm_volume(profile)]) if profile.own_shm else ([], [])
+    data_volumes, data_mounts, data_env = pod_datasets(cfg, profile, groups)  # exactly its server's datasets
+    env.update(data_env)
     pod_spec = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
@@ -209,10 +213,10 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
                 {"name": k, **v} for k, v in podspec.NODE_NAME_ENV.items()],
             "resources": {"requests": res, "limits": dict(res)},
             "volumeMounts": shm_mounts + [{"name": "snapshot", "mountPath": "/snapshot", "readOnly": True},
-                                          home_mount],
+                                          home_mount] + data_mounts,
         }],
         "volumes": shm_volumes + [{"name": "snapshot", "configMap": {"name": name, "items": [
-            {"key": "notebook.gz", "path": "notebook.gz"}]}}, home_volume],
+            {"key": "notebook.gz", "path": "notebook.gz"}]}}, home_volume] + data_volumes,
     }
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
     ident = pod_identity(cfg, groups)  # the user's team's (team_for, as above), never another's

@@ -1,10 +1,12 @@
 """Pure builders for what a profile puts into a pod: GPU resources, pool placement, tolerations,
-/dev/shm, labels and env. Shared by the spawner (as KubeSpawner overrides) and the Job builder.
+/dev/shm, labels and env, and the user's datasets (builders/datasets.py). Shared by the spawner (as KubeSpawner
+overrides) and the Job builder.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.contract import (
     ENV_GPU_COUNT,
     ENV_GPU_KIND,
@@ -106,20 +108,23 @@ def resource_overrides(profile: Profile, admin: dict[str, Any] | None = None) ->
     return out
 
 
-def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, Any] | None = None) -> dict[str, Any]:
-    """KubeSpawner trait values for one profile (its `kubespawner_override`); `admin`: see resource_overrides."""
+def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, Any] | None = None,
+                      groups: list[str] = ()) -> dict[str, Any]:
+    """KubeSpawner trait values for one profile (its `kubespawner_override`) for a user in `groups`; `admin`: see
+    resource_overrides."""
     gpus = gpu_resources(cfg, profile)
+    data_volumes, data_mounts, data_env = pod_datasets(cfg, profile, list(groups))  # the same as their jobs'
     overrides: dict[str, Any] = {
         **resource_overrides(profile, admin),
         "extra_resource_guarantees": {k: str(v) for k, v in gpus.items()},
         "extra_resource_limits": {k: str(v) for k, v in gpus.items()},
         "node_selector": node_selector(cfg, profile),
         "tolerations": tolerations(cfg, profile),
-        "volumes": [shm_volume(profile)] if profile.own_shm else [],
-        "volume_mounts": [shm_mount()] if profile.own_shm else [],
+        "volumes": ([shm_volume(profile)] if profile.own_shm else []) + data_volumes,
+        "volume_mounts": ([shm_mount()] if profile.own_shm else []) + data_mounts,
         "extra_labels": labels(profile),
         "extra_annotations": annotations(cfg, profile),
-        "environment": {**environment(cfg, profile), **NODE_NAME_ENV},
+        "environment": {**environment(cfg, profile), **data_env, **NODE_NAME_ENV},
     }
     # always explicit, like jobs: a pod without a class ranks at 0, below servers of `low` profiles
     overrides["priority_class_name"] = priority_class_name(cfg.effective_priority(profile))

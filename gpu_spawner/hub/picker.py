@@ -95,7 +95,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
     a pool with a node whose GPU check failed (`GPUFaults`); `hint`: this user's right-sizing line
     (`PickerHints`); `team`: the user's team's Kueue quota when the profile's servers are queued (`TeamQuotas`)."""
     cost = hourly_cost(cfg, profile)
-    overrides = podspec.spawner_overrides(cfg, profile, admin)
+    overrides = podspec.spawner_overrides(cfg, profile, admin, list(groups))
     info: dict[str, Any] = {
         "gpu": gpu_line(cfg, profile),
         "kind": profile.gpu.kind if profile.gpu else "cpu",

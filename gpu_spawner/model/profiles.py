@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 
 from gpu_spawner.model import durations, quantities
+from gpu_spawner.model.datasets import Dataset, DatasetName
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
 from gpu_spawner.model.identity import TeamIdentity
 from gpu_spawner.model.labels import LabelKey, LabelValue
@@ -411,6 +412,9 @@ class ProfilesConfig(_Strict):
     group_max_priority: dict[str, str] = Field(default_factory=dict, description=(
         "JupyterHub group → the highest priority its members may give GPU jobs on any profile they "
         "can use, above the profile's own ceiling (`max_priority`), e.g. `{ml-leads: high}`."))
+    datasets: dict[DatasetName, Dataset] = Field({}, description=(
+        "Read-only data, name → source and who gets it: mounted at /datasets/NAME in the servers and `%gpu_submit` "
+        "jobs of its `teams` and `profiles` (docs/admin-guide.md)."))
     source: str | None = Field(None, exclude=True)
 
     @cached_property

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import gpu_stack, identity, multinode, quota, sharing_rules, warm_schedule
+from gpu_spawner.model import datasets, gpu_stack, identity, multinode, quota, sharing_rules, warm_schedule
 from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
@@ -479,6 +479,12 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     if len(team_defaults) > 1:
         problems.append(Problem(f"teams.{team_defaults[1]}.default", f"only one team may be the default; "
                                                                      f"{team_defaults[0]!r} already is"))
+    for name, raw in mapping("datasets").items():  # after teams and profiles: it names them
+        if bad_name := datasets.name_problem(name):
+            problems.append(Problem(f"datasets.{str(name)[:80]}", bad_name))
+        elif (ds := _parse_each(datasets.Dataset, raw, f"datasets.{name}", problems)) is not None:
+            found = datasets.dataset_problems(name, ds, set(teams), set(seen))
+            problems.extend(Problem(x.at, x.message) for x in found)
     if problems:
         raise ProfilesError(problems, source)
     cfg = ProfilesConfig.model_validate({**data, "source": source})

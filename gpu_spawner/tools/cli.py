@@ -126,6 +126,13 @@ def cmd_render_storage(args) -> int:
     return 0
 
 
+def cmd_render_datasets(args) -> int:
+    from gpu_spawner.builders.datasets import dataset_objects
+
+    print(yaml.safe_dump_all(dataset_objects(_load(args.file), args.hub_namespace), sort_keys=False), end="")
+    return 0
+
+
 def parse_params(items: list[str]) -> dict:
     """`--param k=v`: the rule `%gpu_submit` uses (gpu_spawner.parameters): a Python literal, else the string."""
     from gpu_spawner.parameters import parse_assignments
@@ -252,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--hub-namespace", default="jhub", help="where servers run (default jhub)")
     rs.add_argument("--size", default="1Ti", help="the claims' size (the share's quota is set on the share)")
     rs.set_defaults(run=cmd_render_storage)
+    rds = rsub.add_parser("datasets", help="the read-only datasets of the file: a ReadOnlyMany PersistentVolume and "
+                                           "claim `gpuhub-dataset-NAME` per namespace that mounts each")
+    rds.add_argument("file")
+    rds.add_argument("--hub-namespace", default="jhub", type=_namespace, help="where servers run (default jhub)")
+    rds.set_defaults(run=cmd_render_datasets)
     rj = rsub.add_parser("job", help="the Job %%gpu_submit would create, with its ConfigMap (YAML); with --nodes N "
                          "the JobSet of a multi-node job")
     rj.add_argument("file")

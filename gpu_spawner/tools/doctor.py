@@ -30,6 +30,7 @@ from gpu_spawner.model.sharing_rules import MIG_CONFIG_LABEL, MIG_DISABLED
 
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
+from gpu_spawner.tools.doctor_datasets import check_datasets
 from gpu_spawner.tools.doctor_identity import check_identity
 from gpu_spawner.tools.doctor_managed import check_managed_stack
 from gpu_spawner.tools.doctor_quota import check_quota_usable
@@ -423,7 +424,7 @@ def check_rbac(cfg: ProfilesConfig, snap: Snapshot, hub_namespace: str) -> list[
 def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
                hub_namespace: str | None = None) -> list[Check]:
     """Every check, in table order: pools, Kueue, the hub's RBAC (when `hub_namespace` is given), storage, the
-    teams' workload identities."""
+    teams' workload identities, the datasets."""
     out: list[Check] = []
     if snap.nodes is None:
         out.append(Check("cluster", "nodes", FAIL, f"cannot list nodes: {snap.errors.get('nodes')}",
@@ -445,10 +446,13 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
     if snap.home_claims is not None or "storage" in snap.errors:  # fetched (doctor_cluster always does)
         out += check_storage(cfg, snap.home_claims, snap.home_volumes, hub_namespace or "jhub", file,
                              snap.errors.get("storage", ""))
+    simulated = bool(snap.nodes) and all(node_labels(n).get(SIMULATED_LABEL) == "true" for n in snap.nodes)
     if snap.identity_accounts is not None or "identity" in snap.errors:  # only teams with an identity
-        simulated = bool(snap.nodes) and all(node_labels(n).get(SIMULATED_LABEL) == "true" for n in snap.nodes)
         out += check_identity(cfg, snap.identity_webhook, snap.identity_webhook_pods, snap.identity_accounts,
                               hub_namespace or "jhub", file, snap.errors.get("identity", ""), simulated)
+    if snap.dataset_claims is not None or "datasets" in snap.errors:  # only a file with datasets
+        out += check_datasets(cfg, snap.dataset_drivers, snap.dataset_claims, snap.dataset_volumes,
+                              hub_namespace or "jhub", file, snap.errors.get("datasets", ""), simulated)
     return out
 
 

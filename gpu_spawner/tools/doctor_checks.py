@@ -45,4 +45,9 @@ class Snapshot:
     identity_webhook: dict[str, Any] | None = None
     identity_webhook_pods: list[dict[str, Any]] | None = None
     identity_accounts: dict[tuple[str, str], dict[str, Any] | None] | None = None
+    #: Datasets (read only when the file has some): each CSI driver's CSIDriver (None: absent), the claims by
+    #: (namespace, name) (None: absent; `dataset_claims` None: not read) and the PVs they are bound to.
+    dataset_drivers: dict[str, dict[str, Any] | None] | None = None
+    dataset_claims: dict[tuple[str, str], dict[str, Any] | None] | None = None
+    dataset_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)

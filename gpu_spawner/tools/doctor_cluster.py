@@ -15,7 +15,7 @@ from gpu_spawner.builders.deploy import HUB_ACCOUNT
 from gpu_spawner.builders.identity import WEBHOOK_CONFIGURATION, WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE
 from gpu_spawner.builders.storage import HOME_CLAIM
 from gpu_spawner.kubeio.clients import api_client
-from gpu_spawner.tools import doctor, doctor_identity
+from gpu_spawner.tools import doctor, doctor_datasets, doctor_identity
 from gpu_spawner.tools.doctor import (
     DEVICE_PLUGIN_NAME,
     KUEUE_CRDS,
@@ -164,6 +164,20 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
         except ApiException as e:
             snap.identity_accounts = None
             snap.errors["identity"] = _why(e)
+
+    if cfg.datasets:  # the CSI drivers, the claims in every namespace that mounts one, their volumes
+        try:
+            storage_api = client.StorageV1Api(api)
+            snap.dataset_drivers = {d: _read_or_none(storage_api.read_csi_driver, d)
+                                    for d in doctor_datasets.drivers(cfg)}
+            snap.dataset_claims = {(ns, name): _read_or_none(core.read_namespaced_persistent_volume_claim, name, ns)
+                                   for ns, name in doctor_datasets.wanted(cfg, hub_namespace)}
+            for c in filter(None, snap.dataset_claims.values()):
+                if name := (c.get("spec") or {}).get("volumeName"):
+                    snap.dataset_volumes[name] = _read_or_none(core.read_persistent_volume, name)
+        except ApiException as e:
+            snap.dataset_claims = None
+            snap.errors["datasets"] = _why(e)
 
     snap.identity = f"service account {service_account}" if service_account else "the kubeconfig's user"
     if service_account:

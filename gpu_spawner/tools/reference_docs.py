@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from gpu_spawner.model import datasets as D
 from gpu_spawner.model import identity as I
 from gpu_spawner.model import profiles as P
 from gpu_spawner.model import warm_schedule as W
@@ -49,6 +50,9 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("SpawnerOverride", P.SpawnerOverride, "`kubespawner_override` of a choice"),
     ("Team", P.Team, "`teams.<name>`"),
     ("TeamIdentity", I.TeamIdentity, "`teams.<name>.identity`"),
+    ("Dataset", D.Dataset, "`datasets.<name>`"),
+    ("BlobSource", D.BlobSource, "`datasets.<name>.blob`"),
+    ("AzureFileSource", D.AzureFileSource, "`datasets.<name>.azurefile`"),
 ]
 
 DESCRIPTIONS: dict[str, str] = {

@@ -35,10 +35,12 @@ async def test_dict_form_volumes_mounts_and_tolerations_as_z2jh_writes_them():
     pod = await pod_manifest(EXAMPLE_PROFILES, "t4-shared", "alice", ["data-science"], config=cfg)
     (c,) = pod["spec"]["containers"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}  # KubeSpawner orders a dict's entries by key
-    assert sorted(volumes) == sorted(["home", podspec.SHM_VOLUME])
+    # the example's dataset is data-science's (builders/datasets.py): added like the profile's /dev/shm
+    assert sorted(volumes) == sorted(["home", podspec.SHM_VOLUME, "dataset-imagenet-mini"])
     assert volumes["home"]["persistentVolumeClaim"] == {"claimName": "gpuhub-home"}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
-    assert {n: m["mountPath"] for n, m in mounts.items()} == {"home": "/home/jovyan", podspec.SHM_VOLUME: "/dev/shm"}
+    assert {n: m["mountPath"] for n, m in mounts.items()} == {"home": "/home/jovyan", podspec.SHM_VOLUME: "/dev/shm",
+                                                              "dataset-imagenet-mini": "/datasets/imagenet-mini"}
     assert mounts["home"]["subPath"] == "alice"  # KubeSpawner still expands the dict's templates
     assert sorted(pod["spec"]["tolerations"], key=sorted_items) == sorted([DEDICATED, SKU], key=sorted_items)
 
@@ -50,8 +52,8 @@ async def test_a_second_start_of_the_same_spawner_adds_nothing_twice():
         for _ in range(2):
             spawner.user_options = {"profile": "t4-shared"}
             await spawner.load_user_options()
-        assert sorted(spawner.volumes) == ["gpuhub-0", "home"]
-        assert sorted(spawner.volume_mounts) == ["gpuhub-0", "home"]
+        assert sorted(spawner.volumes) == ["gpuhub-0", "gpuhub-1", "home"]  # /dev/shm and the team's dataset
+        assert sorted(spawner.volume_mounts) == ["gpuhub-0", "gpuhub-1", "home"]
     finally:
         await spawner.api.api_client.close()
 

@@ -85,8 +85,10 @@ async def test_admin_volumes_are_kept_and_shm_added():
     pod = await pod_manifest(EXAMPLE_PROFILES, "t4-shared", "carol", [], volumes=[home],
                              volume_mounts=[{"name": "home", "mountPath": "/home/jovyan"}])
     names = [v["name"] for v in pod["spec"]["volumes"]]
-    assert names == ["home", podspec.SHM_VOLUME]
-    assert [m["mountPath"] for m in container(pod)["volumeMounts"]] == ["/home/jovyan", "/dev/shm"]
+    # carol is in no team's group, so in the default team (data-science), whose dataset comes after /dev/shm
+    assert names == ["home", podspec.SHM_VOLUME, "dataset-imagenet-mini"]
+    assert [m["mountPath"] for m in container(pod)["volumeMounts"]] == ["/home/jovyan", "/dev/shm",
+                                                                        "/datasets/imagenet-mini"]
 
 
 def variant_file(tmp_path, pools, profiles):
