@@ -30,13 +30,16 @@ from devcluster.agent_env import (  # noqa: F401 (tests)
     container_env,
     container_port,
     image_ipython_dir,
+    mount_parents,
+    read_only_command,
+    read_only_mounts_work,
     rewrite_paths,
     simulated_gpu,
 )
 from devcluster.agent_init import InitPending, run_init_containers
 from devcluster.pod_dns import PodHosts, pod_fqdn
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
-from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
+from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of, read_only_folders
 from gpu_spawner.contract import ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 
@@ -72,6 +75,7 @@ class DevNodeAgent:
         self._next_ip = secrets.randbelow(250 * 200)
         self.ipython_env = image_ipython_dir(state_dir)  # written once; every local kernel reads it
         self.root_env = allow_root_config(state_dir)  # a kubelet runs the pod as its uid; this agent as its own
+        self._read_only: bool | None = None  # whether read-only mounts work here: probed at the first that needs it
         #: (namespace, claim) → {pod key: node} of the running pods that mount it (access modes)
         self.claim_users: dict[tuple[str, str], dict[str, str]] = {}
         self.starting: set[str] = set()
@@ -195,6 +199,13 @@ class DevNodeAgent:
         home.mkdir(parents=True, exist_ok=True)
         env.update({"HOME": str(home), DEV_AGENT_ENV: "1", **self.root_env})
         env.update(rewrite_paths(container_env(pod, container), mounts))
+        env.update(mount_parents(container_env(pod, container), mounts, base / f"rootfs{suffix}"))
+        if read_only := read_only_folders(pod, container, mounts):
+            if self._read_only is None:
+                self._read_only = read_only_mounts_work(base)
+                if not self._read_only:
+                    log.warning("%s no mount namespace here: read-only mounts are NOT read-only", BANNER)
+            cmd = read_only_command(cmd, read_only, os.geteuid() == 0) if self._read_only else cmd
         cwd = Path(rewrite_paths({"cwd": container["workingDir"]}, mounts).get("cwd") or home) \
             if container.get("workingDir") else home
         cwd.mkdir(parents=True, exist_ok=True)  # a runtime creates a missing workingDir

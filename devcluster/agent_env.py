@@ -1,6 +1,7 @@
 """SIMULATOR — what the dev node agent (agent.py) gives a container's process: a GPU node's simulated devices
 and `nvidia-smi`, the image's IPython config, its env with the downward-API fields a kubelet fills in, and
-paths inside mounts pointed at their local folders. Pure apart from the files it writes under the state dir."""
+paths inside mounts pointed at their local folders, its read-only mounts made read-only. Pure apart from the files
+it writes under the state dir (and a one-off probe of whether read-only mounts work here)."""
 from __future__ import annotations
 
 import re
@@ -104,3 +105,50 @@ def rewrite_paths(env: dict[str, str], mounts: dict[str, Path]) -> dict[str, str
                 out[k] = str(mounts[mount]) + v[len(mount.rstrip("/")):]
                 break
     return out
+
+
+def mount_parents(env: dict[str, str], mounts: dict[str, Path], root: Path) -> dict[str, str]:
+    """Env values naming a folder that holds mounts without being one (`/datasets` over `/datasets/NAME`): a folder
+    of the pod's own under `root` with a link per mount, as a container's file system has its mount points."""
+    out = {}
+    for k, v in env.items():
+        inside = [m for m in mounts if m.startswith(v.rstrip("/") + "/")]
+        if not v.startswith("/") or not inside or any(v == m or v.startswith(m.rstrip("/") + "/") for m in mounts):
+            continue
+        for mount in inside:
+            link = root / mount.strip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.unlink(missing_ok=True)
+            link.symlink_to(mounts[mount], target_is_directory=True)
+        out[k] = str(root / v.strip("/"))
+    return out
+
+
+def read_only_command(cmd: list[str], folders: list[Path], as_root: bool) -> list[str]:
+    """`cmd` in a mount namespace of its own where each folder is bound read-only over itself, as a kubelet mounts a
+    `readOnly` volume: a write fails with EROFS, even as root. Not root: a user namespace maps the agent's user."""
+    import shlex
+
+    binds = " && ".join(f"mount --bind {shlex.quote(str(f))} {shlex.quote(str(f))} && "
+                        f"mount -o remount,bind,ro {shlex.quote(str(f))}" for f in folders)
+    own_user = [] if as_root else ["--map-root-user"]
+    return ["unshare", "--mount", "--propagation", "private", *own_user, "sh", "-c", f'{binds} && exec "$@"', "sh",
+            *cmd]
+
+
+def read_only_mounts_work(scratch: Path) -> bool:
+    """Whether this machine lets the agent make read-only mounts (`read_only_command`): tried once on a scratch
+    folder, since containers and hardened kernels may forbid mount namespaces."""
+    import os
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    folder = scratch / "read-only-probe"
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = read_only_command(["sh", "-c", f'! touch "{folder}/written" 2>/dev/null'], [folder], os.geteuid() == 0)
+    try:
+        ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return ok and not (folder / "written").exists()

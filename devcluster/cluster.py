@@ -368,7 +368,8 @@ def wait_for_service_account(kube: Kube, namespace: str, timeout: float = 60) ->
 
 
 def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, timeout: float = 60) -> None:
-    """KWOK nodes for every pool of `cfg` (plus a system pool), its Kueue objects, the users' home share."""
+    """KWOK nodes for every pool of `cfg` (plus a system pool), its Kueue objects, the users' home share, its
+    datasets."""
     kube = cluster.kube()
     try:
         manifests = nodes.build_nodes(cfg, nodes_per_pool)
@@ -380,6 +381,7 @@ def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, ti
     finally:
         kube.close()
     storage.ensure_home_share(cluster.kubeconfig, storage.home_namespaces(cfg), timeout=timeout)
+    storage.ensure_datasets(cluster.kubeconfig, cfg, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------- status / down

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster.simulator_keys import DEV_AGENT_LABEL
-from devcluster.storage import cluster_share, ensure_home_share, home_namespaces
+from devcluster.storage import cluster_share, ensure_datasets, ensure_home_share, home_namespaces
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "jhub"
@@ -184,7 +184,9 @@ class DevHub:
         ensure_namespace(s.kubeconfig)
         from gpu_spawner.model.profiles_file import load_profiles
 
-        ensure_home_share(s.kubeconfig, home_namespaces(load_profiles(s.profiles), NAMESPACE), self.share)
+        cfg = load_profiles(s.profiles)
+        ensure_home_share(s.kubeconfig, home_namespaces(cfg, NAMESPACE), self.share)
+        ensure_datasets(s.kubeconfig, cfg, NAMESPACE)
         config_path = write_config(s)
         env = dict(os.environ, KUBECONFIG=str(s.kubeconfig), GPUHUB_PROFILES=str(s.profiles))
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -4,7 +4,8 @@ A claim is looked up in the pod's own namespace; it must be Bound to a Persisten
 claimRef names it back; the volume's local folder (hostPath or local PVs only: the dev machine is
 the only "node" disk) plus the mount's subPath is what the process sees. Access modes hold across
 simulated nodes: a ReadWriteOnce claim in use on one node cannot be used on another (the
-attach-detach "Multi-Attach error"), a ReadWriteOncePod claim by a second pod at all.
+attach-detach "Multi-Attach error"), a ReadWriteOncePod claim by a second pod at all. A `readOnly` mount is
+read-only for the process (agent_env.read_only_command).
 """
 from __future__ import annotations
 
@@ -74,3 +75,15 @@ def home_of(mounts: dict[str, Path], image_home: str, fallback: Path) -> Path:
         if image_home == mount or image_home.startswith(mount.rstrip("/") + "/"):
             return mounts[mount] / image_home[len(mount.rstrip("/")):].lstrip("/")
     return fallback
+
+
+def read_only_folders(pod: dict, container: dict, mounts: dict[str, Path]) -> list[Path]:
+    """The local folders of the container's read-only mounts: `readOnly` on the mount or on the pod's claim volume
+    (a kubelet mounts either read-only)."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    out = []
+    for m in container.get("volumeMounts") or []:
+        claim = (volumes.get(m["name"]) or {}).get("persistentVolumeClaim") or {}
+        if (m.get("readOnly") or claim.get("readOnly")) and m["mountPath"] in mounts:
+            out.append(mounts[m["mountPath"]])
+    return sorted(set(out))

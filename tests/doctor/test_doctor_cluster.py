@@ -59,7 +59,10 @@ def test_healthy_dev_cluster(cluster, hub_rbac):
     for pool in GPU_POOLS:
         assert f"pool {pool}" in ok
     assert "MIG state" in ok and "LocalQueue team-ds/data-science" in ok and "rbac" in ok
-    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS) + 2} ~ (simulated, see the row)")
+    # the example's dataset: no Blob CSI driver without Azure, said so; its claims bound to the dev stand-in folder
+    assert len([s for s in simulated if "CSI driver blob.csi.azure.com" in s]) == 1
+    assert len([s for s in rows(r.stdout, "✓") if "gpuhub-dataset-imagenet-mini" in s and "local folder" in s]) == 2
+    assert r.stdout.splitlines()[-1].endswith(f"0 ✗, {len(GPU_POOLS) + 3} ~ (simulated, see the row)")
 
 
 def test_hub_service_account_without_roles(cluster):

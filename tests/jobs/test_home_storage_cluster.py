@@ -2,7 +2,8 @@
 Kueue, the dev agent). Storage is Kubernetes objects only: the home share is statically bound
 PersistentVolumes and claims (hub namespace and team namespaces); servers mount `gpuhub-home` with their
 `{username}` subPath as z2jh's static storage does, Jobs mount the same folder through their team's claim.
-What the user sees is checked through their own server's Jupyter contents API."""
+What the user sees is checked through their own server's Jupyter contents API (and a kernel of it). The example's
+read-only dataset is bound the same way, to a stand-in folder, in the hub's and data-science's namespaces."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,14 @@ import time
 
 import pytest
 import requests
+from ship.lab_kernel import LabKernel
 
+from devcluster.storage import cluster_datasets
 from devcluster.testing import JobsHub, hub_with_agent
 
 pytestmark = pytest.mark.cluster
 
-GROUPS = {"alice": ["data-science"], "dave": ["data-science"], "admin": ["data-science"]}
+GROUPS = {"alice": ["data-science"], "dave": ["data-science"], "admin": ["data-science"], "mallory": ["ml-research"]}
 TEAM = "team-ds"
 
 
@@ -201,3 +204,36 @@ def test_a_read_write_once_claim_is_not_mounted_on_a_second_node(hub, cluster, n
                 call()
             except Exception:  # noqa: BLE001 - cleanup
                 pass
+
+
+#: What a kernel in a server or a job's notebook reports of the example's dataset (data-science's).
+PEEK_DATASET = ("import os, pathlib\nroot = os.environ.get('GPUHUB_DATASETS')\nprint('ROOT', root)\n"
+                "if root:\n    data = pathlib.Path(root) / 'imagenet-mini'\n"
+                "    print('SEES', (data / 'README.txt').read_text().strip())\n"
+                "    try:\n        (data / 'mine.txt').write_text('x')\n        print('WROTE')\n"
+                "    except OSError as e:\n        print('REFUSED', e.strerror)")
+
+
+def test_a_teams_dataset_is_the_same_read_only_folder_in_its_servers_and_jobs_and_no_one_elses(hub, cluster):
+    readme = "SEES dataset imagenet-mini: the dev cluster's stand-in for gpuhubdatasets/imagenet-mini"
+    alice = Server(hub, "alice").start()
+    seen = LabKernel(f"{hub.url}/user/alice", alice.token, "peek.ipynb").execute(PEEK_DATASET).stdout
+    assert readme in seen and "REFUSED Read-only file system" in seen, seen
+    name, _ = run_job(hub, cluster, "alice", notebook(PEEK_DATASET), "peek-job.ipynb")
+    in_job = outputs(alice.contents(f"gpu-jobs/{name}/peek-job.ipynb").json()["content"])
+    assert readme in in_job and "REFUSED Read-only file system" in in_job, in_job
+    folder = cluster_datasets(cluster.kubeconfig) / "imagenet-mini"
+    assert sorted(p.name for p in folder.iterdir()) == ["README.txt"]  # neither wrote
+    job_pod = next(p for p in cluster.core.list_namespaced_pod(TEAM).items if p.metadata.name.startswith(name))
+    server_pod = next(p for p in cluster.core.list_namespaced_pod("jhub").items
+                      if (p.metadata.annotations or {}).get("hub.jupyter.org/username") == "alice")
+    mounts = [[(m.name, m.mount_path, m.read_only) for m in p.spec.containers[0].volume_mounts
+               if m.name.startswith("dataset-")] for p in (server_pod, job_pod)]
+    assert mounts[0] == mounts[1] == [("dataset-imagenet-mini", "/datasets/imagenet-mini", True)]
+
+    # ml-research's servers get none of it: no volume, no folder
+    mallory = Server(hub, "mallory").start()
+    other = LabKernel(f"{hub.url}/user/mallory", mallory.token, "peek.ipynb").execute(PEEK_DATASET).stdout
+    assert "ROOT None" in other and "SEES" not in other, other
+    for user in ("alice", "mallory"):
+        requests.delete(f"{hub.url}/hub/api/users/{user}/server", headers=hub.auth(hub.admin_token), timeout=60)

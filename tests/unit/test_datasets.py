@@ -293,3 +293,35 @@ def test_doctor_has_no_rows_without_datasets_and_says_what_to_allow_when_unreada
     snap.dataset_drivers, (snap.dataset_claims, snap.dataset_volumes) = DRIVERS, live(cfg)
     assert [c.status for c in run_checks(cfg, snap) if c.section == "datasets"] == [OK, OK, OK]
 
+
+# ---------------------------------------------------------------------------------------------- the dev agent
+def test_the_dev_agent_mounts_readonly_claims_read_only_and_shows_the_datasets_folder(tmp_path):
+    """SIMULATOR: a `readOnly` mount (on the mount or the claim volume) is read-only for the process, even as root;
+    `$GPUHUB_DATASETS` is a folder of the pod's own holding each dataset's mount."""
+    import os
+    import subprocess
+
+    from devcluster.agent_env import mount_parents, read_only_command, read_only_mounts_work
+    from devcluster.volumes import read_only_folders
+
+    data, home = tmp_path / "imagenet-mini", tmp_path / "home"
+    data.mkdir()
+    home.mkdir()
+    (data / "README.txt").write_text("the data\n")
+    cfg = parse_profiles(EXAMPLE)
+    volumes, mounts, env = pod_datasets(cfg, cfg.profile("cpu"), ["data-science"])
+    pod = {"spec": {"volumes": volumes + [{"name": "home", "persistentVolumeClaim": {"claimName": "gpuhub-home"}}]}}
+    container = {"volumeMounts": mounts + [{"name": "home", "mountPath": "/home/jovyan"}]}
+    local = {"/datasets/imagenet-mini": data, "/home/jovyan": home}
+    assert read_only_folders(pod, container, local) == [data]  # the home stays writable
+    seen = mount_parents(env, local, tmp_path / "rootfs")
+    assert (tmp_path / "rootfs" / "datasets" / "imagenet-mini" / "README.txt").read_text() == "the data\n"
+    assert seen == {ENV_DATASETS: str(tmp_path / "rootfs" / "datasets")}
+    if not read_only_mounts_work(tmp_path):
+        pytest.skip("this machine allows no mount namespace (the agent says so in its log)")
+    script = 'cat "$D/imagenet-mini/README.txt"; echo x > "$D/imagenet-mini/new" || echo REFUSED; echo ok > "$H/f"'
+    cmd = read_only_command(["sh", "-c", script], [data], os.geteuid() == 0)
+    run = subprocess.run(cmd, env={**os.environ, "D": seen[ENV_DATASETS], "H": str(home)}, capture_output=True,
+                         text=True, timeout=30)
+    assert run.stdout.split() == ["the", "data", "REFUSED"] and "Read-only file system" in run.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["README.txt"] and (home / "f").read_text() == "ok\n"
