@@ -1,16 +1,17 @@
 """Benchmark: what GPUSpawner adds to a hub per active user, against plain KubeSpawner, side by side.
 
     python bench/hub_users.py --users 300,1000 --rounds 3 [--cycles 1] [--polls 3] [--job-polls 3]
-                              [--progress-share 0.1 --spawn-concurrency 8 --progress-window 20]
+                              [--progress-share 0.1 --spawn-profile t4-shared --spawn-concurrency 8]
+                              [--progress-window 30] [--pool-nodes 2]
                               [--concurrency 50] [--nodes 100 --pods 2000] [--out FILE]
 
 Two real hubs (configurable-http-proxy from npm, sqlite), loopback only, on copies of ONE seeded database
 (bench/hub_seed.py `seed_users`: N users without servers, in the profiles' groups, an API token each, so
 the driver acts as every user without N logins). `package`: `spawner_class` GPUSpawner with the example
-profiles (`datasets` left out: see below), live capacity, the package's hub page templates; configure()
-is not called (its services need more than a hub). `plain`: kubespawner.KubeSpawner with a static
-profile_list of the same profiles, each with GPUSpawner's own pod settings for it as
-`kubespawner_override` (bench/hub_load.py `plain_profile_list`), no capacity.
+profiles (their `datasets` left out: hub_load.bench_profiles), live capacity, the package's hub page
+templates; configure() is not called (its services need more than a hub). `plain`:
+kubespawner.KubeSpawner with a static profile_list of the same profiles, each with GPUSpawner's own pod
+settings for it as `kubespawner_override` (bench/hub_load.py `plain_profile_list`), no capacity.
 
 Every user does, at most `--concurrency` requests in flight: `--cycles` x (GET /hub/spawn, the picker;
 `--polls` GET /hub/api/users/NAME, status polling), then `--job-polls` GET /hub/api/user with its token
@@ -375,7 +376,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=50, help="requests in flight, spawns not counted")
     ap.add_argument("--progress-share", type=float, default=0.0, help="share of the users who spawn (0: no cluster)")
     ap.add_argument("--spawn-concurrency", type=int, default=8)
-    ap.add_argument("--progress-window", type=float, default=20.0, help="longest read of one progress stream, s")
+    ap.add_argument("--progress-window", type=float, default=30.0, help="longest read of one progress stream, s")
     ap.add_argument("--spawn-profile", default="cpu")
     ap.add_argument("--pool-nodes", type=int, default=2, help="KWOK nodes per pool (with spawns)")
     ap.add_argument("--nodes", type=int, default=100, help="GPU nodes in the package hub's capacity state (no spawns)")
