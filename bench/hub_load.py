@@ -126,21 +126,6 @@ def summarize(runs: list[dict], sizes: list[int]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- profiles
-def bench_profiles(dest) -> str:
-    """The example profiles without their `datasets` (their volumes are claims the dev cluster does not
-    have: a server mounting one would stay Pending); written to `dest`, returned as a path string."""
-    from pathlib import Path
-
-    import yaml
-
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-
-    doc = yaml.safe_load(Path(EXAMPLE_PROFILES).read_text())
-    doc.pop("datasets", None)
-    Path(dest).write_text(yaml.safe_dump(doc, sort_keys=False))
-    return str(dest)
-
-
 def profile_groups(path: str) -> list[str]:
     """Every group a profile names: the seeded users are in all of them, so both hubs list every profile."""
     from gpu_spawner.model.profiles_file import load_profiles

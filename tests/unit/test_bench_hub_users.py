@@ -6,7 +6,6 @@ import pytest
 
 from bench.hub_load import (
     EventStream,
-    bench_profiles,
     check_args,
     p95,
     parse_sizes,
@@ -17,7 +16,7 @@ from bench.hub_load import (
     summarize,
 )
 from gpu_spawner.builders import pods as podspec
-from gpu_spawner.model.profiles_file import load_profiles
+from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 def args(**over):
@@ -80,10 +79,9 @@ def test_the_ratio_is_taken_within_each_round_and_unpaired_rounds_are_left_out()
     assert s["package_cpu_ms_per_user"]["values"] == [10, 15] and s["plain_spawn_page_p95_ms"] is None
 
 
-def test_plain_profiles_are_the_same_profiles_with_gpuspawner_pod_settings(tmp_path):
-    path = bench_profiles(tmp_path / "profiles.yaml")
+def test_plain_profiles_are_the_same_profiles_with_gpuspawner_pod_settings():
+    path = str(EXAMPLE_PROFILES)
     cfg = load_profiles(path)
-    assert "datasets" not in (tmp_path / "profiles.yaml").read_text()
     plain = plain_profile_list(path)
     assert [p["slug"] for p in plain] == [p.slug for p in cfg.profiles]
     assert [p["slug"] for p in plain if p.get("default")] == [p.slug for p in cfg.profiles if p.default]
