@@ -210,7 +210,7 @@ async def spawn_and_stop(hub: Hub, session: aiohttp.ClientSession, name: str, to
     status GETs until the server is gone. Times in ms from the POST."""
     headers = {"Authorization": f"token {token}"}
     api = f"{hub.url}/hub/api/users/{name}/server"
-    rec: dict = {"events": 0, "first_ms": None, "ready_ms": None, "end": "window"}
+    rec: dict = {"events": 0, "first_ms": None, "ready_ms": None, "end": "window", "messages": []}
     t0 = time.perf_counter()
     try:
         async with session.post(api, headers=headers, json={"profile": args.spawn_profile}) as r:
@@ -226,6 +226,7 @@ async def spawn_and_stop(hub: Hub, session: aiohttp.ClientSession, name: str, to
                         for event in stream.feed(chunk):
                             at = (time.perf_counter() - t0) * 1000
                             rec["events"] += 1
+                            rec["messages"].append(f"{at:.0f} ms: {event.get('message', '')}"[:200])
                             rec["first_ms"] = rec["first_ms"] or at
                             if event.get("ready"):
                                 rec["ready_ms"], rec["end"] = at, "ready"
@@ -261,7 +262,8 @@ def spawn_figures(spawns: list[dict]) -> dict:
             "progress_ready_p95_ms": p95([s["ready_ms"] for s in ready]),
             "progress_ready_p50_ms": round(statistics.median([s["ready_ms"] for s in ready]), 1) if ready else None,
             "progress_events_median": statistics.median([s["events"] for s in spawns]) if spawns else None,
-            "spawn_stop_p95_ms": p95([s["stop_ms"] for s in spawns if "stop_ms" in s])}
+            "spawn_stop_p95_ms": p95([s["stop_ms"] for s in spawns if "stop_ms" in s]),
+            "slowest_progress": max(ready, key=lambda s: s["ready_ms"])["messages"] if ready else None}
 
 
 async def drive(hub: Hub, tokens: dict[str, dict], spawners: set[str], args) -> dict:
@@ -351,19 +353,21 @@ def start_cluster(root: Path, args):
     return c
 
 
-def leftover_pods(kubeconfig: Path) -> int:
-    """Pods a hub left behind (each run stops every server it started): deleted, so the next hub starts
-    from an empty namespace; their number is reported."""
-    from devcluster.kube import Kube
+def clean_namespace(kubeconfig: Path) -> int:
+    """After each hub: delete the pods it left (each run stops every server it started; their number is
+    reported) and the namespace's events, so the next hub, whose pods have the same names, does not stream
+    this one's events (KubeSpawner's first spawns in a new hub would show them)."""
+    from kubernetes import client, config
 
-    kube = Kube(kubeconfig)
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
     try:
-        pods = kube.list("v1", "Pod", namespace=NAMESPACE)
+        pods = api.list_namespaced_pod(NAMESPACE).items
         for pod in pods:
-            kube.delete(pod)
+            api.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        api.delete_collection_namespaced_event(NAMESPACE)
         return len(pods)
     finally:
-        kube.close()
+        api.api_client.close()
 
 
 def main() -> int:
@@ -420,7 +424,7 @@ def main() -> int:
                     finally:
                         hub.stop()
                     if kubeconfig is not None:
-                        res["leftover_pods"] = leftover_pods(kubeconfig)
+                        res["leftover_pods"] = clean_namespace(kubeconfig)
                     res["round"] = r + 1
                     runs.append(res)
                     print(json.dumps(res), file=sys.stderr)
