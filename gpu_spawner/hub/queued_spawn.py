@@ -6,8 +6,9 @@ A GPU server queues like a team's Jobs, so a full quota makes it wait rather tha
 queue is not a slow start, so the two get separate deadlines: a queued server may wait `queue_wait_limit`,
 and only once admitted (or when not queued at all) does the admin's `start_timeout` count. JupyterHub's and
 KubeSpawner's own timeouts are set past both, so a plain sentence with what to do next always ends the
-spawn, never an empty "Spawn failed:". A hub restart forgets a waiting spawn but not its pod: the user's next
-start of the same request keeps that pod and its place in the queue (queued_pod.py).
+spawn, never an empty "Spawn failed:". A hub restart does not lose a waiting server's place: its check at the
+hub's start waits for the pod's turn (`get_url`), and a start of the same request that finds the pod still
+queued keeps it (queued_pod.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from traitlets import Float, Integer
 from traitlets.config import LoggingConfigurable
 
 from gpu_spawner.builders.kueue import cluster_queue_name, local_queue_name, server_queue
+from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION, REQUEST_DIGEST_ANNOTATION
 from gpu_spawner.hub import queued_pod, wait_messages
 from gpu_spawner.model.choices import ChoiceError
@@ -26,6 +28,8 @@ from gpu_spawner.model.kueue_words import QueueContext, context_for
 
 #: JupyterHub's and KubeSpawner's timeouts run this much longer than ours, so ours always fire first.
 GRACE_S = 30
+#: Seconds between two looks at a queued pod whose spawn the hub's restart interrupted (the pod watch's view).
+RESUME_POLL_S = 1.0
 
 
 def is_patience(event: dict[str, Any]) -> bool:
@@ -159,6 +163,44 @@ class QueuedSpawnMixin(LoggingConfigurable):
             raise SpawnFailed(wait_messages.start_timeout_message(now - self._admitted_at, name, self._headline))
 
     # ------------------------------------------------------------------ a queued pod outlives the hub
+    async def get_url(self):
+        """JupyterHub asks this, at its start, of a server that was still starting when the hub stopped (poll
+        said running), then waits `http_timeout` for that URL to answer and otherwise deletes the pod. A queued
+        server has no address until Kueue admits it and it runs, and the URL stored at the spawn's start is a
+        placeholder: so the check waits here for the pod's turn (bounded by `queue_wait_limit` from the pod's
+        creation, then `start_timeout` from its admission) and answers the pod's own URL. The server then
+        comes up as a resumed one, with the place it had in the queue; past a limit, or once the pod is gone,
+        the stored URL is answered and JupyterHub stops the server as before."""
+        if not self.profiles_file:
+            return await super().get_url()
+        await self._start_watching_pods()
+        admitted: float | None = None
+        logged = False
+        while True:
+            pod = self.pod_reflector.pods.get(self._pod_key()) if self.pod_reflector else None
+            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                return await super().get_url()
+            try:
+                running = self.is_pod_running(pod)
+            except Exception as e:  # noqa: BLE001 - a start that cannot succeed (its reason logged): stopped
+                self.log.warning("%s: its pod cannot start (%s)", self._log_name, e)
+                return await super().get_url()
+            if running:
+                return self._get_pod_url(pod)
+            if wait_messages.gated(pod):
+                if not logged:
+                    self.log.info("%s: its pod %s still waits in its team's queue; the hub's check waits for its "
+                                  "turn", self._log_name, pod["metadata"]["name"])
+                    logged = True
+                created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+                if self.queue_wait_limit and created and time.time() - created.timestamp() > self.queue_wait_limit:
+                    return await super().get_url()
+            else:
+                admitted = admitted or time.monotonic()
+                if time.monotonic() - admitted > (self._base_start_timeout or self.start_timeout):
+                    return await super().get_url()
+            await asyncio.sleep(RESUME_POLL_S)
+
     async def _make_create_pod_request(self, pod, request_timeout):
         """KubeSpawner's create, except that a queued server's pod that outlived a hub restart is kept, with its
         place in the queue, when this start asks for exactly that pod (queued_pod.py)."""

@@ -168,3 +168,68 @@ def test_a_token_is_refused_unless_it_is_a_live_one_of_this_user():
     assert "not in the hub database" in queued_pod.token_refusal(db, alice, held_token_of(db, users, "revoked"))
     assert "not in the hub database" in queued_pod.token_refusal(db, alice, "planted-" + "x" * 32)
     assert queued_pod.token_refusal(None, None, live)  # no database at hand: not kept
+
+
+# ---------------------------------------------------------------------- the hub's check after its restart
+class Reflector:
+    """KubeSpawner's pod reflector as get_url reads it: `pods` by key, one step of the pod's life per look."""
+
+    def __init__(self, key: str, steps: list[dict | None]):
+        self.key, self.steps, self.looks = key, steps, 0
+
+    @property
+    def pods(self) -> dict:
+        pod = self.steps[min(self.looks, len(self.steps) - 1)]
+        self.looks += 1
+        return {self.key: pod} if pod is not None else {}
+
+
+def _pod(state: str, created: str = "2099-01-01T00:00:00Z") -> dict:
+    pod = {"metadata": {"name": "jupyter-alice", "namespace": "jhub", "creationTimestamp": created},
+           "spec": {"containers": [{"name": "notebook", "ports": [{"name": "notebook-port", "containerPort": 8888}]}]},
+           "status": {"phase": "Pending", "podIP": None, "containerStatuses": None}}
+    if state == "gated":
+        pod["spec"]["schedulingGates"] = [{"name": KUEUE_ADMISSION_GATE}]
+    elif state == "running":
+        pod["spec"]["nodeName"] = "aks-gput4-vmss000000"
+        pod["status"] = {"phase": "Running", "podIP": "10.244.1.7", "containerStatuses": [
+            {"name": "notebook", "ready": True, "state": {"running": {}}}]}
+    return pod
+
+
+async def _url_after_restart(steps: list[dict | None], monkeypatch, **traits) -> tuple[str, int]:
+    from jupyterhub.objects import Server
+
+    from gpu_spawner.hub import queued_spawn
+
+    monkeypatch.setattr(queued_spawn, "RESUME_POLL_S", 0.001)
+    spawner = make_spawner(EXAMPLE_PROFILES, "alice", ALICE, **traits)
+    spawner.server = Server(ip="vm", port=41405, base_url="/user/alice/")  # what the spawn's start stored
+    reflector = Reflector(f"jhub/{spawner.pod_name}", steps)
+
+    async def watching(replace=False):
+        return reflector
+
+    spawner._start_watching_pods = watching
+    monkeypatch.setattr(type(spawner), "pod_reflector", property(lambda self: reflector))
+    try:
+        return await spawner.get_url(), reflector.looks
+    finally:
+        await spawner.api.api_client.close()
+
+
+def test_a_queued_server_found_at_the_hubs_start_is_waited_for_and_resumed_at_its_pods_address(monkeypatch):
+    """A hub killed while alice's server was queued: its check waits for the pod's turn and answers the pod's
+    own URL, not the placeholder the spawn's start stored (which JupyterHub would wait for, then delete the
+    pod and its place in the queue)."""
+    url, looks = asyncio.run(_url_after_restart([_pod("gated")] * 5 + [_pod("admitted"), _pod("running")],
+                                                monkeypatch, namespace="jhub"))
+    assert url == "http://10.244.1.7:8888" and looks == 7
+
+
+@pytest.mark.parametrize("steps", [[None], [_pod("gated", created="2000-01-01T00:00:00Z")],
+                                   [{**_pod("gated"), "metadata": {**_pod("gated")["metadata"],
+                                                                    "deletionTimestamp": "2026-12-01T12:00:00Z"}}]])
+def test_a_pod_gone_or_queued_past_its_limit_gets_the_stored_url_and_is_stopped_as_before(steps, monkeypatch):
+    url, looks = asyncio.run(_url_after_restart(steps, monkeypatch, namespace="jhub"))
+    assert url == "http://vm:41405/user/alice/" and looks == 1
