@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devcluster.replay import faults, invariants
+from devcluster.replay import faults, invariants, notified
 from devcluster.replay import trace as traces
 from devcluster.replay.trace import HOUR
 
@@ -116,3 +116,90 @@ def test_the_usage_collectors_cycle_is_compressed_like_the_cullers():
         parser.add_argument("--every", type=float)
         assert parser.parse_known_args(collector["command"][3:])[0].every == every
         assert jobs["command"] == ["python", "-m", "y"]
+
+
+# ---------------------------------------------------------------------- notifications and queued servers
+def _posts(*events):
+    """What gpu-jobs posts to a Slack-shaped hook for each (kind, status): the product's own payloads."""
+    from gpu_spawner.services.notify.events import job_event
+    from gpu_spawner.services.notify.payloads import webhook_payload
+
+    return [(notified.HOOK_PATH, webhook_payload("slack", job_event(kind, status))) for kind, status in events]
+
+
+def _status(name, user, state, preempted=0):
+    return {"name": name, "user": user, "state": state, "preempted": preempted, "uid": f"uid-{name}"}
+
+
+def test_notifications_the_jobs_imply_are_found_in_what_the_hook_received():
+    jobs = [{"name": "gpu-ds01-a", "user": "ds01", "state": "Succeeded", "bound": 10.0, "preempted": 1},
+            {"name": "gpu-ds02-b", "user": "ds02", "state": "Queued", "bound": None, "preempted": 0}]
+    got = _posts(("admitted", _status("gpu-ds01-a", "ds01", "Running")),
+                 ("preempted", _status("gpu-ds01-a", "ds01", "Queued", 1)),
+                 ("resumed", _status("gpu-ds01-a", "ds01", "Resumed", 1)),
+                 ("succeeded", _status("gpu-ds01-a", "ds01", "Succeeded", 1)))
+    assert notified.check(jobs, got) == {"expected": 3, "delivered": 4, "missing": [], "twice": []}
+    # the end never delivered, the start twice (an outbox that forgot it had sent it)
+    out = notified.check(jobs, got[:1] * 2 + got[1:3])
+    assert out["missing"] == ["gpu-ds01-a succeeded (for ds01)"] and out["twice"] == ["gpu-ds01-a admitted x2"]
+    said = "\n".join(invariants.violations({"notifications": out}))
+    assert "never sent" in said and "sent twice" in said
+
+
+def test_posts_to_other_paths_or_shapes_are_not_counted():
+    (path, body), = _posts(("succeeded", _status("gpu-x-1", "x", "Succeeded")))
+    assert notified.parse([("/other", body), (path, {"text": "hello"}), (path, {})]) == []
+    assert notified.parse([(path, body)]) == [("gpu-x-1", "succeeded", "x")]
+
+
+def test_gpu_jobs_notification_settings_name_the_replays_hook_and_outbox(tmp_path):
+    import json
+    import types
+
+    from devcluster.replay.stack import notify_config
+    from gpu_spawner.services.notify.prefs import parse_webhooks
+
+    c = types.SimpleNamespace(JupyterHub=types.SimpleNamespace(services=[
+        {"name": "gpu-jobs", "command": ["x"], "environment": {"A": "1"}}, {"name": "gpu-culler", "command": ["y"]}]))
+    exec(notify_config("http://127.0.0.1:9", tmp_path / "n.sqlite"), {"c": c})
+    jobs, culler = c.JupyterHub.services
+    hooks = parse_webhooks(json.loads(jobs["environment"]["GPUHUB_NOTIFY_WEBHOOKS"]))
+    assert hooks[notified.HOOK].url == "http://127.0.0.1:9/replay" and hooks[notified.HOOK].kind == "slack"
+    assert jobs["environment"]["A"] == "1" and jobs["environment"]["GPUHUB_NOTIFY_DB"] == str(tmp_path / "n.sqlite")
+    assert "environment" not in culler
+
+
+def test_servers_queued_at_the_gate_are_found_and_their_place_judged():
+    gate = {"name": "kueue.x-k8s.io/admission"}
+    pods = [{"metadata": {"name": "jupyter-a", "namespace": "jhub", "uid": "ua"}, "spec": {"schedulingGates": [gate]}},
+            {"metadata": {"name": "jupyter-b", "namespace": "jhub", "uid": "ub"}, "spec": {"nodeName": "n"}},
+            {"metadata": {"name": "gpu-c", "namespace": "team-ds", "uid": "uc"}, "spec": {"schedulingGates": [gate]}},
+            {"metadata": {"name": "jupyter-d", "namespace": "jhub", "uid": "ud", "deletionTimestamp": "x"},
+             "spec": {"schedulingGates": [gate]}}]
+    assert faults.queued_servers(pods) == {"jupyter-a": "ua"}
+    results = [{"what": "hub", "queued_servers": {"jupyter-a": "ua", "jupyter-e": "ue", "jupyter-f": "uf"}}]
+    seen = {"ua": {"pod": "jupyter-a", "namespace": "jhub"}, "ue2": {"pod": "jupyter-e", "namespace": "jhub"}}
+    assert invariants.kept_places(results, seen) == [
+        {"pod": "jupyter-a", "kept": True, "replaced": False},
+        {"pod": "jupyter-e", "kept": False, "replaced": True},   # a new pod at the back of the queue
+        {"pod": "jupyter-f", "kept": False, "replaced": False}]  # never started (its session ended)
+    said = invariants.violations({"queued_at_hub_restart": invariants.kept_places(results, seen)})
+    assert said == ["queued servers that lost their place across the hub restart: ['jupyter-e']"]
+
+
+def test_what_people_heard_is_counted_in_its_own_words_and_a_changed_end_is_wrong():
+    import requests
+
+    counts: dict = {}
+    busy = requests.Response()
+    busy.status_code, busy._content = 503, b'{"message": "gpu-jobs is  busy:\\ntry again"}'
+    plain = requests.Response()
+    plain.status_code, plain._content = 502, b"<html>Bad gateway</html>"
+    for r in (busy, busy, plain, requests.ConnectionError("reset")):
+        invariants.heard(counts, "submit", r)
+    assert counts == {"submit: 503 gpu-jobs is busy: try again": 2, "submit: 502 <html>Bad gateway</html>": 1,
+                      "submit: no answer (ConnectionError)": 1}
+    jobs = [{"name": "a", "state": "Succeeded"}, {"name": "b", "state": "Failed"}, {"name": "c", "state": "Running"}]
+    assert invariants.contradictions(jobs, {"a": "Succeeded", "b": "Failed", "c": "Succeeded"}) == []
+    assert invariants.contradictions(jobs, {"a": "Failed", "b": None}) == [
+        "a: Succeeded during the replay, Failed at the end", "b: Failed during the replay, None at the end"]
