@@ -21,6 +21,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpu_spawner.model.profiles import ProfilesConfig
+from gpu_spawner.model.warm_schedule import minimum_at_minute
+
 
 @dataclass(frozen=True)
 class PoolModel:
@@ -119,3 +122,14 @@ class AutoscalerModel:
         for rec in [*self.nodes.values(), *self.removed.values()]:
             out[rec["pool"]] += max(0.0, min(rec.get("gone", until), until) - rec["asked"])
         return out
+
+
+def pool_models(cfg: ProfilesConfig, weekday: int = 0) -> dict[str, PoolModel]:
+    """The GPU pools, for the autoscaler model: min/max nodes and the warm schedule from the file, GPU pods per node
+    from its slots. The trace's clock (seconds from 00:00 of a `weekday`, Monday = 0) is read as the pools' local
+    time."""
+    def warm(pool):
+        return (lambda t: minimum_at_minute(pool, weekday * 1440 + t / 60)) if pool.warm else None
+
+    return {name: PoolModel(p.min_nodes, p.max_nodes, max(1, sum(p.slots_per_node().values())), warm(p))
+            for name, p in cfg.pools.items() if p.is_gpu}

@@ -9,7 +9,6 @@ admission latency is compressed with it, so it is an upper bound).
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -25,18 +24,17 @@ import yaml
 from devcluster.devhub import NAMESPACE
 from devcluster.nodes import AGENTPOOL, node_manifest, node_name, with_system_pool
 from gpu_spawner.contract import IDEMPOTENCY_KEY_HEADER, JOBS_ACCESS_SCOPE
-from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.validation import parse_profiles
-from gpu_spawner.model.warm_schedule import minimum_at_minute
 
-from . import accounting, invariants
-from .autoscaler import AutoscalerModel, PoolModel
+from . import accounting, invariants, notified
+from .autoscaler import AutoscalerModel, pool_models
 from .faults import Fault, FaultRunner
-from .stack import Stack
+from .stack import Stack, scaled_profiles
 from .trace import HOUR, Trace
 
 TICK_S = 0.2  # wall seconds between observations
 SAMPLE_S = 300  # trace seconds between time-series samples
+NOTIFY_WAIT_S = 60.0  # wall seconds the end waits for the last jobs' notifications
 
 #: The job's notebook: `steps` checkpointed steps of `step_s` wall seconds; resumes from its checkpoint.
 JOB_NB = {"nbformat": 4, "nbformat_minor": 5,
@@ -48,29 +46,6 @@ JOB_NB = {"nbformat": 4, "nbformat_minor": 5,
                                "start = int(ck.read_text()) if ck.exists() else 0\nprint('resumed at', start)\n"
                                "for i in range(start, steps):\n    time.sleep(step_s)\n    ck.write_text(str(i + 1))\n"
                                "print('done', steps)"}]}
-
-
-def scaled_profiles(data: dict[str, Any], speed: float) -> dict[str, Any]:
-    """The profiles file with idle_timeout and max_age divided by the speed (whole seconds, at least 2)."""
-    cfg = parse_profiles(data)
-    out = json.loads(json.dumps(data))
-    for prof, model in zip(out["profiles"], cfg.profiles):
-        for key in ("idle_timeout", "max_age"):
-            value = getattr(model, key)
-            if value:
-                prof[key] = f"{max(2, round(value / speed))}s"
-    return out
-
-
-def pool_models(cfg: ProfilesConfig, weekday: int = 0) -> dict[str, PoolModel]:
-    """The GPU pools, for the autoscaler model: min/max nodes and the warm schedule from the file, GPU pods per node
-    from its slots. The trace's clock (seconds from 00:00 of a `weekday`, Monday = 0) is read as the pools' local
-    time."""
-    def warm(pool):
-        return (lambda t: minimum_at_minute(pool, weekday * 1440 + t / 60)) if pool.warm else None
-
-    return {name: PoolModel(p.min_nodes, p.max_nodes, max(1, sum(p.slots_per_node().values())), warm(p))
-            for name, p in cfg.pools.items() if p.is_gpu}
 
 
 @dataclass
@@ -99,6 +74,7 @@ class State:
     pods: list[dict] = field(default_factory=list)  # the last list that could be read
     seen: dict[str, dict] = field(default_factory=dict)  # uid → {ns, pod, bound, gone (wall)}: for the showback check
     step_errors: dict[str, int] = field(default_factory=dict)  # a step that failed in a fault, per step
+    heard: dict[str, int] = field(default_factory=dict)  # what people were answered that was not a success
     node_fault: Future | None = None  # asked by the fault thread, done by the loop
     lost: dict[str, int] = field(default_factory=dict)  # job → its checkpoint's step when its node was lost
 
@@ -149,6 +125,8 @@ class Replay:
                 from devcluster.devhub import login
                 login(self.stack.hub_url, u.name)
                 self.user_token(u.name)
+            for user in sorted({j.user for j in self.trace.jobs}):  # they want to hear about their jobs
+                notified.opt_in(f"{self.stack.hub_url}/services/gpu-jobs", self.user_token(user))
             for pool, name in self.model.start(0.0):
                 self.st.node_wall[name] = time.monotonic()
             self.say(f"replaying {self.trace.duration / HOUR:.1f} h at ×{self.speed:g} "
@@ -302,6 +280,7 @@ class Replay:
     def _poll_servers(self, now: float) -> None:
         r = self.api("GET", "/users", params={"state": "active", "limit": 500})
         if not r.ok:
+            invariants.heard(self.st.heard, "the hub's server list", r)
             return
         items = r.json()
         items = items["items"] if isinstance(items, dict) else items
@@ -357,7 +336,7 @@ class Replay:
             unfinished = user in st.open_spawn or self._catching_up(user) is not None  # the user stays until done
             if now >= s.end and (s.stop or now >= nxt) and not unfinished:
                 if s.stop:
-                    self.calls.submit(self.api, "DELETE", f"/users/{quote(user)}/server")
+                    self.calls.submit(self._stop_server, user)
                 st.stopped.add(i)
                 continue
             if now >= s.end:  # left open: the culler's business
@@ -370,6 +349,19 @@ class Replay:
                 st.spawns.append(sp)
                 st.open_spawn[user] = sp
                 st.servers[user] = {"ready": False}
+
+    def _stop_server(self, user: str, patience_s: float = 180) -> None:
+        """The user stops their server, and tries again while the hub is away (restarting, its proxy gone)."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                r = self.api("DELETE", f"/users/{quote(user)}/server")
+            except requests.RequestException as e:
+                r = e
+            if not invariants.transient(r) or time.monotonic() > deadline:
+                return
+            invariants.heard(self.st.heard, "stop", r)
+            time.sleep(1.0)
 
     def _activity(self, now: float) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
@@ -393,6 +385,7 @@ class Replay:
                     continue
                 r = rec["future"].result()
                 if isinstance(r, Exception) or r.status_code not in (200, 201):
+                    invariants.heard(st.heard, "submit", r)
                     if not self.faults or not invariants.transient(r):
                         raise RuntimeError(f"gpu-jobs refused job {j}: {r!r} {getattr(r, 'text', '')}")
                     rec["future"] = self.calls.submit(self._post_job, j, 1.0)  # the same request, the same key
@@ -411,6 +404,8 @@ class Replay:
                 if r.ok:
                     s = r.json()
                     rec["state"], rec["preempted"] = s["state"], int(s.get("preempted") or 0)
+                else:
+                    invariants.heard(st.heard, "a job's status", r)
 
     def _submit(self, j: int) -> Future:
         return self.calls.submit(self._post_job, j, 0.0)
@@ -466,6 +461,11 @@ class Replay:
                                 "pods": len(pods)})
 
     # ------------------------------------------------------------------ result
+    def job_records(self) -> list[dict[str, Any]]:
+        """Each submitted job as the notification check reads it: name, owner, last state, bound, preempted."""
+        return [{"name": rec.get("name"), "user": self.trace.jobs[j].user, "state": rec.get("state"),
+                 "bound": rec.get("bound"), "preempted": rec.get("preempted")} for j, rec in self.st.jobs.items()]
+
     def _summary(self, end: float) -> dict[str, Any]:
         tr, st = self.trace, self.st
         served = [all(st.served.get((i, k)) for k in range(len(s.active))) if s.active else i in st.session_ever_ready
@@ -487,7 +487,10 @@ class Replay:
         shared["servers_culled"] = len(re.findall(r"DELETE /hub/api/users/[^/]+/server \(gpu-culler@", log))
         if self.fault_runner is not None or self.faults is not None:
             shared["faults"] = self.fault_runner.results if self.fault_runner else []
+        notified.await_delivered(self.job_records, self.stack.webhooks, NOTIFY_WAIT_S)
         shared["invariants"] = invariants.gather(self, served)
         shared["step_errors"] = dict(st.step_errors)
+        shared["answers_heard"] = dict(sorted(st.heard.items(), key=lambda kv: -kv[1]))
+
         return {"shared": shared, "samples": st.samples,
                 "start_waits_s": [round(w, 1) for w in waits], "queue_waits_s": [round(w, 1) for w in qwaits]}

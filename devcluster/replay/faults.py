@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-from gpu_spawner.contract import CULLER_SERVICE, JOBS_SERVICE, USAGE_COLLECTOR_SERVICE
+from devcluster.devhub import NAMESPACE
+from gpu_spawner.contract import CULLER_SERVICE, JOBS_SERVICE, KUEUE_ADMISSION_GATE, USAGE_COLLECTOR_SERVICE
 
 from .trace import HOUR, Trace
 
@@ -37,6 +38,8 @@ ETCD_PAUSE_S = 20.0
 RECOVERY_TIMEOUT_S = 180.0
 #: Wall seconds between two faults' injections (a recovery takes 1-30 s here): each fault is measured alone.
 GAP_WALL_S = 30.0
+#: Trace seconds the hub's kill may wait for a server queued at Kueue's gate (whose place must survive it).
+QUEUED_WAIT_S = 2 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,13 @@ def wait_port_free(alive: Callable[[], bool], url: str, timeout: float = 15.0) -
         time.sleep(0.1)
 
 
+def queued_servers(pods: list[dict]) -> dict[str, str]:
+    """Server pods waiting at Kueue's admission gate in the hub namespace: pod name → uid."""
+    return {p["metadata"]["name"]: p["metadata"].get("uid", "") for p in pods
+            if p["metadata"].get("namespace") == NAMESPACE and not p["metadata"].get("deletionTimestamp")
+            and any(g.get("name") == KUEUE_ADMISSION_GATE for g in p["spec"].get("schedulingGates") or [])}
+
+
 def answers(url: str, timeout: float = 3.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -208,10 +218,13 @@ class FaultRunner:
             while self.now() < fault.at:
                 if self.stop.wait(0.2):
                     return
+            queued = self._queued_before_hub() if fault.what == "hub" else None
             at = self.now()
             t0 = time.monotonic()
             try:
                 check, detail = self.inject(fault.what)
+                if queued is not None:
+                    detail = {**detail, "queued_servers": queued}
             except Exception as e:  # noqa: BLE001 (a fault that could not be applied is reported, not raised)
                 self.results.append({"what": fault.what, "at": round(at), "at_h": round(at / HOUR, 2),
                                      "recovered_after_s": None, "error": f"not applied: {e!r}"[:300]})
@@ -232,6 +245,18 @@ class FaultRunner:
             self.say(f"[{at / HOUR:5.2f} h] fault {fault.what}: "
                      + (f"healthy again after {recovered} s" if recovered is not None else
                         f"NOT healthy within {RECOVERY_TIMEOUT_S:.0f} s") + (f" ({detail})" if detail else ""))
+
+    def _queued_before_hub(self) -> dict[str, str]:
+        """The hub is killed while a server waits in its team's queue where the trace has one within
+        QUEUED_WAIT_S: the servers queued at the kill (pod → uid), whose place must survive the restart."""
+        deadline = self.now() + QUEUED_WAIT_S
+        while True:
+            try:
+                queued = queued_servers(self.stack.kube.list("v1", "Pod", NAMESPACE))
+            except Exception:  # noqa: BLE001 (another fault's outage: look again)
+                queued = {}
+            if queued or self.now() >= deadline or self.stop.wait(0.2):
+                return queued
 
     # ------------------------------------------------------------------ the faults
     def hub_ok(self) -> bool:

@@ -15,6 +15,8 @@ import requests
 from devcluster.devhub import NAMESPACE
 from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
 
+from . import notified
+
 #: Answers a person retries: the hub or gpu-jobs away, busy, or an answer lost.
 TRANSIENT = (429, 502, 503, 504)
 #: Wall seconds a lifetime may take to reach the store after its pod ended (the collector's cycle and more).
@@ -23,6 +25,28 @@ STORE_LAG_S = 90.0
 
 def transient(r: Any) -> bool:
     return isinstance(r, requests.RequestException) or getattr(r, "status_code", None) in TRANSIENT
+
+
+def heard(counts: dict[str, int], what: str, r: Any) -> None:
+    """Count what a person was told instead of a success, in its own words (code and message, bounded)."""
+    if isinstance(r, requests.RequestException):
+        words = f"no answer ({type(r).__name__})"
+    else:
+        try:
+            message = r.json().get("message") or ""
+        except ValueError:
+            message = r.text
+        words = f"{r.status_code} {' '.join(str(message).split())[:100]}".strip()
+    key = f"{what}: {words}"
+    counts[key] = counts.get(key, 0) + 1
+
+
+def contradictions(jobs: list[dict[str, Any]], now_shown: dict[str, str | None]) -> list[str]:
+    """A job the replay saw finish, shown otherwise at the end, was told wrong once (pure): during a fault a
+    status may be "unknown" or an error, never a wrong end."""
+    return [f"{rec['name']}: {rec['state']} during the replay, {now_shown.get(rec['name'])} at the end"
+            for rec in jobs if rec.get("state") in ("Succeeded", "Failed")
+            and now_shown.get(rec["name"]) != rec["state"]]
 
 
 def record_pods(seen: dict[str, dict], alive: list[dict], wall: float) -> None:
@@ -146,7 +170,34 @@ def gather(replay: Any, served: list[bool]) -> dict[str, Any]:
                                            sorted(f"{r['namespace']}/{r['pod']}" for u, r in ended.items()
                                                   if u not in store))
     out["servers_in_hub_namespace"] = sum(1 for r in st.seen.values() if r["namespace"] == NAMESPACE)
-    out["notifications"] = "not exercised: no user of the trace opts in"
+    records = replay.job_records()
+    out["wrong_answers"] = contradictions(records, {rec["name"]: _shown(replay, rec) for rec in records
+                                                    if rec.get("name")})
+    sink = replay.stack.webhooks
+    out["notifications"] = notified.check(records, sink.received if sink else [])
+    out["queued_at_hub_restart"] = kept_places(replay.fault_runner.results if replay.fault_runner else [], st.seen)
+    return out
+
+
+def _shown(replay: Any, rec: dict[str, Any]) -> str | None:
+    """The job's state as gpu-jobs shows its owner now (None: no answer)."""
+    try:
+        r = requests.get(f"{replay.stack.hub_url}/services/gpu-jobs/jobs/{rec['name']}", timeout=30,
+                         headers={"Authorization": f"token {replay.user_token(rec['user'])}"})
+        return r.json().get("state") if r.ok else f"HTTP {r.status_code}"
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def kept_places(fault_results: list[dict[str, Any]], seen: dict[str, dict]) -> list[dict[str, Any]]:
+    """Each server queued when the hub was killed: did the pod that waited then (its uid) get its node, i.e.
+    keep its place, or did another pod of the same name start instead (the queue's back)? (pure)"""
+    out = []
+    for f in fault_results:
+        for pod, uid in (f.get("queued_servers") or {}).items():
+            later = [u for u, rec in seen.items() if rec["pod"] == pod and rec["namespace"] == NAMESPACE]
+            out.append({"pod": pod, "kept": uid in seen,
+                        "replaced": bool(later) and uid not in seen})
     return out
 
 
@@ -162,6 +213,16 @@ def violations(inv: dict[str, Any]) -> list[str]:
                        ("lifetimes_missing_from_store", "ended lifetimes missing from the showback store")):
         if inv.get(key):
             out.append(f"{words}: {inv[key]}")
+    notes = inv.get("notifications") or {}
+    if notes.get("missing"):
+        out.append(f"notifications never sent: {notes['missing']}")
+    if notes.get("twice"):
+        out.append(f"notifications sent twice: {notes['twice']}")
+    replaced = [q["pod"] for q in inv.get("queued_at_hub_restart") or [] if q["replaced"]]
+    if replaced:
+        out.append(f"queued servers that lost their place across the hub restart: {replaced}")
+    if inv.get("wrong_answers"):
+        out.append(f"jobs told wrong: {inv['wrong_answers']}")
     if inv.get("cluster_read_error"):
         out.append(f"the cluster could not be read at the end: {inv['cluster_read_error']}")
     return out

@@ -23,8 +23,7 @@ from typing import Any
 from gpu_spawner.model.profiles import ProfilesConfig
 
 from . import accounting
-from .autoscaler import AutoscalerModel
-from .driver import pool_models
+from .autoscaler import AutoscalerModel, pool_models
 from .trace import HOUR, Trace
 
 WORK_HOURS = (8 * HOUR, 18 * HOUR)  # the targets' "during working hours": starts asked for in this window

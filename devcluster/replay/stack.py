@@ -5,6 +5,7 @@ the trace (DCGM_FI_PROF_GR_ENGINE_ACTIVE, what the culler's GPU evidence reads).
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -15,8 +16,12 @@ from typing import Any
 from devcluster import cluster as dc
 from devcluster import prometheus
 from devcluster.devhub import NAMESPACE, DevHub, HubSettings, activity_lines, free_port
-from gpu_spawner.contract import USAGE_COLLECTOR_SERVICE
+from devcluster.webhook_sink import WebhookSink
+from gpu_spawner.contract import JOBS_SERVICE, USAGE_COLLECTOR_SERVICE
+from gpu_spawner.model.validation import parse_profiles
+from gpu_spawner.services.notify.options import ENV_DB, ENV_WEBHOOKS
 
+from . import notified
 from .faults import cluster_records
 
 SCRAPE_S = 1
@@ -52,6 +57,18 @@ class SimulatedDCGM:
         self.server.shutdown()
 
 
+def scaled_profiles(data: dict[str, Any], speed: float) -> dict[str, Any]:
+    """The profiles file with idle_timeout and max_age divided by the speed (whole seconds, at least 2)."""
+    cfg = parse_profiles(data)
+    out = json.loads(json.dumps(data))
+    for prof, model in zip(out["profiles"], cfg.profiles):
+        for key in ("idle_timeout", "max_age"):
+            value = getattr(model, key)
+            if value:
+                prof[key] = f"{max(2, round(value / speed))}s"
+    return out
+
+
 def culler_env(speed: float, prometheus_url: str, culling: bool) -> dict[str, str]:
     """The hub's GPUHUB_CULLER_* settings: cycles and warnings compressed by the replay's speed."""
     every = max(1, round(60 / speed))
@@ -71,6 +88,15 @@ def collector_cycle_config(speed: float) -> str:
             f"        _service['command'] = list(_service['command']) + ['--every={every}']")
 
 
+def notify_config(webhook_url: str, db: Path) -> str:
+    """gpu-jobs' notifications: the replay's one webhook (on loopback) and its outbox's file in the hub's state,
+    so a restarted gpu-jobs finds what it had not sent yet."""
+    env = {ENV_WEBHOOKS: json.dumps(notified.webhooks(webhook_url)), ENV_DB: str(db)}
+    return ("for _service in c.JupyterHub.services:\n"
+            f"    if _service.get('name') == {JOBS_SERVICE!r}:\n"
+            f"        _service['environment'] = {{**_service.get('environment', {{}}), **{env!r}}}\n")
+
+
 def activity_config(speed: float) -> str:
     """JupyterHub's activity intervals (300 s by default: servers' reports, the hub's proxy poll) compressed
     like the idle timeouts, which the product refuses to set shorter than them."""
@@ -86,7 +112,7 @@ class Stack:
         self.speed, self.culling, self.say = speed, culling, say
         self.token = secrets.token_hex(16)
         self.procs: list[Any] = []
-        self.hub = self.agent = self.prom = self.dcgm = None
+        self.hub = self.agent = self.prom = self.dcgm = self.webhooks = None
 
     def up(self) -> "Stack":
         from devcluster.dev import AgentProcess
@@ -99,12 +125,14 @@ class Stack:
                                                  exporter_pod="nvidia-dcgm-exporter-sim")
         self.say("dev hub up")
         state = self.root / "hub"
+        self.webhooks = WebhookSink().__enter__()
         self.agent = AgentProcess(state, self.kubeconfig).start()
         extra = ('c.JupyterHub.load_roles = list(c.JupyterHub.load_roles) + [{"name": "replay-tokens", '
                  '"scopes": ["tokens", "admin:users", "admin:servers", "users:activity"], "services": ["replay"]}]\n'
                  'c.JupyterHub.concurrent_spawn_limit = 0\n'
                  'c.JupyterHub.slow_spawn_timeout = 0\nc.JupyterHub.slow_stop_timeout = 0\n'
-                 + collector_cycle_config(self.speed))
+                 + collector_cycle_config(self.speed) + "\n"
+                 + notify_config(self.webhooks.url, state / "notify.sqlite"))
         self.settings = HubSettings(state_dir=state, profiles=self.profiles, kubeconfig=self.kubeconfig,
                                     port=free_port(), groups=self.groups, api_tokens={"replay": self.token},
                                     extra=extra, before=activity_config(self.speed))
@@ -175,6 +203,7 @@ class Stack:
     def down(self) -> None:
         for step in (lambda: self.hub and self.hub.stop(), lambda: self.agent and self.agent.stop(),
                      lambda: self.prom and prometheus.stop(self.prom), lambda: self.dcgm and self.dcgm.close(),
+                     lambda: self.webhooks and self.webhooks.__exit__(None, None, None),
                      lambda: dc.down(self.root / "cluster")):
             try:
                 step()

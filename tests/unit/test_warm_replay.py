@@ -10,8 +10,7 @@ import yaml
 
 from devcluster.replay import quick, tradeoff
 from devcluster.replay import trace as traces
-from devcluster.replay.autoscaler import AutoscalerModel, PoolModel
-from devcluster.replay.driver import pool_models
+from devcluster.replay.autoscaler import AutoscalerModel, PoolModel, pool_models
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
 from gpu_spawner.model.validation import parse_profiles
 
