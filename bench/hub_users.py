@@ -126,6 +126,9 @@ current-context: offline
 
 
 class Hub:
+    """One bench hub in its own state folder and process group (its proxy with it), on a copy of the seeded
+    database: the package's or the plain one."""
+
     def __init__(self, kind: str, work: Path, database: Path, args, kubeconfig: Path | None) -> None:
         self.kind = kind
         self.state = state = Path(tempfile.mkdtemp(prefix=f"hub-{kind}-", dir=work))
@@ -202,7 +205,7 @@ async def stand_in(port: int) -> web.AppRunner:
 
 
 class SpawnFailed(Exception):
-    pass
+    """The hub refused or lost a spawn step; the message has its status and the start of its answer."""
 
 
 async def spawn_and_stop(hub: Hub, session: aiohttp.ClientSession, name: str, token: str, args) -> dict:
@@ -255,6 +258,8 @@ async def spawn_and_stop(hub: Hub, session: aiohttp.ClientSession, name: str, to
 
 
 def spawn_figures(spawns: list[dict]) -> dict:
+    """A hub's spawns in figures: how many became ready, p95 to the first and to the ready event, stop p95, and
+    the slowest spawn's messages (what its stream said when)."""
     ready = [s for s in spawns if s["end"] == "ready" and "error" not in s]
     return {"spawns": len(spawns), "spawns_ready": len(ready),
             "spawn_errors": [s.get("error") or s["end"] for s in spawns if s not in ready][:5],
