@@ -2,7 +2,7 @@
 
     python bench/day_replay.py [--trace FILE | --users 12 --seed 1 --hours 24 [--spread]] [--speed 120]
                                [--warm none|file|workday|arrivals] [--levers] [--repeat 2] [--out bench/results]
-                               [--faults SEED [--fault-kinds hub,kueue,...]]
+                               [--faults SEED [--fault-kinds hub,kueue,...] [--fault-gap 30] [--plain-from JSON]]
     python bench/day_replay.py --quick [--provision-delay 240 480] [--startup-s 30]   # the trade-off, model only
 
 The trace (format: devcluster/replay/trace.py; the default is generated from --seed) is replayed in
@@ -149,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="replay N times; fail beyond the determinism tolerance")
     ap.add_argument("--faults", type=int, metavar="SEED", help="also replay with faults at seeded times")
     ap.add_argument("--fault-kinds", default=",".join(faults.KINDS), help="which faults (comma-separated)")
+    ap.add_argument("--fault-gap", type=float, default=faults.GAP_WALL_S,
+                    help="wall seconds between two faults (a faster replay needs less to keep them in its busiest "
+                         "hours; each still waits for the last one's recovery)")
+    ap.add_argument("--plain-from", help="--faults: take the plain replay from this earlier result JSON of the same "
+                                          "trace and speed instead of replaying it again")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--name", default="day_replay", help="file name stem in --out")
     args = ap.parse_args(argv)
@@ -166,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         tr = traces.spread(tr)
     traces.dump(tr, out / f"{args.name}_trace.yaml")
     t0 = time.monotonic()
-    runs = [replay_once(tr, profiles, args) for _ in range(args.repeat)]
+    if args.plain_from:  # the plain replay of this very trace, from an earlier run (a second fault seed's baseline)
+        earlier = json.loads(Path(args.plain_from).read_text())
+        if earlier.get("speed") != args.speed or traces.load(Path(args.plain_from).with_name(
+                Path(args.plain_from).stem + "_trace.yaml")) != tr:
+            ap.error(f"{args.plain_from} is not a replay of this trace at x{args.speed:g}")
+        runs = [{k: earlier[k] for k in ("shared", "samples", "start_waits_s", "queue_waits_s", "one_vm")}]
+    else:
+        runs = [replay_once(tr, profiles, args) for _ in range(args.repeat)]
     result = runs[0]
     result.update(trace_hours=tr.duration / 3600, users=len(tr.users), speed=args.speed, warm=args.warm,
                   spread=args.spread,
@@ -191,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(kinds) - set(faults.KINDS)
         if unknown:
             ap.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(faults.KINDS)}")
-        plan = faults.schedule(args.faults, tr, args.speed, kinds)
+        plan = faults.schedule(args.faults, tr, args.speed, kinds, gap_wall_s=args.fault_gap)
         r = replay_once(tr, profiles, args, fault_list=plan)
         r["shared"]["strategy"] = f"shared, faults seed {args.faults}"
         result["faulted"] = {"seed": args.faults, "shared": r["shared"], "faults": r["shared"].pop("faults"),

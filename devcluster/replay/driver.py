@@ -381,13 +381,16 @@ class Replay:
                               "preempted": 0, "future": self._submit(j), "names": set(), "tries": 1}
         for j, rec in st.jobs.items():
             if rec["name"] is None:
-                if not rec["future"].done():
+                if rec.get("refused") or not rec["future"].done():
                     continue
                 r = rec["future"].result()
                 if isinstance(r, Exception) or r.status_code not in (200, 201):
                     invariants.heard(st.heard, "submit", r)
-                    if not self.faults or not invariants.transient(r):
+                    if not self.faults:
                         raise RuntimeError(f"gpu-jobs refused job {j}: {r!r} {getattr(r, 'text', '')}")
+                    if not invariants.transient(r):  # reported as a job not finished, not retried
+                        rec.update(state="Failed", refused=f"{getattr(r, 'status_code', r)}")
+                        continue
                     rec["future"] = self.calls.submit(self._post_job, j, 1.0)  # the same request, the same key
                     rec["tries"] += 1
                     continue

@@ -24,7 +24,13 @@ STORE_LAG_S = 90.0
 
 
 def transient(r: Any) -> bool:
-    return isinstance(r, requests.RequestException) or getattr(r, "status_code", None) in TRANSIENT
+    """An answer a person retries: none, one of TRANSIENT, or a 404 page from the hub instead of gpu-jobs' JSON
+    (a proxy started again with the hub has no route to the service until the hub adds it back)."""
+    if isinstance(r, requests.RequestException):
+        return True
+    code = getattr(r, "status_code", None)
+    html = "text/html" in (getattr(r, "headers", None) or {}).get("Content-Type", "")
+    return code in TRANSIENT or (code == 404 and html)
 
 
 def heard(counts: dict[str, int], what: str, r: Any) -> None:
@@ -36,6 +42,8 @@ def heard(counts: dict[str, int], what: str, r: Any) -> None:
             message = r.json().get("message") or ""
         except ValueError:
             message = r.text
+        if r.status_code == 404 and transient(r):
+            message = "the hub's page (no route to the service yet)"
         words = f"{r.status_code} {' '.join(str(message).split())[:100]}".strip()
     key = f"{what}: {words}"
     counts[key] = counts.get(key, 0) + 1
@@ -45,7 +53,7 @@ def contradictions(jobs: list[dict[str, Any]], now_shown: dict[str, str | None])
     """A job the replay saw finish, shown otherwise at the end, was told wrong once (pure): during a fault a
     status may be "unknown" or an error, never a wrong end."""
     return [f"{rec['name']}: {rec['state']} during the replay, {now_shown.get(rec['name'])} at the end"
-            for rec in jobs if rec.get("state") in ("Succeeded", "Failed")
+            for rec in jobs if rec.get("name") and rec.get("state") in ("Succeeded", "Failed")
             and now_shown.get(rec["name"]) != rec["state"]]
 
 
@@ -125,6 +133,7 @@ def gather(replay: Any, served: list[bool]) -> dict[str, Any]:
     names = {rec["name"] for rec in st.jobs.values() if rec.get("name")}
     out["jobs_with_more_than_one_name"] = sorted(j for j, rec in st.jobs.items() if len(rec.get("names", ())) > 1)
     out["submit_tries"] = sum(rec.get("tries", 1) for rec in st.jobs.values())
+    out["jobs_refused"] = {str(j): rec["refused"] for j, rec in st.jobs.items() if rec.get("refused")}
     namespaces = sorted({t.namespace for t in replay.cfg.teams.values()})
     try:
         made = [j for ns in namespaces for j in kube.list("batch/v1", "Job", ns)]
@@ -210,6 +219,7 @@ def violations(inv: dict[str, Any]) -> list[str]:
                        ("outputs_missing", "finished jobs without an output notebook"),
                        ("outputs_more_than_one", "jobs with more than one output notebook"),
                        ("lost_checkpointed_work", "jobs whose rerun began before their checkpoint"),
+                       ("jobs_refused", "jobs refused at submit (trace index: answer)"),
                        ("lifetimes_missing_from_store", "ended lifetimes missing from the showback store")):
         if inv.get(key):
             out.append(f"{words}: {inv[key]}")

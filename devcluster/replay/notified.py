@@ -58,13 +58,14 @@ def parse(received: Iterable[tuple[str, dict]]) -> list[tuple[str, str, str]]:
 
 
 def expected(jobs: Iterable[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    """(job, kind, user) each job's last status implies: admitted once it ran, preempted if it was, and its end."""
+    """(job, kind, user) each job's last status implies: admitted once it ran (a failed job may never have), preempted
+    if it was, and its end."""
     out = set()
     for rec in jobs:
         name, user, state = rec.get("name"), rec.get("user"), rec.get("state")
         if not name or not user:
             continue
-        if state in (SUCCEEDED, FAILED) or rec.get("bound") is not None:
+        if state == SUCCEEDED or rec.get("bound") is not None or rec.get("preempted"):  # it was admitted
             out.add((name, NOTIFY_ADMITTED, user))
         if rec.get("preempted"):
             out.add((name, NOTIFY_PREEMPTED, user))

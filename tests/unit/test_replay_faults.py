@@ -203,3 +203,28 @@ def test_what_people_heard_is_counted_in_its_own_words_and_a_changed_end_is_wron
     assert invariants.contradictions(jobs, {"a": "Succeeded", "b": "Failed", "c": "Succeeded"}) == []
     assert invariants.contradictions(jobs, {"a": "Failed", "b": None}) == [
         "a: Succeeded during the replay, Failed at the end", "b: Failed during the replay, None at the end"]
+
+
+def test_a_404_page_of_the_hub_is_a_routing_gap_a_person_retries_but_gpu_jobs_404_is_not():
+    import requests
+
+    page, json_404 = requests.Response(), requests.Response()
+    page.status_code, page._content = 404, b"<!DOCTYPE HTML><html><title>JupyterHub</title></html>"
+    page.headers["Content-Type"] = "text/html; charset=UTF-8"
+    json_404.status_code, json_404._content = 404, b'{"message": "no such job"}'
+    json_404.headers["Content-Type"] = "application/json"
+    assert invariants.transient(page) and not invariants.transient(json_404)
+    counts: dict = {}
+    invariants.heard(counts, "submit", page)
+    invariants.heard(counts, "a job's status", json_404)
+    assert counts == {"submit: 404 the hub's page (no route to the service yet)": 1,
+                      "a job's status: 404 no such job": 1}
+
+
+def test_a_failed_job_that_never_ran_owes_no_start_but_a_succeeded_one_does():
+    jobs = [{"name": "gpu-a-1", "user": "a", "state": "Failed", "bound": None, "preempted": 0},
+            {"name": "gpu-a-2", "user": "a", "state": "Succeeded", "bound": None, "preempted": 0},
+            {"name": None, "user": "a", "state": "Failed", "bound": None, "preempted": 0}]  # refused at submit
+    assert notified.expected(jobs) == {("gpu-a-1", "failed", "a"), ("gpu-a-2", "admitted", "a"),
+                                       ("gpu-a-2", "succeeded", "a")}
+    assert invariants.contradictions(jobs, {"gpu-a-1": "Failed", "gpu-a-2": "Succeeded"}) == []
