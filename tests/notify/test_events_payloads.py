@@ -33,6 +33,11 @@ def status(state, preempted=0, user="alice", **kw):
     (status(QUEUED), status(FAILED, message="the job ran past its timeout"), ["failed"]),
     (status(SUCCEEDED), status(SUCCEEDED), []),
     (status(FAILED), status(FAILED, preempted=3), []),  # a finished job is never reported again
+    # seen only after the fact (gpu-jobs away meanwhile): its first admission is still sent, once
+    (status(QUEUED), status(QUEUED, preempted=1), ["admitted", "preempted"]),
+    (status(QUEUED), status(RESUMED, preempted=1), ["admitted", "preempted", "resumed"]),
+    (status(QUEUED), status(SUCCEEDED), ["admitted", "succeeded"]),
+    (None, status(SUCCEEDED), ["admitted", "succeeded"]),
 ])
 def test_job_kinds(before, after, kinds):
     assert job_kinds(before, after) == kinds

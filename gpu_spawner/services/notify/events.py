@@ -57,14 +57,17 @@ def lab_link(hub_url: str, path: str) -> str | None:
 
 def job_kinds(before: dict | None, after: dict) -> list[str]:
     """The events between two statuses of one job (`before` None: first seen, i.e. just submitted).
-    Admitted only for the first admission; preempted when the preemption count grows; resumed when it
+    Admitted only for the first admission (also when only its consequences were seen); preempted when the preemption count grows; resumed when it
     runs again after one; succeeded / failed when it finishes."""
     was = before or {"state": QUEUED, "preempted": 0}
     state, preempted = after.get("state"), after.get("preempted") or 0
     if was.get("state") in FINISHED:
         return []
     kinds = []
-    if was.get("state") == QUEUED and not (was.get("preempted") or 0) and state in (ADMITTED, RUNNING):
+    never_admitted = was.get("state") == QUEUED and not (was.get("preempted") or 0)
+    # a job preempted, resumed or succeeded since the last look was admitted in between (while gpu-jobs was
+    # away, say): its first admission is still news to whoever asked for it
+    if never_admitted and (state in (ADMITTED, RUNNING, RESUMED, SUCCEEDED) or preempted > 0):
         kinds.append(NOTIFY_ADMITTED)
     if preempted > (was.get("preempted") or 0) and state not in FINISHED:
         kinds.append(NOTIFY_PREEMPTED)
