@@ -16,6 +16,7 @@ import asyncio
 import time
 from typing import Any, AsyncIterator
 
+from jupyterhub.utils import utcnow
 from traitlets import Float, Integer
 from traitlets.config import LoggingConfigurable
 
@@ -127,7 +128,10 @@ class QueuedSpawnMixin(LoggingConfigurable):
         if not self.profiles_file:
             return await super()._start()
         try:
-            return await super()._start()
+            url = await super()._start()
+            if self._queue:
+                self._active_from_now()
+            return url
         except asyncio.CancelledError:
             raise  # the user pressed Stop (our deadlines fire before the hub's own)
         except Exception as e:
@@ -139,6 +143,17 @@ class QueuedSpawnMixin(LoggingConfigurable):
             self._spawn_began = None
             # the long value was read when the waits began; stop() waits for the pod with the plain one
             self.start_timeout = self._base_start_timeout + GRACE_S
+
+    def _active_from_now(self) -> None:
+        """A server that waited in its team's queue starts its idle clock when it runs, not when it was asked for.
+        JupyterHub stamps the server's activity when the spawn begins, and the first activity report comes one
+        activity interval after it runs: a queue wait longer than idle_timeout let the culler stop the server
+        in between (the faulted day replay saw it)."""
+        orm_spawner = getattr(self, "orm_spawner", None)
+        if orm_spawner is None:
+            return
+        orm_spawner.last_activity = utcnow(with_tz=False)
+        self.db.commit()
 
     def check_deadlines(self, pod: dict[str, Any] | None) -> None:
         """Raise SpawnFailed when the queue wait limit or (after admission) start_timeout has passed."""
@@ -186,6 +201,8 @@ class QueuedSpawnMixin(LoggingConfigurable):
                 self.log.warning("%s: its pod cannot start (%s)", self._log_name, e)
                 return await super().get_url()
             if running:
+                if logged:  # it waited for its turn here: its idle clock starts now, as a spawn's does
+                    self._active_from_now()
                 return self._get_pod_url(pod)
             if wait_messages.gated(pod):
                 if not logged:

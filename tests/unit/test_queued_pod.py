@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from jupyterhub import orm
@@ -197,14 +197,21 @@ def _pod(state: str, created: str = "2099-01-01T00:00:00Z") -> dict:
     return pod
 
 
-async def _url_after_restart(steps: list[dict | None], monkeypatch, **traits) -> tuple[str, int]:
-    from jupyterhub.objects import Server
+SPAWN_BEGAN = datetime(2026, 12, 5, 6, 0)  # the queued spawn's start, hours before the hub's restart
 
+
+async def _url_after_restart(steps: list[dict | None], monkeypatch, **traits) -> tuple[str, int, datetime]:
+    """(the URL get_url answers, the looks it took, the server's last_activity afterwards)."""
     from gpu_spawner.hub import queued_spawn
 
     monkeypatch.setattr(queued_spawn, "RESUME_POLL_S", 0.001)
     spawner = make_spawner(EXAMPLE_PROFILES, "alice", ALICE, **traits)
-    spawner.server = Server(ip="vm", port=41405, base_url="/user/alice/")  # what the spawn's start stored
+    db, users = hub_db()
+    stored = orm.Server(proto="http", ip="vm", port=41405, base_url="/user/alice/")  # the spawn's start stored it
+    record = orm.Spawner(user=users["alice"], name="", last_activity=SPAWN_BEGAN, server=stored)
+    db.add(record)
+    db.commit()  # the database's defaults filled in, as a hub's restart reads them
+    spawner.db, spawner.orm_spawner = db, record
     reflector = Reflector(f"jhub/{spawner.pod_name}", steps)
 
     async def watching(replace=False):
@@ -213,7 +220,7 @@ async def _url_after_restart(steps: list[dict | None], monkeypatch, **traits) ->
     spawner._start_watching_pods = watching
     monkeypatch.setattr(type(spawner), "pod_reflector", property(lambda self: reflector))
     try:
-        return await spawner.get_url(), reflector.looks
+        return await spawner.get_url(), reflector.looks, spawner.orm_spawner.last_activity
     finally:
         await spawner.api.api_client.close()
 
@@ -222,14 +229,16 @@ def test_a_queued_server_found_at_the_hubs_start_is_waited_for_and_resumed_at_it
     """A hub killed while alice's server was queued: its check waits for the pod's turn and answers the pod's
     own URL, not the placeholder the spawn's start stored (which JupyterHub would wait for, then delete the
     pod and its place in the queue)."""
-    url, looks = asyncio.run(_url_after_restart([_pod("gated")] * 5 + [_pod("admitted"), _pod("running")],
-                                                monkeypatch, namespace="jhub"))
+    url, looks, active = asyncio.run(_url_after_restart([_pod("gated")] * 5 + [_pod("admitted"), _pod("running")],
+                                                        monkeypatch, namespace="jhub"))
     assert url == "http://10.244.1.7:8888" and looks == 7
+    # its idle clock starts now, not at the spawn's start hours ago (the culler would stop it at once)
+    assert active > datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=1)
 
 
 @pytest.mark.parametrize("steps", [[None], [_pod("gated", created="2000-01-01T00:00:00Z")],
                                    [{**_pod("gated"), "metadata": {**_pod("gated")["metadata"],
                                                                     "deletionTimestamp": "2026-12-01T12:00:00Z"}}]])
 def test_a_pod_gone_or_queued_past_its_limit_gets_the_stored_url_and_is_stopped_as_before(steps, monkeypatch):
-    url, looks = asyncio.run(_url_after_restart(steps, monkeypatch, namespace="jhub"))
-    assert url == "http://vm:41405/user/alice/" and looks == 1
+    url, looks, active = asyncio.run(_url_after_restart(steps, monkeypatch, namespace="jhub"))
+    assert url == "http://vm:41405/user/alice/" and looks == 1 and active == SPAWN_BEGAN
