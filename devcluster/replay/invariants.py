@@ -16,6 +16,7 @@ from devcluster.devhub import NAMESPACE
 from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
 
 from . import notified
+from .trace import HOUR
 
 #: Answers a person retries: the hub or gpu-jobs away, busy, or an answer lost.
 TRANSIENT = (429, 502, 503, 504)
@@ -55,6 +56,42 @@ def contradictions(jobs: list[dict[str, Any]], now_shown: dict[str, str | None])
     return [f"{rec['name']}: {rec['state']} during the replay, {now_shown.get(rec['name'])} at the end"
             for rec in jobs if rec.get("name") and rec.get("state") in ("Succeeded", "Failed")
             and now_shown.get(rec["name"]) != rec["state"]]
+
+
+#: Wall seconds after a fault's recovery in which it may still cost a session a period: the hub's poll notices a
+#: server lost with its node, the person starts it again, it starts (the plain replay's start waits reach ~35 s).
+SHADOW_AFTER_S = 60.0
+
+
+def shadows(fault_results: list[dict[str, Any]], speed: float) -> list[tuple[str, float, float]]:
+    """Each fault's outage in trace seconds: (what, from, to). The replay compresses the trace, not an outage:
+    at x120 a hub that is back in 35 s was away for 70 trace minutes, and a period inside that is not served
+    for the fault's sake, which the check must tell apart from a session lost for no reason (pure)."""
+    from .faults import RECOVERY_TIMEOUT_S
+
+    out = []
+    for f in fault_results:
+        if f.get("error"):  # not applied: no outage to excuse anything
+            continue
+        wall = (f.get("recovered_after_s") if f.get("recovered_after_s") is not None else RECOVERY_TIMEOUT_S) \
+            + (f.get("paused_s") or 0.0) + SHADOW_AFTER_S
+        out.append((f["what"], float(f["at"]), float(f["at"]) + wall * speed))
+    return out
+
+
+def in_shadows(periods: list[tuple[float, float]], shade: list[tuple[str, float, float]]) -> dict[str, Any]:
+    """The unserved periods (hours), the faults whose outage they overlap, and those that overlap none (pure)."""
+    def hit(a: float, b: float) -> list[str]:
+        return [what for what, s0, s1 in shade if a < s1 and b > s0]
+
+    return {"periods_h": [[round(a / HOUR, 2), round(b / HOUR, 2)] for a, b in periods],
+            "in_the_outage_of": sorted({w for a, b in periods for w in hit(a, b)}),
+            "unexplained_h": [[round(a / HOUR, 2), round(b / HOUR, 2)] for a, b in periods if not hit(a, b)]}
+
+
+def unexplained(inv: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sessions not served for no fault's outage (all of them in a replay without faults)."""
+    return [e for e in inv.get("sessions_not_served") or [] if e.get("unexplained_h", True)]
 
 
 def record_pods(seen: dict[str, dict], alive: list[dict], wall: float) -> None:
@@ -126,10 +163,14 @@ def gather(replay: Any, served: list[bool]) -> dict[str, Any]:
     """The invariants of the replay that just ended (its cluster and hub still up)."""
     st, trace, kube = replay.st, replay.trace, replay.stack.kube
     out: dict[str, Any] = {}
+    unserved = {i: [(a, b) for k, (a, b, _) in enumerate(s.active) if not st.served.get((i, k))] or [(s.start, s.end)]
+                for i, (s, ok) in enumerate(zip(trace.sessions, served)) if not ok}
+    shade = shadows(replay.fault_runner.results if replay.fault_runner else [], replay.speed)
     out["sessions_not_served"] = [
-        {"session": i, "user": s.user, "why": ("its server never became ready" if i not in st.session_ever_ready
-                                               else "a period began while it had no ready server")}
-        for i, (s, ok) in enumerate(zip(trace.sessions, served)) if not ok]
+        {"session": i, "user": trace.sessions[i].user,
+         "why": ("its server never became ready" if i not in st.session_ever_ready
+                 else "a period began while it had no ready server"), **in_shadows(periods, shade)}
+        for i, periods in unserved.items()]
     names = {rec["name"] for rec in st.jobs.values() if rec.get("name")}
     out["jobs_with_more_than_one_name"] = sorted(j for j, rec in st.jobs.items() if len(rec.get("names", ())) > 1)
     out["submit_tries"] = sum(rec.get("tries", 1) for rec in st.jobs.values())
@@ -213,7 +254,9 @@ def kept_places(fault_results: list[dict[str, Any]], seen: dict[str, dict]) -> l
 def violations(inv: dict[str, Any]) -> list[str]:
     """What did not hold, in words (pure)."""
     out = []
-    for key, words in (("sessions_not_served", "sessions not served"), ("jobs_with_more_than_one_name",
+    if lost := unexplained(inv):
+        out.append(f"sessions not served (outside any fault's outage): {lost}")
+    for key, words in (("jobs_with_more_than_one_name",
                        "jobs answered under two names"), ("jobs_not_asked_for", "Jobs nobody asked for (a retry's "
                        "second job)"), ("jobs_with_workloads_other_than_one", "Jobs without exactly one Workload"),
                        ("outputs_missing", "finished jobs without an output notebook"),
@@ -243,9 +286,13 @@ def compare(plain: dict[str, Any], faulted: dict[str, Any], faults: list[dict[st
     """The faulted replay against the plain one of the same trace: the same work done, node-hours within the
     tolerance, every fault applied and recovered from (pure)."""
     out = []
-    for key in ("sessions_served", "jobs_finished"):
-        if faulted.get(key) != plain.get(key):
-            out.append(f"faulted {key} {faulted.get(key)} != {plain.get(key)} unfaulted")
+    shadowed = len((faulted.get("invariants") or {}).get("sessions_not_served") or []) \
+        - len(unexplained(faulted.get("invariants") or {}))
+    if (faulted.get("sessions_served") or 0) + shadowed != plain.get("sessions_served"):
+        out.append(f"faulted sessions_served {faulted.get('sessions_served')} (+{shadowed} lost to outages) != "
+                   f"{plain.get('sessions_served')} unfaulted")
+    if faulted.get("jobs_finished") != plain.get("jobs_finished"):
+        out.append(f"faulted jobs_finished {faulted.get('jobs_finished')} != {plain.get('jobs_finished')} unfaulted")
     a, b = plain.get("gpu_node_hours") or 0.0, faulted.get("gpu_node_hours") or 0.0
     if a and abs(b - a) / a > node_hours_tolerance:
         out.append(f"faulted GPU node-hours {b} not within {node_hours_tolerance:.0%} of {a} unfaulted")
