@@ -58,14 +58,14 @@ def contradictions(jobs: list[dict[str, Any]], now_shown: dict[str, str | None])
             and now_shown.get(rec["name"]) != rec["state"]]
 
 
-#: Wall seconds after a fault's recovery in which it may still cost a session a period: the hub's poll notices a
-#: server lost with its node, the person starts it again, it starts (the plain replay's start waits reach ~35 s).
-SHADOW_AFTER_S = 60.0
+#: Wall seconds after a fault's recovery that a server's start may still take (the plain replay's start waits
+#: reach ~35 s at their p90): a period that ended before then could not be served for the fault's sake.
+SHADOW_AFTER_S = 30.0
 
 
 def shadows(fault_results: list[dict[str, Any]], speed: float) -> list[tuple[str, float, float]]:
     """Each fault's outage in trace seconds: (what, from, to). The replay compresses the trace, not an outage:
-    at x120 a hub that is back in 35 s was away for 70 trace minutes, and a period inside that is not served
+    at x120 a hub that is back in 35 s was away 70 trace minutes, and a period inside that is not served
     for the fault's sake, which the check must tell apart from a session lost for no reason (pure)."""
     from .faults import RECOVERY_TIMEOUT_S
 
@@ -79,14 +79,29 @@ def shadows(fault_results: list[dict[str, Any]], speed: float) -> list[tuple[str
     return out
 
 
+def _merged(shade: list[tuple[str, float, float]]) -> list[tuple[list[str], float, float]]:
+    """Outages that overlap joined into one: (their faults, from, to)."""
+    out: list[tuple[list[str], float, float]] = []
+    for what, a, b in sorted(shade, key=lambda x: x[1]):
+        if out and a <= out[-1][2]:
+            names, a0, b0 = out[-1]
+            out[-1] = (names + [what], a0, max(b0, b))
+        else:
+            out.append(([what], a, b))
+    return out
+
+
 def in_shadows(periods: list[tuple[float, float]], shade: list[tuple[str, float, float]]) -> dict[str, Any]:
-    """The unserved periods (hours), the faults whose outage they overlap, and those that overlap none (pure)."""
-    def hit(a: float, b: float) -> list[str]:
-        return [what for what, s0, s1 in shade if a < s1 and b > s0]
+    """The unserved periods (hours), the faults whose outage held one from its start to its end, and those no
+    outage holds whole (a period that outlasted the outage should have been served after it) (pure)."""
+    merged = _merged(shade)
+
+    def held(a: float, b: float) -> list[str]:
+        return next((names for names, s0, s1 in merged if s0 <= a and b <= s1), [])
 
     return {"periods_h": [[round(a / HOUR, 2), round(b / HOUR, 2)] for a, b in periods],
-            "in_the_outage_of": sorted({w for a, b in periods for w in hit(a, b)}),
-            "unexplained_h": [[round(a / HOUR, 2), round(b / HOUR, 2)] for a, b in periods if not hit(a, b)]}
+            "in_the_outage_of": sorted({w for a, b in periods for w in held(a, b)}),
+            "unexplained_h": [[round(a / HOUR, 2), round(b / HOUR, 2)] for a, b in periods if not held(a, b)]}
 
 
 def unexplained(inv: dict[str, Any]) -> list[dict[str, Any]]:
