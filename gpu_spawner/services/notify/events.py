@@ -57,8 +57,8 @@ def lab_link(hub_url: str, path: str) -> str | None:
 
 def job_kinds(before: dict | None, after: dict) -> list[str]:
     """The events between two statuses of one job (`before` None: first seen, i.e. just submitted).
-    Admitted only for the first admission (also when only its consequences were seen); preempted when the preemption count grows; resumed when it
-    runs again after one; succeeded / failed when it finishes."""
+    Admitted only for the first admission (also when only what followed it was seen); preempted when the
+    preemption count grows; resumed when it runs again after one; succeeded / failed when it finishes."""
     was = before or {"state": QUEUED, "preempted": 0}
     state, preempted = after.get("state"), after.get("preempted") or 0
     if was.get("state") in FINISHED:
