@@ -113,7 +113,8 @@ def mount_parents(env: dict[str, str], mounts: dict[str, Path], root: Path) -> d
     out = {}
     for k, v in env.items():
         inside = [m for m in mounts if m.startswith(v.rstrip("/") + "/")]
-        if not v.startswith("/") or not inside or any(v == m or v.startswith(m.rstrip("/") + "/") for m in mounts):
+        if (not v.startswith("/") or not v.strip("/") or not inside  # "/" (JUPYTERHUB_BASE_URL) is a URL prefix
+                or any(v == m or v.startswith(m.rstrip("/") + "/") for m in mounts)):
             continue
         for mount in inside:
             link = root / mount.strip("/")

@@ -99,6 +99,7 @@ def quota_cfg(cluster, tmp_path_factory):
     """A profiles file with the example's pools and profiles and small-quota teams, applied to the cluster."""
     data = yaml.safe_load(cluster.profiles.read_text())
     data["teams"] = QUOTA_TEAMS
+    data.pop("datasets", None)  # the example gives its datasets to its own teams
     path = tmp_path_factory.mktemp("quota") / "profiles.yaml"
     path.write_text(yaml.safe_dump(data))
     cfg = load_profiles(path)

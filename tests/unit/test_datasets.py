@@ -314,7 +314,8 @@ def test_the_dev_agent_mounts_readonly_claims_read_only_and_shows_the_datasets_f
     container = {"volumeMounts": mounts + [{"name": "home", "mountPath": "/home/jovyan"}]}
     local = {"/datasets/imagenet-mini": data, "/home/jovyan": home}
     assert read_only_folders(pod, container, local) == [data]  # the home stays writable
-    seen = mount_parents(env, local, tmp_path / "rootfs")
+    urls = {"JUPYTERHUB_BASE_URL": "/", "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}  # paths of URLs, not folders
+    seen = mount_parents({**env, **urls}, local, tmp_path / "rootfs")
     assert (tmp_path / "rootfs" / "datasets" / "imagenet-mini" / "README.txt").read_text() == "the data\n"
     assert seen == {ENV_DATASETS: str(tmp_path / "rootfs" / "datasets")}
     if not read_only_mounts_work(tmp_path):

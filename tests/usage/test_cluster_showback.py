@@ -15,9 +15,10 @@ from datetime import datetime, timezone
 import pytest
 
 from devcluster.testing import wait_until
+from gpu_spawner.builders.datasets import volume_name
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.cluster.times import parse_time
-from gpu_spawner.contract import PRIORITY_LABEL, QUEUE_LABEL
+from gpu_spawner.contract import ENV_DATASETS, PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.usage.store import UsageStore
 
@@ -34,6 +35,15 @@ def run(*args, cluster):
     return p.stdout
 
 
+def drop_datasets(pod: dict, cfg) -> None:
+    """Without the dataset volumes (and their mounts and env) the profiles file gives the pod's teams."""
+    names = {volume_name(n) for n in cfg.datasets}
+    pod["spec"]["volumes"] = [v for v in pod["spec"].get("volumes", []) if v["name"] not in names]
+    for c in pod["spec"]["containers"]:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in names]
+        c["env"] = [e for e in c.get("env", []) if e["name"] != ENV_DATASETS]
+
+
 async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_path):
     from gpu_spawner.hub.render_pod import pod_manifest
 
@@ -45,6 +55,7 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
         for label in (QUEUE_LABEL, PRIORITY_LABEL):  # no team queue in this namespace: not Kueue's to admit
             pod["metadata"]["labels"].pop(label, None)
         pod["spec"].pop("serviceAccountName", None)  # ml-research's identity account is in jhub, not here
+        drop_datasets(pod, cfg)  # data-science's dataset claim is bound in jhub, not here
         cluster.create(pod)
         names[slug] = pod["metadata"]["name"]
 
