@@ -52,9 +52,41 @@ def eta_text(status: dict) -> str:
     return f"ETA {_minutes(p50)}" + (f" (p90 {_minutes(p90)})" if p90 is not None and p90 > p50 else "")
 
 
-def view(status: dict | None, error: str | None = None, gone: bool = False) -> dict[str, Any]:
+def _figure(x: float) -> str:
+    """A rate or a loss in at most 3 significant digits (12,345 stays whole)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+#: A report older than this is said to be old: the notebook stopped reporting (stuck, or a long cell without any).
+QUIET_S = 120
+
+
+def throughput_text(speed: dict | None, now: float | None = None) -> str:
+    """The notebook's own progress in a few words: 'step 150/1000 · 160 samples/s · 0.2 s/step · ETA ~3 min ·
+    loss 0.8', and how long ago when the last report is old ('' without a report)."""
+    if not speed:
+        return ""
+    parts = []
+    if speed.get("step") is not None:
+        parts.append(f"step {speed['step']}" + (f"/{speed['total_steps']}" if speed.get("total_steps") else ""))
+    if speed.get("samples_per_s") is not None:
+        parts.append(f"{_figure(speed['samples_per_s'])} samples/s")
+    if speed.get("step_s") is not None:
+        parts.append(f"{_figure(speed['step_s'])} s/step")
+    if speed.get("eta_s") is not None:
+        parts.append(f"ETA {_minutes(speed['eta_s'])}")
+    if speed.get("loss") is not None:
+        parts.append(f"loss {_figure(speed['loss'])}")
+    age = (time.time() if now is None else now) - speed.get("reported_at", 0)
+    if age > QUIET_S:
+        parts.append(f"last report {_minutes(age)} ago")
+    return " · ".join(parts)
+
+
+def view(status: dict | None, error: str | None = None, gone: bool = False, now: float | None = None) -> dict[str, Any]:
     """What the status widget shows for a job status (None before the first answer):
-    {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}."""
+    {state, title, detail, color, icon, poll (keep polling?), interval (s), show_log, link?}; `now` (Unix
+    seconds, default the clock) only ages the notebook's last progress report."""
     if gone:
         status = {**(status or {}), "state": JobState.CANCELLED, "message": "the job was cancelled or removed"}
     if status is None:
@@ -76,6 +108,8 @@ def view(status: dict | None, error: str | None = None, gone: bool = False) -> d
         cell = status.get("cell")
         where = f"cell {cell['cell']}/{cell['of']}" if cell else "starting the kernel"
         title = f"{state} ({where})" + (f" on {status['node']}" if status.get("node") else "")
+        if speed := throughput_text(status.get("throughput"), now):
+            title += f" · {speed}"
         interval = 3.0
     elif state == JobState.SUCCEEDED:
         resumed = f" (resumed after {status['preempted']} preemption(s))" if status.get("preempted") else ""

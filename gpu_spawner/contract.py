@@ -67,6 +67,9 @@ JOBS_PORT = 10101
 CULLER_PORT = 10102
 USAGE_PORT = 10103
 ADMIN_PORT = 10104
+#: gpu-jobs' per-job training-throughput series for Prometheus (`--metrics-port`; deploy/gpu-jobs.yaml): a port of its
+#: own, never routed by the proxy, since the series name users and their jobs.
+JOBS_METRICS_PORT = 9403
 #: The header of `POST /jobs` that makes a retried submission return the job it made (a fresh key per submission,
 #: the same key on the client's own retries): the kernel's client, the lab routes and gpu-jobs send or read it.
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
@@ -120,6 +123,9 @@ ENV_NOTEBOOK_NAME = "GPUHUB_NOTEBOOK_NAME"
 ENV_PARAMETERS = "GPUHUB_PARAMETERS"
 ENV_KERNEL = "GPUHUB_KERNEL"
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
+#: Inside a running Job: where `gpuhub.report()` writes the notebook's latest progress report (a private file of
+#: the runner's, which prints it into the job's log; gpu_spawner/reports.py).
+ENV_PROGRESS_FILE = "GPUHUB_PROGRESS_FILE"
 ENV_OUTPUT_DIR = "OUTPUT_DIR"
 # A multi-node job's ranks (`%gpu_submit --nodes N`): torchrun's names, one notebook process per node.
 ENV_MASTER_ADDR = "MASTER_ADDR"               # rank 0's stable hostname (the JobSet's headless service)

@@ -37,6 +37,24 @@ class CellProgress(Wire):
     since: str
 
 
+class Throughput(Wire):
+    """A running job's training speed from the notebook's own `gpuhub.report()` calls (model/throughput.py)."""
+
+    step: int | None
+    total_steps: int | None
+    samples: int | None
+    """Samples processed so far (cumulative)."""
+    loss: float | None
+    reported_at: float
+    """The newest report's time (Unix seconds)."""
+    samples_per_s: float | None
+    """Over the last few minutes of reports (None: fewer than two, or no samples reported)."""
+    step_s: float | None
+    """Seconds per step, over the same reports."""
+    eta_s: float | None
+    """Seconds until `total_steps` at that pace."""
+
+
 class RankStatus(Wire):
     """One rank of a multi-node job; `state`: waiting, starting, running, stopping, succeeded, failed (else
     the pod's own phase)."""
@@ -60,6 +78,8 @@ class JobStatus(Wire):
     state: JobState
     cell: CellProgress | None
     """Where a running job is (None: not running, or no progress line yet)."""
+    throughput: Throughput | None = None
+    """A running job's training speed, when its notebook reports it."""
     message: str
     """Plain words for people (a queued job's Kueue reason told for its team and place in the queue)."""
     queue: str | None = None
@@ -152,5 +172,5 @@ class LabJobList(Wire):
 
 
 #: What the TypeScript generator writes, in this order.
-MODELS: tuple[type[Wire], ...] = (CellProgress, RankStatus, JobStatus, JobList, Cancelled, ProfileEntry, Profiles,
-                                  LabJob, LabJobList)
+MODELS: tuple[type[Wire], ...] = (CellProgress, Throughput, RankStatus, JobStatus, JobList, Cancelled, ProfileEntry,
+                                  Profiles, LabJob, LabJobList)

@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,12 +28,14 @@ from gpu_spawner.contract import (
     ENV_NOTEBOOK_NAME,
     ENV_OUTPUT_DIR,
     ENV_PARAMETERS,
+    ENV_PROGRESS_FILE,
     ENV_RANK,
     ENV_SNAPSHOT,
     RunnerExit,
     cell_progress,
     progress_line,
 )
+from gpu_spawner.reports import REPORT_MAX_BYTES, parse, report_message
 
 EXIT_OK = RunnerExit.OK
 EXIT_NOTEBOOK_FAILED = RunnerExit.NOTEBOOK_FAILED
@@ -44,8 +47,14 @@ class Terminated(BaseException):
     """Raised in the main thread by SIGTERM; a BaseException so notebook-execution code does not swallow it."""
 
 
+def _out(text: str) -> None:
+    """One write per line: the report relay's thread prints beside the main one, never inside its line."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def say(message: str) -> None:
-    print(progress_line(message, time.strftime('%H:%M:%S')), flush=True)
+    _out(progress_line(message, time.strftime('%H:%M:%S')))
 
 
 def read_snapshot(path: Path) -> dict:
@@ -105,7 +114,55 @@ class CellProgress(logging.Handler):
             if n is not None:
                 say(cell_progress(n, self.total))
         elif (line := log_line(msg)) is not None:
-            print(line, flush=True)
+            _out(line)
+
+
+class ReportRelay:
+    """Prints the notebook's latest `gpuhub.report()` into the job's log (gpu-jobs reads it there): the kernel
+    writes its progress file, this reads it every `interval` seconds in a thread and prints what changed. The file
+    is the notebook's, so hostile: at most REPORT_MAX_BYTES read, re-validated, a time far from the runner's own
+    clock replaced by it (rates come from the times)."""
+
+    def __init__(self, path: Path, interval: float = 5.0, clock=time.time):
+        self.path, self.interval, self.clock = path, interval, clock
+        self.last: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> dict | None:
+        """Print the file's report when it changed since the last one printed; returns what it printed."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read(REPORT_MAX_BYTES + 1)
+        except OSError:
+            return None
+        report = parse(raw)
+        if report is None:
+            return None
+        now = self.clock()
+        if abs(report["t"] - now) > self.interval + 60:
+            report["t"] = round(now, 3)
+        message = report_message(report)
+        if message == self.last:
+            return None
+        self.last = message
+        say(message)
+        return report
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def __enter__(self) -> "ReportRelay":
+        self._thread = threading.Thread(target=self._run, name="gpuhub-report-relay", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=self.interval + 1)
+        self.poll()  # the last report of the run
 
 
 def _mark_stopped(output: Path, why: str) -> None:
@@ -191,10 +248,13 @@ def run(snapshot: Path, output: Path, parameters: dict, kernel: str | None, cwd:
     # limited to about 100 bytes, too few for a deep $HOME)
     runtime = tempfile.mkdtemp(prefix="gpuhub-kernel-")
     os.environ["JUPYTER_RUNTIME_DIR"] = runtime
+    # the kernel inherits this: gpuhub.report() writes there, the relay prints it into the log
+    os.environ[ENV_PROGRESS_FILE] = progress = os.path.join(runtime, "progress.json")
     try:
-        papermill.execute_notebook(str(source), str(output), parameters=parameters, kernel_name=kernel,
-                                   log_output=True, progress_bar=False, request_save_on_cell_execute=True,
-                                   cwd=str(cwd) if cwd else None, kernel_manager_class=ipc_kernel_manager())
+        with ReportRelay(Path(progress)):
+            papermill.execute_notebook(str(source), str(output), parameters=parameters, kernel_name=kernel,
+                                       log_output=True, progress_bar=False, request_save_on_cell_execute=True,
+                                       cwd=str(cwd) if cwd else None, kernel_manager_class=ipc_kernel_manager())
     except Terminated:
         say("SIGTERM: the kernel was stopped; partial output saved")
         _mark_stopped(output, "the pod was asked to stop (preemption, eviction or cancel)")

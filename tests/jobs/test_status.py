@@ -183,3 +183,17 @@ async def test_one_jobs_unreadable_status_never_fails_the_list():
     assert got["gpu-a-1"]["cell"]["cell"] == 2 and got["gpu-a-2"]["cell"] is None and got["gpu-a-3"]["cell"] is None
     odd = {**jobs[0], "status": "not an object"}  # what no derivation can read: listed as Unknown, not a 500
     assert (await kube.statuses([odd], with_logs=False))[0]["state"] == "Unknown"
+
+
+def test_a_running_job_carries_the_notebooks_throughput_from_its_report_lines():
+    j = job(suspend=False)
+    reports = ('[gpuhub-runner] 10:00:10 report {"t":1000,"step":10,"samples":320,"total_steps":110}\n'
+               'print("[gpuhub-runner] 10:00:15 report {\\"t\\":1,\\"step\\":999}")\n'  # not a whole line
+               '[gpuhub-runner] 10:00:20 report {"t":1010,"step":60,"samples":1920,"total_steps":110,"loss":0.5}\n')
+    s = derive_status(j, workload(j["metadata"]["name"], admitted=True), [pod("p1")], None, LOG + reports)
+    assert s["throughput"] == {"step": 60, "total_steps": 110, "samples": 1920, "loss": 0.5, "reported_at": 1010.0,
+                               "samples_per_s": 160.0, "step_s": 0.2, "eta_s": 10.0}
+    assert "throughput" not in derive_status(j, workload(j["metadata"]["name"], admitted=True), [pod("p1")], None, LOG)
+    done = derive_status(job(suspend=False, conditions=[("Complete", "", "")]), None, [pod("p1", phase="Succeeded")],
+                         None, LOG + reports)
+    assert "throughput" not in done  # the job's own speed, while it runs

@@ -162,3 +162,22 @@ def test_the_checkpoint_folder_is_made_and_relative_paths_are_the_working_direct
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
     assert (ckpt / "state.json").exists() and (work / "written.txt").exists()
     assert "read from home" in outputs_text(tmp_path / "home" / "gpu-jobs" / "j1" / "train.ipynb")
+
+
+def test_the_notebooks_reports_reach_the_log_as_report_lines_and_not_its_output(tmp_path):
+    """`gpuhub.report()` in the kernel → the runner's relay → `[gpuhub-runner] ... report {...}` lines, from which
+    gpu-jobs computes the job's throughput; the output notebook stays the user's own."""
+    from gpu_spawner.model.throughput import throughput
+    from gpu_spawner.reports import reports_in
+
+    snap = snapshot(tmp_path, "import time, gpuhub\nfor step in range(1, steps + 1):\n    time.sleep(delay)\n"
+                              "    gpuhub.report(step=step, samples=32 * step, loss=1 / step, total_steps=steps)\n"
+                              "print('trained')", params="steps = 14\ndelay = 0.5")
+    proc = runner(tmp_path, snap, {}, tmp_path / "ckpt")
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_OK, log
+    reports = reports_in(log)
+    assert len(reports) >= 2 and reports[-1]["step"] == 14 and reports[-1]["samples"] == 448, log
+    speed = throughput(reports)
+    assert 30 < speed["samples_per_s"] < 70 and 0.4 < speed["step_s"] < 1.0 and speed["eta_s"] == 0, speed
+    assert "report" not in outputs_text(tmp_path / "out" / "train.ipynb")

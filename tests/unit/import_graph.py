@@ -16,7 +16,7 @@ PACKAGE = "gpu_spawner"
 #: cluster's: it does I/O, and the pure layers below it (model, cluster facts, builders) must not reach it;
 #: services, hub and tools all use it, so it sits below them. `wire` (gpu-jobs' answers as pydantic models, the
 #: source of the JupyterLab extension's types) is part of the contract: it imports nothing above it.
-LAYERS = {"contract": 0, "wire": 0, "parameters": 0, "model": 1, "cluster": 2, "builders": 3, "kubeio": 4,
+LAYERS = {"contract": 0, "wire": 0, "parameters": 0, "reports": 0, "model": 1, "cluster": 2, "builders": 3, "kubeio": 4,
           "services": 5, "hub": 6, "config": 7, "tools": 7, "__init__": 7}
 
 

@@ -70,6 +70,9 @@ def jobset(name="gpu-alice-train-1", suspend=False, nodes=2):
 
 
 LOG = "[gpuhub-runner] 10:01:02 cell 2/5 running\n"
+#: The notebook's gpuhub.report()s as the runner prints them.
+REPORTS = ('[gpuhub-runner] 10:01:10 report {"t":1767261670,"step":100,"samples":3200,"total_steps":1000,"loss":0.9}\n'
+           '[gpuhub-runner] 10:01:20 report {"t":1767261680,"step":150,"samples":4800,"total_steps":1000,"loss":0.8}\n')
 
 
 def statuses() -> list[dict]:
@@ -80,7 +83,7 @@ def statuses() -> list[dict]:
     preempted = derive_status(job(), workload("gpu-alice-nb-1", evicted=True), [pod("p0", phase="Failed")])
     admitted = derive_status(job(suspend=False), workload("gpu-alice-nb-1", admitted=True), [])
     running = derive_status(job(suspend=False, start=T0), workload("gpu-alice-nb-1", admitted=True), [pod("p1")], None,
-                            LOG)
+                            LOG + REPORTS)
     resumed = derive_status(job(suspend=False, start=T0), None,
                             [pod("p0", phase="Failed", exit_code=143), pod("p1")], None, LOG)
     succeeded = derive_status(job(suspend=False, conditions=[cond("Complete")]), None, [pod("p1", phase="Succeeded")])

@@ -13,6 +13,23 @@ export interface ICellProgress {
   since: string;
 }
 
+/** A running job's training speed from the notebook's own `gpuhub.report()` calls (model/throughput.py). */
+export interface IThroughput {
+  step: number | null;
+  total_steps: number | null;
+  /** Samples processed so far (cumulative). */
+  samples: number | null;
+  loss: number | null;
+  /** The newest report's time (Unix seconds). */
+  reported_at: number;
+  /** Over the last few minutes of reports (None: fewer than two, or no samples reported). */
+  samples_per_s: number | null;
+  /** Seconds per step, over the same reports. */
+  step_s: number | null;
+  /** Seconds until `total_steps` at that pace. */
+  eta_s: number | null;
+}
+
 /** One rank of a multi-node job; `state`: waiting, starting, running, stopping, succeeded, failed (else the pod's own phase). */
 export interface IRankStatus {
   rank: number;
@@ -33,6 +50,8 @@ export interface IJobStatus {
   state: JobState;
   /** Where a running job is (None: not running, or no progress line yet). */
   cell: ICellProgress | null;
+  /** A running job's training speed, when its notebook reports it. */
+  throughput?: IThroughput | null;
   /** Plain words for people (a queued job's Kueue reason told for its team and place in the queue). */
   message: string;
   /** The team's LocalQueue. */

@@ -3,7 +3,8 @@
 States, in the order a job normally goes through them:
   Queued     suspended, its Workload waits in the team's LocalQueue (with its position)
   Admitted   Kueue reserved quota and unsuspended the Job; no pod runs yet
-  Running    a pod runs the notebook (current cell from the runner's progress lines)
+  Running    a pod runs the notebook (current cell from the runner's progress lines; its throughput from the
+             notebook's own reports, when it makes them)
   Succeeded / Failed   the Job finished
 A job whose pod was preempted or evicted and that got a new pod is `Preempted-and-resumed` while
 that pod runs, and `preempted` counts such interruptions in every state.
@@ -33,7 +34,9 @@ from gpu_spawner.contract import (
     USER_ANNOTATION,
     RunnerExit,
 )
+from gpu_spawner.model.throughput import throughput
 from gpu_spawner.model.wait_estimate import estimate
+from gpu_spawner.reports import reports_in
 
 
 def current_cell(log: str) -> dict | None:
@@ -182,6 +185,8 @@ def derive_status(job: dict, workload: dict | None = None, pods: list[dict] | No
         out["cell"] = current_cell(log)
         c = out["cell"]
         out["message"] = f"cell {c['cell']} of {c['of']}" if c else "starting the kernel"
+        if speed := throughput(reports_in(log)):  # the notebook's own gpuhub.report()s
+            out["throughput"] = speed
         return out
     out["state"] = ADMITTED
     if not newest:
