@@ -14,7 +14,7 @@ from typing import Any
 
 from gpu_spawner.builders.hardening import container_security_context, pod_security_context
 from gpu_spawner.builders.names import DEVICE_PLUGIN_CONFIG, GPU_JOBS_POD, JOBS_ACCOUNT, MIG_PARTED_CONFIG
-from gpu_spawner.contract import ENV_PROFILES, JOBS_PORT, JOBS_SERVICE, MANAGED_BY
+from gpu_spawner.contract import ENV_PROFILES, JOBS_METRICS_PORT, JOBS_PORT, JOBS_SERVICE, MANAGED_BY
 from gpu_spawner.model.profiles import MIGSharing, ProfilesConfig
 
 #: The Secret holding the service's hub API token (key `token`); the hub reads it too (deploy/values.yaml).
@@ -49,7 +49,10 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
     --help-all`), e.g. {"max-timeout": "3d"}."""
     if replicas is None:  # one with notifications: their state is per pod (see above)
         replicas = 1 if notifying(options) else 2
-    args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **(options or {})}.items()]
+    # the jobs' training throughput for Prometheus, on a port of its own (the pod's annotations say where)
+    options = {"metrics-port": str(JOBS_METRICS_PORT), **(options or {})}
+    args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **options}.items()]
+    metrics_port = int(options["metrics-port"])
     meta = {"namespace": hub_namespace, "labels": {**MANAGED_BY, **GPU_JOBS_POD}}
     prefix = f"/services/{JOBS_SERVICE}/"
     env = {"JUPYTERHUB_SERVICE_NAME": JOBS_SERVICE, "JUPYTERHUB_SERVICE_PREFIX": prefix,
@@ -63,7 +66,8 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
              "valueFrom": {"secretKeyRef": {"name": JOBS_TOKEN_SECRET, "key": "token"}}},
         ] + [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}  # the Leases' holder, namespace
              for k, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))],
-        "ports": [{"name": "http", "containerPort": JOBS_PORT}],
+        "ports": [{"name": "http", "containerPort": JOBS_PORT}]
+        + ([{"name": "metrics", "containerPort": metrics_port}] if metrics_port else []),
         "readinessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 10},
         "livenessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 30,
                           "failureThreshold": 5},
@@ -72,7 +76,8 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
         "volumeMounts": [{"name": "profiles", "mountPath": PROFILES_DIR, "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
-    pod = {"metadata": {"labels": {**GPU_JOBS_POD, **HUB_ACCESS_LABEL}},
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port)} if metrics_port else {}
+    pod = {"metadata": {"labels": {**GPU_JOBS_POD, **HUB_ACCESS_LABEL}, **({"annotations": scrape} if scrape else {})},
            "spec": {"serviceAccountName": JOBS_ACCOUNT,
                     "securityContext": pod_security_context(),
                     "containers": [container],

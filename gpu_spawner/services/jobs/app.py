@@ -7,7 +7,8 @@
   GET    /jobs/{name}/logs  log tail (text/plain; `?tail=BYTES`; a multi-node job's `?rank=K`, default 0)
   DELETE /jobs/{name}       cancel
   GET    /profiles          the caller's GPU profiles, with queue length and free quota
-  GET    /metrics           the event loop's stalls (services/loopguard.py; nobody's data, no token)
+  GET    /metrics           the event loop's stalls (services/loopguard.py; nobody's data, no token); the jobs'
+                            training throughput only on --metrics-port (throughput_metrics.py), never here
   GET/PUT/DELETE /notifications   the caller's e-mail / webhook notification choices (services/notify/web.py)
 A job of someone else is a 404 (its existence is not revealed); admins see and touch all jobs. Every JSON
 answer is built through its model in gpu_spawner/wire.py.
@@ -47,7 +48,7 @@ from gpu_spawner.model.gpu_amount import gpu_amount
 from gpu_spawner.model.profiles import ProfilesConfig
 from gpu_spawner.model.profiles_file import cached_profiles, profiles_path
 from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.jobs import gang, idempotency, limits, words
+from gpu_spawner.services.jobs import gang, idempotency, limits, throughput_metrics, words
 from gpu_spawner.services.jobs.cache import ClusterUnavailable, JobsCache
 from gpu_spawner.services.jobs.kube import Kube
 from gpu_spawner.services.jobs.lifecycle import StorageNotReady, create_submission, reconcile_forever
@@ -432,6 +433,9 @@ async def serve(opts) -> None:
     if notifier is not None:  # job state changes → the e-mails and webhooks users opted into; by one replica
         watch = functools.partial(watch_jobs, kube, notifier, notifications.hub_url)
         app.settings["notify_watch"] = asyncio.create_task(leases.lead(NOTIFY_LEADER, watch) if leases else watch())
+    if opts.metrics_port:  # the notebooks' training throughput, on a port the proxy never routes
+        app.settings["throughput"] = throughput_metrics.serve(kube, opts.metrics_port, listen_address(url.hostname),
+                                                              opts.metrics_interval_seconds())
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)

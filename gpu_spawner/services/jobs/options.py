@@ -20,6 +20,7 @@ from traitlets.config import Application
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, ephemeral_storage_bytes
 from gpu_spawner.builders.jobs import JobSettings
 from gpu_spawner.builders.storage import HomeStorage, StorageError, home_subpath
+from gpu_spawner.contract import JOBS_METRICS_PORT
 from gpu_spawner.model.profiles import duration_seconds
 
 
@@ -74,6 +75,12 @@ class GPUJobs(Application):
                                    "hub-managed service is one process).").tag(config=True)
     max_timeout = Unicode("7d", help="The longest timeout anyone may ask for (a profile's max_job_timeout "
                                      "can lower it).").tag(config=True)
+    metrics_port = Int(0, min=0, max=65535, help="Serve running jobs' training throughput (the notebooks' "
+                                                 "gpuhub.report()) for Prometheus on this port at /metrics; 0: off. "
+                                                 "A port of its own: the series name users and jobs "
+                                                 f"(deploy/gpu-jobs.yaml: {JOBS_METRICS_PORT}).").tag(config=True)
+    metrics_interval = Unicode("30s", help="How often those series are refreshed (each refresh reads the log tail of "
+                                           "every running job).").tag(config=True)
     ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
                                 help="Scratch disk of each Job pod (request = limit: the writable layer, logs, "
                                      "non-memory emptyDirs); a pod that writes more is evicted instead of filling "
@@ -86,7 +93,8 @@ class GPUJobs(Application):
                "termination-grace": "GPUJobs.termination_grace", "backoff-limit": "GPUJobs.backoff_limit",
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
                "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user",
-               "submissions-in-flight": "GPUJobs.submissions_in_flight", "lease-namespace": "GPUJobs.lease_namespace"}
+               "submissions-in-flight": "GPUJobs.submissions_in_flight", "lease-namespace": "GPUJobs.lease_namespace",
+               "metrics-port": "GPUJobs.metrics_port", "metrics-interval": "GPUJobs.metrics_interval"}
 
     @default("profiles_file")
     def _profiles_file(self):
@@ -125,3 +133,9 @@ class GPUJobs(Application):
 
     def orphan_grace_seconds(self) -> int:
         return duration_seconds(self.orphan_grace)
+
+    def metrics_interval_seconds(self) -> int:
+        try:
+            return max(1, duration_seconds(self.metrics_interval))
+        except ValueError as e:
+            raise SystemExit(f"gpu-jobs: --metrics-interval={self.metrics_interval!r}: {e}") from None

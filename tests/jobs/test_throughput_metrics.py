@@ -1,0 +1,84 @@
+"""gpu-jobs' training-throughput series (services/jobs/throughput_metrics.py): only running jobs that report, bounded,
+labelled so they join DCGM's on namespace and pod, served on their own port."""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiohttp
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_spawner.services.jobs import throughput_metrics
+from gpu_spawner.services.jobs.throughput_metrics import SERIES, ThroughputCollector, rows
+
+SPEED = {"step": 60, "total_steps": 110, "samples": 1920, "loss": 0.5, "reported_at": 1010.0,
+         "samples_per_s": 160.0, "step_s": 0.2, "eta_s": 10.0}
+
+
+def status(name, state="Running", speed=SPEED, user="alice"):
+    return {"name": name, "namespace": "team-ds", "pod": f"{name}-x", "user": user, "queue": "data-science",
+            "profile": "t4-shared", "state": state, **({"throughput": speed} if speed else {})}
+
+
+def samples(text: str) -> dict[tuple, float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_only_running_jobs_that_report_have_series_and_their_labels_join_dcgm():
+    found = rows([status("a"), status("b", state="Succeeded"), status("c", speed=None), status("d", "Queued"),
+                  status("e", state="Preempted-and-resumed", speed={**SPEED, "samples_per_s": None})])
+    assert [r[0][2] for r in found] == ["a", "e"]
+    collector = ThroughputCollector()
+    collector.rows = found
+    registry = CollectorRegistry()
+    registry.register(collector)
+    got = samples(generate_latest(registry).decode())
+    labels = (("job_name", "a"), ("namespace", "team-ds"), ("pod", "a-x"), ("profile", "t4-shared"),
+              ("team", "data-science"), ("user", "alice"))
+    assert got[("gpuhub_job_samples_per_second", labels)] == 160.0
+    assert got[("gpuhub_job_eta_seconds", labels)] == 10.0 and got[("gpuhub_job_loss", labels)] == 0.5
+    assert got[("gpuhub_job_last_report_timestamp_seconds", labels)] == 1010.0
+    assert {name for name, _ in got} == {name for name, _ in SERIES.values()}
+    e_labels = tuple((k, "e" if k == "job_name" else "e-x" if k == "pod" else v) for k, v in labels)
+    assert ("gpuhub_job_samples_per_second", e_labels) not in got and ("gpuhub_job_step", e_labels) in got
+
+
+def test_the_series_are_bounded_newest_reports_first():
+    many = [status(f"j{i}", speed={**SPEED, "reported_at": float(i)}) for i in range(50)]
+    assert [r[0][2] for r in rows(many, limit=3)] == ["j49", "j48", "j47"]
+
+
+class FakeKube:
+    def __init__(self, statuses):
+        self.answers = statuses
+        self.calls = 0
+
+    async def jobs(self, user):
+        return ["job"]
+
+    async def statuses(self, jobs, with_logs=True):
+        self.calls += 1
+        assert with_logs
+        if self.calls == 2:
+            raise aiohttp.ClientError("the cluster does not answer")  # the last rows stay
+        return self.answers
+
+
+async def test_served_on_its_own_port_and_refreshed():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kube = FakeKube([status("a")])
+    task = throughput_metrics.serve(kube, port, "127.0.0.1", interval=0.05)
+    try:
+        await asyncio.sleep(0.3)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                text = await r.text()
+            async with http.get(f"http://127.0.0.1:{port}/jobs") as r:
+                assert r.status == 404  # nothing else on that port
+        assert kube.calls >= 3 and 'gpuhub_job_samples_per_second{job_name="a"' in text
+    finally:
+        task.cancel()
