@@ -11,6 +11,8 @@ from typing import Any
 
 #: Rates come from the reports of the last this many seconds (before the newest one).
 WINDOW_S = 300.0
+#: Two reports closer than this give no rate (the runner prints every few seconds; closer ones are noise, or forged).
+MIN_SPAN_S = 1.0
 #: The counters whose going back starts a new run.
 _COUNTERS = ("step", "samples")
 
@@ -23,7 +25,7 @@ def _continues(before: dict, after: dict) -> bool:
 
 
 def _rate(first: dict, last: dict, key: str) -> float | None:
-    if key in first and key in last and last["t"] > first["t"]:
+    if key in first and key in last and last["t"] - first["t"] >= MIN_SPAN_S:
         return (last[key] - first[key]) / (last["t"] - first["t"])
     return None
 

@@ -111,6 +111,8 @@ def test_one_report_or_no_progress_has_no_rates():
     assert one["step"] == 3 and one["loss"] == 0.5 and one["samples_per_s"] is one["step_s"] is one["eta_s"] is None
     stuck = throughput([{"t": 5.0, "step": 3, "samples": 10}, {"t": 9.0, "step": 3, "samples": 10}])
     assert stuck["samples_per_s"] == 0.0 and stuck["step_s"] is None  # busy or idle, the user now sees no progress
+    close = throughput([{"t": 1.0, "step": 0, "samples": 0}, {"t": 1.0 + 1e-300, "step": 2 ** 53, "samples": 2 ** 53}])
+    assert close["samples_per_s"] is close["step_s"] is None  # no rate from reports a moment apart
 
 
 @settings(max_examples=200, deadline=None)
