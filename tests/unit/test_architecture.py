@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("gpu_spawner", "extension", "runner")
+PRODUCT = ("gpu_spawner", "gpuhub", "extension", "runner")
 
 
 def imported_modules(path: Path) -> set[str]:
