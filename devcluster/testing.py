@@ -288,6 +288,29 @@ def dev_agent(cluster: DevCluster, state: Path) -> Iterator[Any]:
         _agents.remove(state)
 
 
+async def pod_outside_jhub(cluster: DevCluster, namespace: str, slug: str, user: str, groups: list[str],
+                           name: str) -> dict:
+    """GPUSpawner's pod of `slug` (KubeSpawner's real code path) for a namespace of a test's own: without what
+    only the hub's namespace has, the team's Kueue queue (no LocalQueue there: Kueue would hold the pod
+    forever; admission is tests/queue's), the workload identity's ServiceAccount and the datasets' claims."""
+    from gpu_spawner.builders.datasets import volume_name
+    from gpu_spawner.contract import ENV_DATASETS, PRIORITY_LABEL, QUEUE_LABEL
+    from gpu_spawner.hub.render_pod import pod_manifest
+    from gpu_spawner.model.profiles_file import load_profiles
+
+    pod = await pod_manifest(cluster.profiles, slug, user, groups)
+    pod["metadata"].update(namespace=namespace, name=name)
+    for label in (QUEUE_LABEL, PRIORITY_LABEL):
+        pod["metadata"]["labels"].pop(label, None)
+    pod["spec"].pop("serviceAccountName", None)
+    datasets = {volume_name(n) for n in load_profiles(cluster.profiles).datasets}
+    pod["spec"]["volumes"] = [v for v in pod["spec"].get("volumes", []) if v["name"] not in datasets]
+    for c in pod["spec"]["containers"]:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in datasets]
+        c["env"] = [e for e in c.get("env", []) if e["name"] != ENV_DATASETS]
+    return pod
+
+
 def write_profiles(cluster: DevCluster, path: Path, edit: Callable[[dict], Any] | None = None) -> Path:
     """The dev cluster's example profiles, changed by `edit(data)`, written to `path`, with their Kueue
     objects applied (new teams' namespaces and queues)."""

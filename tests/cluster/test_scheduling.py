@@ -7,8 +7,7 @@ import time
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from gpu_spawner.contract import PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.hub.render_pod import pod_manifest
+from devcluster.testing import pod_outside_jhub
 from gpu_spawner.model.profiles_file import load_profiles
 
 pytestmark = pytest.mark.cluster
@@ -25,19 +24,10 @@ GROUPS = dict(PROFILES)
 
 
 async def spawner_pod(cluster, namespace: str, slug: str) -> dict:
-    """The pod GPUSpawner builds for `slug` (KubeSpawner's real code path), named uniquely in `namespace`."""
+    """The pod GPUSpawner builds for `slug`, named uniquely in `namespace`: scheduling onto pools is what is tested
+    here (a GPU server's admission through its team's queue in the hub namespace is tests/queue's)."""
     user = f"u{secrets.token_hex(3)}"
-    pod = await pod_manifest(cluster.profiles, slug, user, GROUPS[slug])
-    pod["metadata"]["namespace"] = namespace
-    pod["metadata"]["name"] = f"jupyter-{slug}-{user}"
-    # scheduling onto pools is what is tested here; a GPU server's admission through its team's queue in the
-    # hub namespace is tests/queue's (this namespace has no LocalQueue, so Kueue would hold the pod forever)
-    for label in (QUEUE_LABEL, PRIORITY_LABEL):
-        pod["metadata"]["labels"].pop(label, None)
-    # ml-research's workload identity account exists where its servers run (jhub), not in this namespace
-    # (tests/security/test_workload_identity_cluster.py)
-    pod["spec"].pop("serviceAccountName", None)
-    return pod
+    return await pod_outside_jhub(cluster, namespace, slug, user, GROUPS[slug], f"jupyter-{slug}-{user}")
 
 
 def create(cluster, namespace: str, pod: dict) -> str:

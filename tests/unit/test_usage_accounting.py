@@ -167,3 +167,35 @@ def test_store_survives_restarts_and_closes_vanished_pods(tmp_path):
     store.append_finished(done)
     store.append_finished(done[:1])  # a duplicate is stored once
     assert sorted(lt.uid for lt in UsageStore(tmp_path).finished()) == ["a", "b"]
+
+
+def test_pods_the_watch_saw_between_two_lists_are_closed_once_at_their_own_end(tmp_path):
+    m = timedelta(minutes=1)
+    old = acc.lifetime_of(pod("old", "mig", T0), RULES, TEAMS)
+    opened = {"old": old}
+    # between two lists: "brief" started and ended (its DELETED event), "old" went (deleted with a
+    # deletionTimestamp, no container end), "gap" was there at the watch but is gone from the list after it,
+    # "kept" still runs; "done" is a job pod already recorded finished
+    brief = acc.lifetime_of(pod("brief", "a100x2", T0 + m, T0 + 2 * m), RULES, TEAMS)
+    gone_old = acc.lifetime_of({**pod("old", "mig", T0), "metadata": {
+        **pod("old", "mig", T0)["metadata"], "deletionTimestamp": (T0 + 3 * m).isoformat()}}, RULES, TEAMS)
+    gap = acc.lifetime_of(pod("gap", "mig", T0 + m), RULES, TEAMS)
+    kept = acc.lifetime_of(pod("kept", "mig", T0 + m), RULES, TEAMS)
+    finished = acc.lifetime_of(pod("done", "mig", T0, T0 + m, ns="team-vision", job="j"), RULES, TEAMS)
+    opened["done"] = finished
+    now = T0 + 5 * m
+    known, ends = acc.fold_watched(opened, [brief, gone_old, gap, kept, kept, finished], now)
+    assert known["brief"].end is None and known["done"] is finished and "done" not in ends
+    assert ends == {"brief": T0 + 2 * m, "old": T0 + 3 * m, "gap": now, "kept": now}
+    still, done = acc.close_missing(known, [kept], T0 + 4 * m, None, ends)
+    assert set(still) == {"kept"} and still["kept"].end is None
+    assert {lt.uid: lt.end for lt in done} == {"brief": T0 + 2 * m, "old": T0 + 3 * m, "gap": now}
+    # without the watch, "old" would end at the last list and "brief" would not be there at all
+    assert {lt.uid: lt.end for lt in acc.close_missing(opened, [kept], T0 + 4 * m)[1]} == {"old": T0 + 4 * m}
+    store = UsageStore(tmp_path)
+    store.append_finished(done)
+    assert store.stored(["brief", "kept", "gap", "gap"]) == {"brief", "gap"}
+    assert store.load_positions() == {}
+    store.save_positions({"jhub": "1234", "team-vision": "99"})
+    store.save_positions({"jhub": "1240", "team-vision": "99"})
+    assert UsageStore(tmp_path).load_positions() == {"jhub": "1240", "team-vision": "99"}

@@ -14,11 +14,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from devcluster.testing import wait_until
-from gpu_spawner.builders.datasets import volume_name
+from devcluster.testing import pod_outside_jhub, wait_until
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.cluster.times import parse_time
-from gpu_spawner.contract import ENV_DATASETS, PRIORITY_LABEL, QUEUE_LABEL
 from gpu_spawner.model.profiles_file import load_profiles
 from gpu_spawner.services.usage.store import UsageStore
 
@@ -35,35 +33,26 @@ def run(*args, cluster):
     return p.stdout
 
 
-def drop_datasets(pod: dict, cfg) -> None:
-    """Without the dataset volumes (and their mounts and env) the profiles file gives the pod's teams."""
-    names = {volume_name(n) for n in cfg.datasets}
-    pod["spec"]["volumes"] = [v for v in pod["spec"].get("volumes", []) if v["name"] not in names]
-    for c in pod["spec"]["containers"]:
-        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in names]
-        c["env"] = [e for e in c.get("env", []) if e["name"] != ENV_DATASETS]
+async def server_pod(cluster, namespace: str, slug: str, name: str, groups: list[str]) -> str:
+    cluster.create(await pod_outside_jhub(cluster, namespace, slug, f"user-{slug[:4]}", groups, name))
+    return name
+
+
+def started_pods(cluster, namespace: str, names):
+    pods = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(namespace).items}
+    return all(pods.get(n) and pods[n].status.start_time for n in names) and pods
+
+
+def pod_names(cluster, namespace: str) -> set[str]:
+    return {p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items}
 
 
 async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_path):
-    from gpu_spawner.hub.render_pod import pod_manifest
-
     cfg = load_profiles(cluster.profiles)
-    names = {}
-    for slug, groups in PROFILES.items():
-        pod = await pod_manifest(cluster.profiles, slug, f"user-{slug[:4]}", groups)
-        pod["metadata"].update(namespace=namespace, name=f"jupyter-{slug}")
-        for label in (QUEUE_LABEL, PRIORITY_LABEL):  # no team queue in this namespace: not Kueue's to admit
-            pod["metadata"]["labels"].pop(label, None)
-        pod["spec"].pop("serviceAccountName", None)  # ml-research's identity account is in jhub, not here
-        drop_datasets(pod, cfg)  # data-science's dataset claim is bound in jhub, not here
-        cluster.create(pod)
-        names[slug] = pod["metadata"]["name"]
-
-    def started():
-        pods = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(namespace).items}
-        return all(pods.get(n) and pods[n].status.start_time for n in names.values()) and pods
-
-    pods = wait_until(started, 60, "GPU pods started on the KWOK pools")
+    names = {slug: await server_pod(cluster, namespace, slug, f"jupyter-{slug}", groups)
+             for slug, groups in PROFILES.items()}
+    pods = wait_until(lambda: started_pods(cluster, namespace, names.values()), 60,
+                      "GPU pods started on the KWOK pools")
     start = {n: pods[n].status.start_time for n in names.values()}
     store = tmp_path / "usage"
     collector = ["-m", "gpu_spawner.services.usage", "--once", f"--profiles-file={cluster.profiles}",
@@ -73,21 +62,28 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
     assert {lt.pod: (lt.kind, lt.profile, lt.gpus) for lt in opened.values()} == {
         "jupyter-h100-full": ("server", "h100-full", 1), "jupyter-a100-mig-1g10gb": ("server", "a100-mig-1g10gb", 1)}
 
-    # the MIG server stops; the next (restarted) collector closes its lifetime into the store
-    cluster.core.delete_namespaced_pod(names["a100-mig-1g10gb"], namespace, grace_period_seconds=0)
-    wait_until(lambda: names["a100-mig-1g10gb"] not in {p.metadata.name
-                                                        for p in cluster.core.list_namespaced_pod(namespace).items},
-               60, "the MIG server's pod gone")
+    # between two cycles a brief server starts and stops (no list ever sees it: the collector's watch
+    # does, from where the last list left off), and the MIG server stops; the next (restarted) collector
+    # closes both lifetimes into the store
+    brief = await server_pod(cluster, namespace, "a100-mig-1g10gb", "jupyter-brief", ["data-science"])
+    start[brief] = wait_until(lambda: started_pods(cluster, namespace, [brief]), 60,
+                              "the brief server started")[brief].status.start_time
+    for name in (names["a100-mig-1g10gb"], brief):
+        cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not {names["a100-mig-1g10gb"], brief} & pod_names(cluster, namespace), 60,
+               "the MIG servers' pods gone")
     run(*collector, cluster=cluster)
-    (done,) = UsageStore(store).finished()
-    assert done.pod == "jupyter-a100-mig-1g10gb" and done.end is not None and done.start == start[done.pod]
+    finished = {lt.pod: lt for lt in UsageStore(store).finished()}
+    assert set(finished) == {"jupyter-a100-mig-1g10gb", "jupyter-brief"}
+    assert all(lt.end is not None and lt.start == start[lt.pod] and lt.end >= lt.start
+               for lt in finished.values())
 
     out = json.loads(run("-m", "gpu_spawner.tools.cli", "report", str(cluster.profiles), "--since", "1h", "--by",
                          "profile", "--format", "json", f"--hub-namespace={namespace}", f"--store={store}",
                          cluster=cluster))
     now, until = datetime.now(timezone.utc), parse_time(out["until"])
     rows = {r["key"]: r for r in out["rows"]}
-    mig_hours = (done.end - done.start).total_seconds() / 3600
+    mig_hours = sum((lt.end - lt.start).total_seconds() for lt in finished.values()) / 3600
     h100_hours = (until - start["jupyter-h100-full"]).total_seconds() / 3600  # still running at the report
     assert rows["a100-mig-1g10gb"]["gpu_hours_held"] == pytest.approx(mig_hours, abs=1e-4)
     assert rows["h100-full"]["gpu_hours_held"] == pytest.approx(h100_hours, abs=1e-4)

@@ -1,7 +1,10 @@
 """`python -m gpu_spawner.services.usage`: the usage collector. Every cycle it lists the GPU pods and
 Workloads, closes the lifetimes of pods that ended or vanished into the store (store.py) and updates the
-metrics (metrics.py) it serves on /metrics for Prometheus. Restart-safe: it reloads the open lifetimes and
-the last-seen time from the store, and observes only waits of Workloads admitted after that time."""
+metrics (metrics.py) it serves on /metrics for Prometheus. Between two lists it follows the pods' events
+from the last list's resourceVersion, so a pod shorter than a cycle is counted too. Restart-safe: it reloads
+the open lifetimes, the last-seen time and the watch positions from the store (the events of the time it was
+down are replayed, within the API server's watch window), and observes only waits of Workloads admitted after
+that time."""
 from __future__ import annotations
 
 import argparse
@@ -26,11 +29,17 @@ log = logging.getLogger("gpuhub.usage")
 
 def cycle(api, cfg, hub_namespace: str, store: UsageStore, metrics: UsageMetrics,
           open_: dict[str, acc.Lifetime], last: datetime | None) -> tuple[dict[str, acc.Lifetime], datetime]:
+    """Watch from the last list's positions (what started and went since), list, close what is gone."""
     now = datetime.now(timezone.utc)
-    live, workloads = collect.read_cluster(api, cfg, hub_namespace, now)
-    still, done = acc.close_missing(open_, live, last or now, collect.node_names(api))
+    positions = store.load_positions()
+    watched = collect.pods_since(api, cfg, hub_namespace, positions, now)
+    live, workloads = collect.read_cluster(api, cfg, hub_namespace, now, positions=positions)
+    known, ends = acc.fold_watched(open_, watched, datetime.now(timezone.utc))
+    still, done = acc.close_missing(known, live, last or now, collect.node_names(api), ends)
+    done = [lt for lt in done if lt.uid not in store.stored(lt.uid for lt in done)]  # replayed after a restart
     store.append_finished(done)
     store.save_open(still, now)
+    store.save_positions(positions)
     metrics.update(still.values(), workloads, (now - last).total_seconds() if last else 0.0, last)
     metrics.finished(done)
     return still, now

@@ -142,13 +142,33 @@ def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
     return rules_from_profiles(cfg), {t.namespace: name for name, t in cfg.teams.items()}
 
 
+def fold_watched(open_: dict[str, Lifetime], watched: Iterable[Lifetime],
+                 now: datetime) -> tuple[dict[str, Lifetime], dict[str, datetime]]:
+    """The started pods the collector's watch saw since its last list, joined to the open lifetimes: a pod that
+    started and went between two lists is then closed like one the list saw (`close_missing`). Also when each
+    watched pod ended: its own end (a container's, else its deletion time), or `now` for one that was there at
+    the watch and is gone from the list that followed it. A lifetime already finished is left as it is."""
+    merged, ends = dict(open_), {}
+    for lt in watched:
+        prev = merged.get(lt.uid)
+        if prev is not None and prev.end is not None:
+            continue
+        if prev is None:
+            merged[lt.uid] = replace(lt, end=None)
+        ends[lt.uid] = lt.end or now
+    return merged, ends
+
+
 def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_seen: datetime,
-                  nodes: set[str] | None = None) -> tuple[dict[str, Lifetime], list[Lifetime]]:
+                  nodes: set[str] | None = None,
+                  ends: dict[str, datetime] | None = None) -> tuple[dict[str, Lifetime], list[Lifetime]]:
     """One collection cycle: (what to remember, newly finished). A pod that vanished without an end time
-    ends when it was last seen (at most one cycle late); if it ran on a spot node that is gone too (`nodes`:
-    the names of the nodes there now), it was a spot eviction (the pod GC removes such pods within the
-    cycle, before any condition could be read). A finished pod that is still listed (a Job's pod until its
-    TTL) is finished once: it stays remembered, with its end, until it is gone."""
+    ends when the watch saw it end (`ends`, from `fold_watched`), else when it was last seen (at most one
+    cycle late); if it ran on a spot node that is gone too (`nodes`: the names of the nodes there now), it was
+    a spot eviction (the pod GC removes such pods within the cycle, before any condition could be read). A
+    finished pod that is still listed (a Job's pod until its TTL) is finished once: it stays remembered, with
+    its end, until it is gone."""
+    ends = ends or {}
     still, done = {}, []
     for lt in live:
         prev = open_.get(lt.uid)
@@ -158,7 +178,8 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
     for uid, lt in open_.items():
         if uid not in still and lt.end is None:
             gone = lt.spot and nodes is not None and lt.node and lt.node not in nodes
-            done.append(replace(lt, end=last_seen, ended_by=SPOT_EVICTION if gone else lt.ended_by))
+            done.append(replace(lt, end=ends.get(uid, last_seen),
+                                ended_by=SPOT_EVICTION if gone else lt.ended_by))
     return still, done
 
 

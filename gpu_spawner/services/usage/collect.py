@@ -5,6 +5,7 @@ or JSON). Synchronous (kubernetes + requests): the CLI and the collector loop ar
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -15,33 +16,91 @@ from gpu_spawner.contract import JOB_LABEL, KUEUE_GROUP, KUEUE_VERSION, PROFILE_
 from gpu_spawner.services.usage import accounting as acc
 from gpu_spawner.services.usage.rightsize import hints
 
+log = logging.getLogger("gpuhub.usage")
+
 #: The culler's counter of GPU-hours it reclaimed (services/culler/service.py).
 RECLAIMED_METRIC = "gpuhub_culler_gpu_hours_reclaimed_total"
 
 
-def read_cluster(api_client, cfg, hub_namespace: str, now: datetime,
-                 timeout: float = 30) -> tuple[list[acc.Lifetime], list[dict[str, Any]]]:
-    """(lifetimes of the GPU pods there now, the team namespaces' Workloads), as API JSON."""
+def pod_sources(cfg, hub_namespace: str) -> dict[str, str]:
+    """namespace → label selector of the GPU pods the collector follows: servers in the hub's namespace, jobs'
+    pods in each team's."""
+    _, teams = acc.rules_and_teams(cfg)
+    return {hub_namespace: PROFILE_LABEL, **{ns: JOB_LABEL for ns in sorted(teams) if ns != hub_namespace}}
+
+
+def read_cluster(api_client, cfg, hub_namespace: str, now: datetime, timeout: float = 30,
+                 positions: dict[str, str] | None = None) -> tuple[list[acc.Lifetime], list[dict[str, Any]]]:
+    """(lifetimes of the GPU pods there now, the team namespaces' Workloads), as API JSON. `positions`, when
+    given, gets each namespace's list resourceVersion: where the next cycle's watch (`pods_since`) starts."""
     from kubernetes import client
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     rules, teams = acc.rules_and_teams(cfg)
-    pods = core.list_namespaced_pod(hub_namespace, label_selector=PROFILE_LABEL, _request_timeout=timeout,
-                                    _preload_content=False)
-    items = _json(pods)["items"]
+    items: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
-    for ns in sorted(teams):
+    for ns, selector in pod_sources(cfg, hub_namespace).items():
         try:
-            items += _json(core.list_namespaced_pod(ns, label_selector=JOB_LABEL, _request_timeout=timeout,
-                                                    _preload_content=False))["items"]
-            workloads += custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads",
-                                                              _request_timeout=timeout).get("items", [])
+            listed = _json(core.list_namespaced_pod(ns, label_selector=selector, _request_timeout=timeout,
+                                                    _preload_content=False))
+            items += listed["items"]
+            if positions is not None:
+                positions[ns] = listed["metadata"]["resourceVersion"]
+            if ns in teams:
+                workloads += custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads",
+                                                                  _request_timeout=timeout).get("items", [])
         except client.ApiException as e:
-            if e.status != 404:  # a team namespace not created yet holds nothing (gpuhub doctor says so)
+            if e.status != 404 or ns == hub_namespace:  # a team namespace not created yet holds nothing
                 raise
     spot = acc.spot_profiles(cfg)
     lifetimes = [lt for p in items if (lt := acc.lifetime_of(p, rules, teams, now, spot)) is not None]
     return lifetimes, workloads
+
+
+def pods_since(api_client, cfg, hub_namespace: str, positions: dict[str, str], now: datetime,
+               wait_s: int = 1) -> list[acc.Lifetime]:
+    """The started GPU pods that changed since each namespace's position (the last list's resourceVersion, kept
+    in the store across restarts): one short watch per namespace, side by side, that replays the events since
+    and ends after `wait_s`. A pod that started and went between two lists (or while the collector was down)
+    is in it, with its end. Where the position is too old for the API server (410: its watch window, minutes),
+    the pods of that gap are not known: said in the log, and the next list starts afresh."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rules, teams = acc.rules_and_teams(cfg)
+    spot = acc.spot_profiles(cfg)
+    sources = {ns: sel for ns, sel in pod_sources(cfg, hub_namespace).items() if positions.get(ns)}
+
+    def watch(ns: str) -> list[dict[str, Any]]:
+        return _events(api_client, ns, sources[ns], positions[ns], wait_s)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(sources) or 1)) as pool:
+        pods = [p for got in pool.map(watch, sources) for p in got]
+    return [lt for p in pods if (lt := acc.lifetime_of(p, rules, teams, now, spot)) is not None]
+
+
+def _events(api_client, namespace: str, selector: str, since: str, wait_s: int) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    try:
+        r = client.CoreV1Api(api_client).list_namespaced_pod(
+            namespace, label_selector=selector, watch=True, resource_version=since, timeout_seconds=wait_s,
+            allow_watch_bookmarks=False, _request_timeout=wait_s + 30, _preload_content=False)
+        lines = r.data.splitlines()
+    except client.ApiException as e:
+        if e.status == 404:
+            return []
+        raise
+    pods = []
+    for line in lines:
+        event = json.loads(line)
+        if event.get("type") == "ERROR":
+            log.warning("pod events of %s since resourceVersion %s are gone from the API server (%s): a GPU pod "
+                        "that started and ended meanwhile is not in the store", namespace, since,
+                        (event.get("object") or {}).get("message", "expired"))
+            break
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            pods.append(event["object"])
+    return pods
 
 
 def node_names(api_client, timeout: float = 30) -> set[str]:

@@ -12,6 +12,8 @@ forgets past usage; Prometheus keeps DCGM samples but not who held which GPU for
   writer's first start, then renamed `finished.jsonl.imported`.
 - `open.json`: the lifetimes still running at the last cycle, replaced atomically each cycle, so a pod that
   ends while the collector is down is closed at its last-seen time instead of being lost.
+- the `meta` table's `watch_positions`: each namespace's last list resourceVersion, where the collector's
+  watch of pod events starts (after a restart too).
 
 Retention: `prune()` deletes the lifetimes that ended before a cutoff in bounded batches (one short
 transaction each), so the store stays bounded and nothing is rewritten.
@@ -54,6 +56,8 @@ INSERT = (f"INSERT OR IGNORE INTO finished ({', '.join(COLUMNS)}) "
 #: The longest lifetime stored (µs): a range's query then reads only rows that ended inside it or that long after.
 SPAN = ("INSERT INTO meta (key, value) VALUES ('max_span_us', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)")
+POSITIONS = ("INSERT INTO meta (key, value) VALUES ('watch_positions', ?) "
+             "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
 
 def to_us(t: datetime) -> int:
@@ -171,6 +175,30 @@ class UsageStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+
+    def stored(self, uids: Iterable[str]) -> set[str]:
+        """Which of `uids` already have their row."""
+        wanted = list(dict.fromkeys(uids))
+        found: set[str] = set()
+        for i in range(0, len(wanted), 500):
+            part = wanted[i:i + 500]
+            found.update(r[0] for r in self.conn.execute(
+                f"SELECT uid FROM finished WHERE uid IN ({', '.join('?' * len(part))})", part))
+        return found
+
+    def save_positions(self, positions: dict[str, str]) -> None:
+        """Each namespace's last list resourceVersion: where the next watch starts, after a restart too."""
+        with _transaction(self.conn):
+            self.conn.execute(POSITIONS, (json.dumps(positions, sort_keys=True),))
+
+    def load_positions(self) -> dict[str, str]:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'watch_positions'").fetchone()
+        try:
+            got = json.loads(row[0]) if row else {}
+        except (TypeError, ValueError):
+            return {}
+        return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(got, dict) else {}
 
     def save_open(self, lifetimes: dict[str, Lifetime], seen: datetime) -> None:
         body = json.dumps({"seen": seen.isoformat(), "open": [lt.to_json() for lt in lifetimes.values()]})
