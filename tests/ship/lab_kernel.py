@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import requests
@@ -31,7 +32,10 @@ class LabKernel:
         self.session = uuid.uuid4().hex
 
     def execute(self, code: str, timeout: float = 120) -> Executed:
-        return asyncio.run(self._execute(code, timeout))
+        # a thread of its own: Playwright's sync API (a browser test earlier in the same worker) leaves an event
+        # loop running in this one, where asyncio.run refuses to start
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, self._execute(code, timeout)).result()
 
     async def _execute(self, code: str, timeout: float) -> Executed:
         ws_url = self.url.replace("http", "ws", 1) + f"/api/kernels/{self.kernel_id}/channels?session_id={self.session}"
