@@ -40,7 +40,7 @@ from devcluster.agent_init import InitPending, run_init_containers
 from devcluster.pod_dns import PodHosts, pod_fqdn
 from devcluster.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of, read_only_folders
-from gpu_spawner.contract import ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL
+from gpu_spawner.contract import ENV_TERMINATION_LOG, HOME_DIR, JOB_LABEL, PREEMPTIBLE_LABEL
 from gpu_spawner.contract import SIMULATED_NODE_LABEL as SIMULATED_LABEL
 
 log = logging.getLogger("gpuhub.dev-agent")
@@ -355,8 +355,8 @@ class DevNodeAgent:
             self.running.pop(key, None)
 
     def terminate(self, key: str, grace: int) -> None:
-        """A Job pod being deleted (eviction, preemption, cancel): SIGTERM, SIGKILL after the grace
-        period; `_report_exit` then reports how it ended and removes the pod, as a kubelet would."""
+        """A Job pod, or a preemptible server's, being deleted (eviction, preemption, cancel): SIGTERM, SIGKILL after
+        the grace period; `_report_exit` then reports how it ended and removes the pod, as a kubelet would."""
         run = self.running[key]
         if run.deleting or run.proc.returncode is not None:
             return
@@ -392,7 +392,9 @@ class DevNodeAgent:
     async def handle(self, kind: str, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
         key = f"{meta['namespace']}/{meta['name']}"
-        if kind != "DELETED" and meta.get("deletionTimestamp") and (meta.get("labels") or {}).get(JOB_LABEL) \
+        labels = meta.get("labels") or {}
+        if kind != "DELETED" and meta.get("deletionTimestamp") and (
+                labels.get(JOB_LABEL) or labels.get(PREEMPTIBLE_LABEL) == "true") \
                 and isinstance(self.running.get(key), Running):
             self.terminate(key, meta.get("deletionGracePeriodSeconds") or 30)
             return

@@ -11,6 +11,8 @@ $JUPYTERHUB_API_TOKEN in the Authorization header, through the same `JobsClient`
   GET    <base>/gpuhub/jobs/<name>      status;  DELETE: cancel;  GET .../logs: {log: the log tail}
   GET    <base>/gpuhub/culling          this user's culling warnings (the culler's warnings/<user>)
   POST   <base>/gpuhub/keep             "keep my server": reports activity to the hub now
+  GET    <base>/gpuhub/stopping         a preemptible server's end: whether SIGTERM came, and what to tell the user
+                                        (stopping.py: JupyterLab warns and saves before the server stops)
   GET    <base>/gpuhub/confirm-email?code=  the link mailed to a user's own address: a page whose button (POST)
                                         hands the code to gpu-jobs with this server's token (the user's own)
 Enabled by jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json (installed with the package).
@@ -43,6 +45,7 @@ from gpu_spawner.contract import (
 from gpu_spawner.parameters import parse_assignments, split_assignments
 from gpu_spawner.services.jobs.limits import check_notebook_path, job_name
 
+from . import stopping
 from .client import JobsClient, JobsError, new_idempotency_key
 from .widgets import view
 
@@ -279,7 +282,9 @@ def _load_jupyter_server_extension(server_app):
         (url_path_join(base, "culling"), CullingHandler),
         (url_path_join(base, "keep"), KeepHandler),
         (url_path_join(base, "confirm-email"), ConfirmEmailHandler),
+        (url_path_join(base, "stopping"), stopping.StoppingHandler),
     ])
+    stopping.install(server_app)  # after jupyter_server's own SIGTERM handler: a preemptible server saves first
     server_app.log.info("jupyterhub-gpu: JupyterLab routes under %s", base)
 
 

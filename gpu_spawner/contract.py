@@ -33,6 +33,9 @@ GPU_COUNT_ANNOTATION = f"{LABEL_PREFIX}/gpu-count"
 #: reports its device plugin as simulated instead of missing.
 SIMULATED_NODE_LABEL = f"{LABEL_PREFIX}/simulated"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "jupyterhub-gpu"}
+#: On a server pod of a `preemptible: true` profile that waits in its team's queue ("true"): a training job of
+#: the team may preempt it (the dev agent plays the kubelet's grace period for it, as for Job pods).
+PREEMPTIBLE_LABEL = f"{LABEL_PREFIX}/preemptible"
 #: Set by the Job controller on a Job's pods.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -44,6 +47,9 @@ QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
 PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
 #: The scheduling gate Kueue's pod integration puts on a pod carrying QUEUE_LABEL until it admits it.
 KUEUE_ADMISSION_GATE = f"{KUEUE_GROUP}/admission"
+#: The pod condition Kueue's pod integration sets, with the reason (`WorkloadEvictedDueToPreempted`, ...) and its
+#: message, right before it deletes a pod whose Workload it evicted or stopped.
+KUEUE_TERMINATION_TARGET = "TerminationTarget"
 
 # ---------------------------------------------------------------------- JobSet (multi-node jobs)
 JOBSET_GROUP = "jobset.x-k8s.io"
@@ -103,6 +109,9 @@ ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /d
 ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"
 ENV_JOBS_URL = "GPUHUB_JOBS_URL"              # where kernels reach the gpu-jobs service
 ENV_CULLER_URL = "GPUHUB_CULLER_URL"          # where the server reaches the culler (default: beside gpu-jobs)
+#: Set on a preemptible server: its pod's grace period in seconds, the time it has after SIGTERM to warn the open
+#: JupyterLab and let it save (extension/stopping.py).
+ENV_PREEMPTION_GRACE = "GPUHUB_PREEMPTION_GRACE_S"
 #: The hub API where the hub listens, for the services it runs in its own pod. JupyterHub hands them its
 #: connect URL (z2jh: http://hub:8081/hub/api, the hub Service), which z2jh's hub NetworkPolicy does not admit
 #: from the hub pod itself; each such service adopts this one instead (`adopt_hub_api_url`).

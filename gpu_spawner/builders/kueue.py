@@ -5,7 +5,8 @@ pods), one ClusterQueue per team (GPU quota in the pool's own resource name plus
 the team's profiles on the pool ask for with that many GPUs: model/quota.py), a LocalQueue in the
 team's namespace and one of the same name in the hub's namespace (notebook servers queue there: Kueue's
 pod integration), and a WorkloadPriorityClass and PriorityClass per priority, plus a server
-WorkloadPriorityClass per priority above every job's (`server_priority_class`), and the ServiceAccounts of teams
+WorkloadPriorityClass per priority above every job's (`server_priority_class`), and, when a profile is `preemptible`,
+one per priority below every job's (`preemptible_priority_class`), and the ServiceAccounts of teams
 with a workload identity (`builders.identity`). Kueue API v1beta2 only.
 Team namespaces enforce the Pod Security `restricted` standard (Job pods are built to pass it: `hardening`).
 """
@@ -18,12 +19,16 @@ from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_L
 from gpu_spawner.builders.identity import service_accounts
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE
 from gpu_spawner.builders.pods import priority_class_name
-from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
+from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PREEMPTIBLE_LABEL, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 from gpu_spawner.model import quantities, quota
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team
+from gpu_spawner.model.queued_servers import queues_servers
+
+__all__ = ["queues_servers"]  # the rule lives in the model (validation needs it); its callers import it from here
 
 EPHEMERAL = "ephemeral-storage"
 SERVER_PRIORITY_PREFIX = "gpuhub-server-"
+PREEMPTIBLE_PRIORITY_PREFIX = "gpuhub-preemptible-"
 
 
 def local_queue_name(team_name: str) -> str:
@@ -84,15 +89,6 @@ def _cohort_pools(cfg: ProfilesConfig, team: Team) -> list[str]:
     return [n for n in cfg.pools if n in names]
 
 
-def queues_servers(cfg: ProfilesConfig, profile: Profile) -> bool:
-    """The admin's choice: the profile's `queue_servers`, else its pool's, else yes for GPU profiles."""
-    pool = cfg.pool_of(profile)
-    for choice in (profile.queue_servers, pool.queue_servers if pool else None):
-        if choice is not None:
-            return choice
-    return profile.gpu is not None
-
-
 def server_queue(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> tuple[str, Team] | None:
     """(team name, team) whose queue a server of `profile` waits in, for a user in `groups`; None when
     servers of this profile are not queued, the user has no team, or the team's queue does not cover the
@@ -110,23 +106,45 @@ def server_priority_class(priority: str) -> str:
     return f"{SERVER_PRIORITY_PREFIX}{priority}"
 
 
-def server_priority_values(cfg: ProfilesConfig) -> dict[str, int]:
-    """Priority name → its server class's value: the job value plus the spread of the job values and one,
-    so the lowest server value is above the highest job value."""
+def preemptible_priority_class(priority: str) -> str:
+    """The WorkloadPriorityClass of a queued server of a `preemptible` profile at `priority`: its value is below
+    every job's, so any job of the team that needs the quota preempts it (`LowerPriority`), as does a server that
+    is not preemptible; preemptible servers keep their order among themselves."""
+    return f"{PREEMPTIBLE_PRIORITY_PREFIX}{priority}"
+
+
+def _shifted(cfg: ProfilesConfig, sign: int) -> dict[str, int]:
+    """Priority name → the job value moved by the spread of the job values and one: up (`sign` 1), the lowest
+    result is above the highest job value; down (-1), the highest is below the lowest."""
     if not cfg.priorities:
         return {}
     offset = max(cfg.priorities.values()) - min(cfg.priorities.values()) + 1
-    return {name: value + offset for name, value in cfg.priorities.items()}
+    return {name: value + sign * offset for name, value in cfg.priorities.items()}
+
+
+def server_priority_values(cfg: ProfilesConfig) -> dict[str, int]:
+    """Priority name → its server class's value, above every job value."""
+    return _shifted(cfg, 1)
+
+
+def preemptible_priority_values(cfg: ProfilesConfig) -> dict[str, int]:
+    """Priority name → its preemptible server class's value, below every job value; {} when no profile is
+    preemptible (nothing to apply)."""
+    return _shifted(cfg, -1) if any(p.preemptible for p in cfg.profiles) else {}
 
 
 def server_queue_labels(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> dict[str, str]:
     """Labels that put a server pod in its team's queue at the profile's priority, as a server class (Kueue's
-    pod integration gates the pod until it admits it), or {} when it is not queued."""
+    pod integration gates the pod until it admits it), or {} when it is not queued. A preemptible profile's
+    server gets the preemptible class and PREEMPTIBLE_LABEL: only a queued server can be preempted."""
     found = server_queue(cfg, profile, groups)
     if found is None:
         return {}
-    return {QUEUE_LABEL: local_queue_name(found[0]),
-            PRIORITY_LABEL: server_priority_class(cfg.effective_priority(profile))}
+    priority = cfg.effective_priority(profile)
+    if profile.preemptible:
+        return {QUEUE_LABEL: local_queue_name(found[0]), PRIORITY_LABEL: preemptible_priority_class(priority),
+                PREEMPTIBLE_LABEL: "true"}
+    return {QUEUE_LABEL: local_queue_name(found[0]), PRIORITY_LABEL: server_priority_class(priority)}
 
 
 def cluster_queue(cfg: ProfilesConfig, team_name: str, team: Team,
@@ -198,6 +216,11 @@ def render_kueue(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE
                      "metadata": _meta(server_priority_class(name)), "value": value,
                      "description": f"jupyterhub-gpu priority {name!r} for queued notebook servers (above every "
                                     "job priority: a job never preempts a running server of its team)"})
+    for name, value in preemptible_priority_values(cfg).items():
+        objs.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass",
+                     "metadata": _meta(preemptible_priority_class(name)), "value": value,
+                     "description": f"jupyterhub-gpu priority {name!r} for queued servers of preemptible profiles "
+                                    "(below every job priority: a job of the team may preempt them)"})
     used = {p for team in cfg.teams.values() for p in _cohort_pools(cfg, team)}
     objs += [resource_flavor(n, p) for n, p in cfg.pools.items() if n in used]
     objs += [cluster_queue(cfg, n, t, hub_namespace) for n, t in cfg.teams.items()]

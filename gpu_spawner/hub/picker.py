@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders.kueue import server_queue
 from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.capacity_text import slot_noun, team_line, team_outlook
@@ -46,6 +47,16 @@ def gpu_line(cfg: ProfilesConfig, profile: Profile) -> str:
                 f"{model.memory_gib / pool.sharing.replicas:.3g} GB GPU memory of its own, compute shared")
     many = f"{n} x " if n > 1 else ""
     return f"{many}{name} · whole GPU · {model.memory_gib * n} GB GPU memory"
+
+
+PREEMPTIBLE_LINE = ("Preemptible: a training job of your team that needs the GPU may stop this server. You are "
+                   "warned first and JupyterLab saves your open notebooks; variables in running kernels are lost.")
+
+
+def preemptible_line(cfg: ProfilesConfig, profile: Profile, groups: list[str]) -> str:
+    """The picker's warning for a preemptible profile, only where it is true for this user: their server waits in
+    their team's queue (a server outside Kueue is never preempted)."""
+    return PREEMPTIBLE_LINE if profile.preemptible and server_queue(cfg, profile, groups) else ""
 
 
 def size_line(profile: Profile, traits: dict[str, Any] | None = None) -> str:
@@ -104,6 +115,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
         "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
         "degraded": degraded or "",
         "hint": hint or "",
+        "preemptible": preemptible_line(cfg, profile, list(groups)),
     }
     if capacity is not None and not capacity.known:  # stale informers: no numbers rather than wrong ones
         info.update(capacity="unknown — capacity not available right now", unknown=True,

@@ -31,6 +31,7 @@ from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
 from gpu_spawner.hub.pool_history_file import HistoryFile
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, progress_line
+from gpu_spawner.hub.preemption import PreemptionMixin, StopReasons
 from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, is_patience, merged
 from gpu_spawner.hub.usage_hints import SCRAPE_INTERVAL, PickerHints, StoreAndPrometheus
 from gpu_spawner.model.choices import UNLISTED_FORM_VALUE, UNLISTED_SUFFIX, ChoiceError, Chosen, choose
@@ -108,7 +109,7 @@ class ProfileNotAllowed(web.HTTPError, ValueError):
         self.jupyterhub_message = message
 
 
-class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
+class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawner):
     """Spawns single-user servers onto GPU pools described by a profiles file."""
 
     profiles_file = Unicode(
@@ -243,6 +244,8 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
                 if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
                     await HistoryFile(self.pool_history_file).load(cls._pool_history)
                 cls._pool_history.watch(inf)  # a view of the same pod and node watches: no request of its own
+                cls.stop_reasons = StopReasons()  # Kueue's stops (preemptions), another view
+                inf.attach(cls.stop_reasons)
                 metrics.watch_state(lambda: cls._informers.state if cls._informers else None)
                 await inf.start()  # not synced in time: the picker says "unknown" until it is
             elif inf.state.cfg is not self.profiles:
@@ -373,6 +376,7 @@ class GPUSpawner(QueuedSpawnMixin, AvoidFailingGPUs, KubeSpawner):
         self.add_readiness_probe(pod)
         self.add_gpu_check(pod)
         self.add_queue_labels(pod)
+        self.add_preemption_notice(pod)  # after the labels: a preemptible server's grace period and env
         self.add_team_identity(pod)
         return avoid_nodes(self.guard_pod(pod), *self.nodes_to_avoid())  # nodes whose GPU check just failed
 

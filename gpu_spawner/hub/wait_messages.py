@@ -165,15 +165,21 @@ def unexplained_message(error: BaseException) -> str:
             "an admin the time shown here.")
 
 
-def failure_record(message: str, profile: str | None, when: datetime | None = None) -> dict[str, str]:
+#: A record's kind: a start that did not work, or a running server that was stopped (hub/preemption.py).
+FAILED, STOPPED = "failed", "stopped"
+
+
+def failure_record(message: str, profile: str | None, when: datetime | None = None,
+                   kind: str = FAILED) -> dict[str, str]:
     """What the spawner keeps (in its saved state) so the home page can show the reason after a reload."""
     when = when or datetime.now(timezone.utc)
     return {"message": message[:2000], "profile": (profile or "")[:200],
-            "when": when.strftime("%Y-%m-%d %H:%M UTC")}
+            "when": when.strftime("%Y-%m-%d %H:%M UTC"), "kind": kind}
 
 
 def valid_record(value: Any) -> dict[str, str] | None:
     """A saved failure record as failure_record wrote it, else None (old or hand-edited state)."""
     if not isinstance(value, dict) or not isinstance(value.get("message"), str) or not value["message"]:
         return None
-    return {k: str(value.get(k, ""))[:2000] for k in ("message", "profile", "when")}
+    record = {k: str(value.get(k, ""))[:2000] for k in ("message", "profile", "when")}
+    return {**record, "kind": STOPPED if value.get("kind") == STOPPED else FAILED}

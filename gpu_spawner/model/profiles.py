@@ -360,6 +360,10 @@ class Profile(_Strict):
     queue_servers: bool | None = Field(None, description=(
         "Servers of this profile wait in their team's Kueue queue, counted in its quota at the profile's "
         "priority (default: the pool's setting, else yes for GPU profiles)."))
+    preemptible: bool = Field(False, description=(
+        "Its servers rank below every training job of the team: a job that needs the quota preempts one, after "
+        "a warning with a grace period in which the open JupyterLab saves its notebooks. Queued GPU profiles "
+        "only; default: never preempted (docs/admin-guide.md)."))
     options: dict[Slug, ProfileOption] = Field({}, description=(
         "Choices inside the profile (KubeSpawner `profile_options`), e.g. `image`: the server's image, which "
         "`%gpu_submit` jobs from it use too. Option names are DNS labels other than `profile`."))

@@ -30,6 +30,7 @@ from gpu_spawner.model.profiles import (
     TimeSlicing,
 )
 from gpu_spawner.model.quantities import human_bytes
+from gpu_spawner.model.queued_servers import preemptible_problems
 
 
 @dataclass(frozen=True)
@@ -488,6 +489,8 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     if problems:
         raise ProfilesError(problems, source)
     cfg = ProfilesConfig.model_validate({**data, "source": source})
+    if bad := [Problem(x.at, x.message) for x in preemptible_problems(cfg)]:
+        raise ProfilesError(bad, source)
     # a team's quota its nodes cannot hold in servers (their CPU or memory, not their GPUs, runs out first)
     if short := [Problem(f"teams.{s.team}.quota.{s.pool}", s.message()) for s in quota.shortfalls(cfg)]:
         raise ProfilesError(short, source)

@@ -265,7 +265,7 @@ def reference() -> str:
              "| GPUs × replicas |"),
             "| `mig`, `mixed` | `nvidia.com/mig-<g>g.<mem>gb` | GPUs × slices of that size in the layout |",
             "| `mig`, `single` | `nvidia.com/gpu` | GPUs × slices |", "",
-            *MPS_FACTS,
+            *MPS_FACTS, *PREEMPTIBLE_FACTS,
             "### MIG slices per GPU", "", "| model | slices (max per GPU) |", "|---|---|"]
     for m in GPU_MODELS.values():
         if m.mig:
@@ -297,6 +297,32 @@ MPS_FACTS = [
     "mount no `/dev/shm` of their own and their memory limit is `memory` alone.",
     "- Labels: `nvidia.com/gpu.sharing-strategy=mps`, `nvidia.com/gpu.replicas=<N>`, `nvidia.com/mps.capable=true`; "
     "`gpuhub doctor` checks them and that the MPS control daemon is ready on every node of the pool.", "",
+]
+
+
+#: What `preemptible: true` does, as Kueue's own source says (checked at v0.19.2: pkg/controller/jobs/pod).
+PREEMPTIBLE_FACTS = [
+    "### Preemptible servers", "",
+    "Checked against Kueue's source at v0.19.2 (its pod integration, which admits the servers):", "",
+    "- A server's Workload gets its priority from the pod's `kueue.x-k8s.io/priority-class` label. Servers of other "
+    "profiles get `gpuhub-server-<priority>`, above every job priority (a job never preempts them); a `preemptible` "
+    "profile's server gets `gpuhub-preemptible-<priority>`, below every job priority (job value minus the spread "
+    "of the job values and one), so preemptible servers keep their order among themselves. `gpuhub render kueue` "
+    "writes these classes only when some profile is preemptible; `gpuhub doctor` checks them like the others.",
+    "- Each team's ClusterQueue preempts `withinClusterQueue: LowerPriority`: a job of the team that needs the "
+    "quota, at any priority, preempts a preemptible server, and so does a server that is not preemptible. "
+    "`reclaimWithinCohort: Any` is unchanged: a team taking back quota another team borrowed preempts what runs "
+    "on it, preemptible or not. A waiting preemptible server never preempts a job.",
+    "- Kueue gives no notice: it writes a `TerminationTarget` condition on the pod (reason "
+    "`WorkloadEvictedDueToPreempted`, its message says whose workload it made room for) and deletes the pod with "
+    "the pod's grace period. A preemptible server's pod has `terminationGracePeriodSeconds` = the hub's "
+    "`GPUSpawner.preemption_grace_period` (default 60) and `$GPUHUB_PREEMPTION_GRACE_S`; on SIGTERM its server "
+    "tells the open JupyterLab, which warns the user and saves every unsaved document, and stops about 20 s "
+    "later (at once when no JupyterLab is open). The hub reads the condition and the home page says the server "
+    "was preempted, with \"Start it again\" and `%gpu_submit`.",
+    "- Only a server that waits in its team's queue can be preempted: `gpuhub validate` refuses `preemptible` on "
+    "a profile whose servers are not queued (CPU profiles, `queue_servers: false`) or on a pool no team has quota "
+    "on, and the picker says \"Preemptible\" only to users whose team queues the server.", "",
 ]
 
 
@@ -335,3 +361,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

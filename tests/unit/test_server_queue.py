@@ -195,7 +195,8 @@ def test_failure_record_round_trip_and_bad_state_is_ignored():
 @given(st.dictionaries(st.text(max_size=10), st.one_of(st.text(max_size=50), st.integers(), st.none())))
 def test_valid_record_takes_any_saved_state(value):
     rec = wait_messages.valid_record(value)
-    assert rec is None or (set(rec) == {"message", "profile", "when"} and rec["message"])
+    assert rec is None or (set(rec) == {"message", "profile", "when", "kind"} and rec["message"]
+                           and rec["kind"] in (wait_messages.FAILED, wait_messages.STOPPED))
 
 
 # ---------------------------------------------------------------------- deadlines

@@ -1,6 +1,7 @@
 /**
  * jupyterhub-gpu in JupyterLab: "Run on GPU queue" (save, then submit), the GPU jobs panel, and
- * notifications for job state changes and for this server's culling warnings.
+ * notifications for job state changes and for this server's culling warnings, and a preemptible server's
+ * warning before it stops (with its open notebooks saved).
  */
 import {
   ILabShell,
@@ -13,6 +14,7 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { COMM_TARGET, ICullWarning, postOnce, request } from './api';
 import { askSubmit } from './form';
 import { JobsPanel } from './panel';
+import { watchStopping } from './stopping';
 import { JobWatcher } from './watch';
 import { ILabJob } from './wire';
 
@@ -145,6 +147,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     watcher.start();
     watchCulling();
+    watchStopping(app);
   }
 };
 
