@@ -222,6 +222,21 @@ def test_kueue_applied_before_the_server_priority_classes(cfg):
     assert all(c.detail == "missing" and c.fix.startswith("gpuhub render kueue p.yaml") for c in failed(checks))
 
 
+def test_kueue_applied_before_a_profile_became_preemptible(cfg):
+    """A preemptible profile's servers name `gpuhub-preemptible-<priority>`: doctor asks for `render kueue` again."""
+    data = cfg.model_dump(exclude_unset=True)
+    next(p for p in data["profiles"] if p["slug"] == "t4-shared")["preemptible"] = True
+    preemptible = type(cfg).model_validate(data)
+    snap = healthy(preemptible)
+    assert not failed(run_checks(preemptible, snap, "p.yaml"))
+    snap.kueue["WorkloadPriorityClass"] = [c for c in snap.kueue["WorkloadPriorityClass"]
+                                           if not c["metadata"]["name"].startswith("gpuhub-preemptible-")]
+    checks = run_checks(preemptible, snap, "p.yaml")
+    assert {c.name for c in failed(checks)} == {f"WorkloadPriorityClass gpuhub-preemptible-{p}"
+                                                for p in cfg.priorities}
+    assert all(c.detail == "missing" and c.fix.startswith("gpuhub render kueue p.yaml") for c in failed(checks))
+
+
 def test_cluster_queue_quota_differs(cfg):
     snap = healthy(cfg)
     cq = next(q for q in snap.kueue["ClusterQueue"] if q["metadata"]["name"] == "team-data-science")
