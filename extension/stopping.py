@@ -3,10 +3,13 @@ the labextension's `watchStopping`).
 
 Kueue gives no notice before it preempts a server: the pod is deleted, and the kubelet sends SIGTERM, then
 SIGKILL after the pod's grace period ($GPUHUB_PREEMPTION_GRACE_S, hub/preemption.py). jupyter_server would stop
-at once on SIGTERM; on a preemptible server this handler first says so at GET <base>/gpuhub/stopping, which an
-open JupyterLab polls every `POLL_S` seconds: it warns the user and saves every unsaved document (the unsaved edits
-live only in the browser, so the browser must save them). The server stops itself `SAVE_WINDOW_S` later (always
-before the grace period ends), or at once when no JupyterLab has asked lately (nothing to save).
+at once on SIGTERM; on a preemptible server this handler first tells every open JupyterLab: at once, as an event
+on jupyter_server's event bus (`STOPPING_SCHEMA`, which JupyterLab receives on its event websocket, even in a
+background tab whose timers the browser slows down), and at GET <base>/gpuhub/stopping, which JupyterLab also
+polls every `POLL_S` seconds (where the event stream is not available). JupyterLab warns the user and saves every
+unsaved document (the unsaved edits live only in the browser, so the browser must save them). The server stops
+itself `SAVE_WINDOW_S` later (always before the grace period ends), or at once when no JupyterLab has asked within
+`OPEN_S` (none is open: nothing to save).
 """
 from __future__ import annotations
 
@@ -20,10 +23,19 @@ from tornado import web
 
 from gpu_spawner.contract import ENV_PREEMPTION_GRACE
 
-#: How often JupyterLab asks (index.ts: STOPPING_POLL_MS); a JupyterLab that asked within two polls is open.
+#: How often JupyterLab asks (stopping.ts: STOPPING_POLL_MS).
 POLL_S = 5
-#: Time for every open JupyterLab to see the news (one poll) and save (well under 10 s normally).
-SAVE_WINDOW_S = 2 * POLL_S + 10
+#: A JupyterLab that asked this recently is open (a background tab's timers may run only once a minute).
+OPEN_S = 90
+#: Time for every open JupyterLab to hear the news (the event at once; a poll within POLL_S) and save (a second
+#: or two normally).
+SAVE_WINDOW_S = 15
+#: The event JupyterLab hears on jupyter_server's event bus (registered by `install`).
+STOPPING_SCHEMA = "https://events.jupyter.org/jupyterhub-gpu/stopping/v1"
+SCHEMA = {"$id": STOPPING_SCHEMA, "version": "1", "title": "jupyterhub-gpu: this server is stopping",
+          "personal-data": False, "description": "A preemptible server got SIGTERM: save open documents now.",
+          "type": "object", "required": ["message", "seconds_left"],
+          "properties": {"message": {"type": "string"}, "seconds_left": {"type": "integer"}}}
 #: Kept free before SIGKILL, for jupyter_server's own shutdown (kernels).
 MARGIN_S = 5
 
@@ -50,7 +62,7 @@ class Stopping:
         now = self.clock()
         if self.since is None:
             self.since = now
-        if self.last_asked is None or now - self.last_asked > 2 * POLL_S:
+        if self.last_asked is None or now - self.last_asked > OPEN_S:
             return 0.0
         return float(max(0, min(SAVE_WINDOW_S, (self.grace_s or 0) - MARGIN_S)))
 
@@ -84,9 +96,20 @@ def install(server_app, env: dict | None = None) -> Stopping:
     if stopping.grace_s is None:
         return stopping
 
+    try:
+        server_app.event_logger.register_event_schema(SCHEMA)
+    except Exception as e:  # noqa: BLE001 - no event bus (an old jupyter_server): JupyterLab's poll still hears it
+        server_app.log.warning("jupyterhub-gpu: no stopping event (%s); JupyterLab polls instead", e)
+
     def stop_later():
         wait = stopping.begin()
-        server_app.log.warning("jupyterhub-gpu: SIGTERM on a preemptible server: JupyterLab warned, saving; stopping "
+        answer = stopping.answer()
+        try:
+            server_app.event_logger.emit(schema_id=STOPPING_SCHEMA, data={
+                "message": answer["message"], "seconds_left": answer["seconds_left"]})
+        except Exception as e:  # noqa: BLE001 - the poll still says it
+            server_app.log.warning("jupyterhub-gpu: the stopping event failed: %s", e)
+        server_app.log.warning("jupyterhub-gpu: SIGTERM on a preemptible server: JupyterLab told, saving; stopping "
                                "in %.0f s (grace period %s s)", wait, stopping.grace_s)
         server_app.io_loop.call_later(wait, server_app.stop)
 

@@ -317,8 +317,9 @@ PREEMPTIBLE_FACTS = [
     "`WorkloadEvictedDueToPreempted`, its message says whose workload it made room for) and deletes the pod with "
     "the pod's grace period. A preemptible server's pod has `terminationGracePeriodSeconds` = the hub's "
     "`GPUSpawner.preemption_grace_period` (default 60) and `$GPUHUB_PREEMPTION_GRACE_S`; on SIGTERM its server "
-    "tells the open JupyterLab, which warns the user and saves every unsaved document, and stops about 20 s "
-    "later (at once when no JupyterLab is open). The hub reads the condition and the home page says the server "
+    "tells the open JupyterLab at once (an event on jupyter_server's event bus, which a background tab hears too), "
+    "which warns the user and saves every unsaved document, and stops about 15 s later (at once when no "
+    "JupyterLab is open). The hub reads the condition and the home page says the server "
     "was preempted, with \"Start it again\" and `%gpu_submit`.",
     "- Only a server that waits in its team's queue can be preempted: `gpuhub validate` refuses `preemptible` on "
     "a profile whose servers are not queued (CPU profiles, `queue_servers: false`) or on a pool no team has quota "

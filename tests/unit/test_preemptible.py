@@ -248,6 +248,10 @@ def test_the_server_waits_for_an_open_jupyterlab_to_save_and_not_past_its_grace(
     assert s.begin() == 0  # no JupyterLab has asked: nothing to save, stop now
     s = stopping.Stopping(60, clock)
     s.asked()
+    clock.now += stopping.OPEN_S + 1
+    assert s.begin() == 0  # none asked for longer than a background tab's slowest poll: none is open
+    s = stopping.Stopping(60, clock)
+    s.asked()
     clock.now += 3
     assert s.begin() == stopping.SAVE_WINDOW_S
     clock.now += 7
@@ -272,10 +276,21 @@ class FakeLoop:
         self.later.append((delay, fn))
 
 
-def test_sigterm_on_a_preemptible_server_stops_it_after_the_save_window():
+class FakeEvents:
+    def __init__(self):
+        self.schemas, self.emitted = [], []
+
+    def register_event_schema(self, schema):
+        self.schemas.append(schema["$id"])
+
+    def emit(self, *, schema_id, data):
+        self.emitted.append((schema_id, data))
+
+
+def test_sigterm_on_a_preemptible_server_tells_jupyterlab_at_once_and_stops_after_the_save_window():
     stops = []
     app = SimpleNamespace(web_app=SimpleNamespace(settings={}), io_loop=FakeLoop(), log=SimpleNamespace(
-        warning=lambda *a: None), stop=lambda from_signal=False: stops.append(from_signal))
+        warning=lambda *a: None), stop=lambda from_signal=False: stops.append(from_signal), event_logger=FakeEvents())
     before = signal.getsignal(signal.SIGTERM)
     try:
         assert stopping.install(app, {}).grace_s is None and signal.getsignal(signal.SIGTERM) is before
@@ -288,7 +303,29 @@ def test_sigterm_on_a_preemptible_server_stops_it_after_the_save_window():
         later()
         ((delay, stop),) = app.io_loop.later
         assert delay == stopping.SAVE_WINDOW_S and s.answer()["stopping"] and stops == []
+        assert app.event_logger.schemas == [stopping.STOPPING_SCHEMA]
+        ((schema, data),) = app.event_logger.emitted  # pushed on the event bus: a background tab hears it too
+        assert schema == stopping.STOPPING_SCHEMA and data["seconds_left"] == 60 and "preempted" in data["message"]
         handler(signal.SIGTERM, None)  # a second SIGTERM: at once
         assert stops == [True]
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_the_stopping_event_is_a_valid_jupyter_events_schema_and_reaches_a_listener():
+    from jupyter_events import EventLogger
+
+    heard = []
+
+    async def listen(logger, schema_id, data):  # noqa: ARG001 - jupyter_server's event websocket's signature
+        heard.append((schema_id, data))
+
+    async def main():
+        bus = EventLogger()
+        bus.register_event_schema(stopping.SCHEMA)
+        bus.add_listener(listener=listen)  # every schema, as jupyter_server's /api/events/subscribe listens
+        bus.emit(schema_id=stopping.STOPPING_SCHEMA, data={"message": "stopping", "seconds_left": 55})
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert heard == [(stopping.STOPPING_SCHEMA, {"message": "stopping", "seconds_left": 55})]

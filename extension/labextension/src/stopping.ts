@@ -1,7 +1,8 @@
 /**
- * A preemptible server's end, in JupyterLab: the server says at `gpuhub/stopping` that SIGTERM came
- * (extension/stopping.py); this warns the user and saves every unsaved document at once, within the pod's
- * grace period. Unsaved edits live only in the browser, so only the browser can save them.
+ * A preemptible server's end, in JupyterLab: the server says that SIGTERM came (extension/stopping.py) as an
+ * event on its event bus, which arrives at once even in a background tab, and at `gpuhub/stopping`, polled as a
+ * fallback; this warns the user and saves every unsaved document at once, within the pod's grace period.
+ * Unsaved edits live only in the browser, so only the browser can save them.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
@@ -9,8 +10,9 @@ import { DocumentWidget } from '@jupyterlab/docregistry';
 
 import { request } from './api';
 
-/** Must match POLL_S in extension/stopping.py. */
+/** Must match POLL_S and STOPPING_SCHEMA in extension/stopping.py. */
 export const STOPPING_POLL_MS = 5000;
+export const STOPPING_SCHEMA = 'https://events.jupyter.org/jupyterhub-gpu/stopping/v1';
 
 interface IStopping {
   preemptible: boolean;
@@ -32,9 +34,31 @@ export async function saveAll(app: JupyterFrontEnd): Promise<{ saved: number; fa
   return { saved: dirty.length - failed.length, failed };
 }
 
-/** Poll while the server is preemptible; on its end, one warning that says what was saved. */
+/** Listen and poll while the server is preemptible; on its end, one warning that says what was saved. */
 export function watchStopping(app: JupyterFrontEnd): void {
   let timer: ReturnType<typeof setInterval> | undefined;
+  let told = false;
+  const stopping = async (message: string | undefined) => {
+    if (told) {
+      return;
+    }
+    told = true;
+    clearInterval(timer);
+    const head = message ?? 'This server is stopping.';
+    const id = Notification.warning(`${head} Saving…`, { autoClose: false });
+    const { saved, failed } = await saveAll(app);
+    const done = failed.length
+      ? `Could not save ${failed.join(', ')}: download what you need now.`
+      : saved
+        ? `Saved ${saved} open document${saved === 1 ? '' : 's'}.`
+        : 'Every open document was already saved.';
+    Notification.update({ id, message: `${head} ${done}`, type: failed.length ? 'error' : 'warning', autoClose: false });
+  };
+  app.serviceManager.events.stream.connect((_, emission) => {
+    if (emission.schema_id === STOPPING_SCHEMA) {
+      void stopping(emission.message as string | undefined);
+    }
+  });
   const check = async () => {
     let state: IStopping;
     try {
@@ -44,21 +68,9 @@ export function watchStopping(app: JupyterFrontEnd): void {
     }
     if (!state.preemptible) {
       clearInterval(timer); // never preempted: no need to ask again
-      return;
+    } else if (state.stopping) {
+      void stopping(state.message);
     }
-    if (!state.stopping) {
-      return;
-    }
-    clearInterval(timer);
-    const head = state.message ?? 'This server is stopping.';
-    const id = Notification.warning(`${head} Saving…`, { autoClose: false });
-    const { saved, failed } = await saveAll(app);
-    const done = failed.length
-      ? `Could not save ${failed.join(', ')}: download what you need now.`
-      : saved
-        ? `Saved ${saved} open document${saved === 1 ? '' : 's'}.`
-        : 'Every open document was already saved.';
-    Notification.update({ id, message: `${head} ${done}`, type: failed.length ? 'error' : 'warning', autoClose: false });
   };
   timer = setInterval(() => void check(), STOPPING_POLL_MS);
   void check();
