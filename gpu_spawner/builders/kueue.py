@@ -22,9 +22,7 @@ from gpu_spawner.builders.pods import priority_class_name
 from gpu_spawner.contract import KUEUE_API, MANAGED_BY, PREEMPTIBLE_LABEL, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 from gpu_spawner.model import quantities, quota
 from gpu_spawner.model.profiles import Pool, Profile, ProfilesConfig, Team
-from gpu_spawner.model.queued_servers import queues_servers
-
-__all__ = ["queues_servers"]  # the rule lives in the model (validation needs it); its callers import it from here
+from gpu_spawner.model.queued_servers import queues_servers  # the model's rule (validation needs it); used here
 
 EPHEMERAL = "ephemeral-storage"
 SERVER_PRIORITY_PREFIX = "gpuhub-server-"
