@@ -37,10 +37,10 @@ def stopped_message(stop: KueueStop, profile: str, grace_s: int | None) -> str:
         why = ("another team took back GPUs your team had borrowed from it, and your server, a preemptible one, "
                "was using them")
     else:
-        why = ("a higher-priority training job of your team needed its GPU quota: the profile is preemptible, so "
-               "its servers make room for jobs")
-    saved = (f" JupyterLab was warned {grace_s} s before and saved the notebooks open in it; unsaved work in "
-             "kernels (variables, outputs of running cells) is lost." if grace_s else "")
+        why = ("a training job of your team (or a teammate's server that is not preemptible) needed its GPU quota: "
+               "the profile is preemptible, so its servers make room")
+    saved = (f" An open JupyterLab was warned and saved its notebooks within the {grace_s} s grace period; what the "
+             "kernels held (variables, outputs of running cells) is lost." if grace_s else "")
     return f"Your '{profile}' server was preempted: {why}.{saved} What next: {NEXT}."
 
 

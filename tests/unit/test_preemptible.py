@@ -144,8 +144,8 @@ def test_kueue_stop_reads_the_termination_target_condition():
 
 def test_stopped_messages_say_why_and_what_next():
     team = stopped_message(kueue_stop(stopped_pod()), "Shared T4", 60)
-    assert "preempted" in team and "higher-priority training job of your team" in team
-    assert "warned 60 s before" in team and "start it again" in team and "%gpu_submit" in team
+    assert "preempted" in team and "a training job of your team" in team
+    assert "within the 60 s grace period" in team and "start it again" in team and "%gpu_submit" in team
     cohort = stopped_message(KueueStop("WorkloadEvictedDueToPreempted", "due to reclamation within the cohort"),
                              "Shared T4", None)
     assert "another team took back GPUs" in cohort and "warned" not in cohort
@@ -205,7 +205,7 @@ def test_poll_reads_the_watchs_memory_when_the_pod_is_already_gone(cfg):
     s.gpu_profile = None  # after a hub restart: the profile comes from the saved options
     s.status = 0
     asyncio.run(s.poll())
-    assert "warned 60 s before" in s._last_failure["message"] and s.stop_reasons.seen == {}
+    assert "within the 60 s grace period" in s._last_failure["message"] and s.stop_reasons.seen == {}
 
 
 def test_a_server_stopped_otherwise_keeps_no_record(cfg):
