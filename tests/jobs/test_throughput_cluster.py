@@ -73,7 +73,11 @@ def test_the_notebooks_reports_reach_the_jobs_status_and_its_prometheus_series(c
     title = view(s)["title"]
     assert "samples/s" in title and "s/step" in title and "ETA" in title, title
 
-    got = cluster.wait_until(lambda: series(port, name) or None, 30, "the job's series on the metrics port")
+    def refreshed():  # a refresh from before the second report has the step but no rate yet
+        got = series(port, name)
+        return got if got.get("gpuhub_job_step", 0) >= 15 and "gpuhub_job_samples_per_second" in got else None
+
+    got = cluster.wait_until(refreshed, 30, "the job's series on the metrics port, rates included")
     assert 40 < got["gpuhub_job_samples_per_second"] < 90 and got["gpuhub_job_step"] >= 15, got
     assert {"gpuhub_job_step_seconds", "gpuhub_job_eta_seconds", "gpuhub_job_loss",
             "gpuhub_job_last_report_timestamp_seconds"} <= set(got)
