@@ -237,3 +237,47 @@ def test_a_teams_dataset_is_the_same_read_only_folder_in_its_servers_and_jobs_an
     assert "ROOT None" in other and "SEES" not in other, other
     for user in ("alice", "mallory"):
         requests.delete(f"{hub.url}/hub/api/users/{user}/server", headers=hub.auth(hub.admin_token), timeout=60)
+
+
+def test_a_teams_servers_and_jobs_run_under_its_workload_identity_and_no_one_elses(hub, cluster):
+    """The example's ml-research has an Azure workload identity, data-science none: mallory's server (hub
+    namespace) and job (her team's) run under the team's ServiceAccount, annotated with its client id, and carry
+    the label the AKS webhook looks for; alice's carry neither. No webhook on the dev cluster, so this is what
+    the hub and gpu-jobs create, as the API server stored it."""
+    from gpu_spawner.builders.identity import WI_CLIENT_ID, WI_USE
+
+    account, client_id = "gpuhub-ml-research-identity", "11111111-2222-3333-4444-555555555555"
+    def stopped(user: str) -> bool:  # an earlier test's DELETE may still be stopping it
+        return not requests.get(f"{hub.url}/hub/api/users/{user}", headers=hub.auth(hub.admin_token),
+                                timeout=30).json().get("servers")
+
+    try:
+        for user in ("alice", "mallory"):
+            cluster.wait_until(lambda: stopped(user), 120, f"{user}'s earlier server stopped")
+            Server(hub, user).start()
+        jobs = {user: run_job(hub, cluster, user, notebook("print('hello')"), "hello.ipynb")[0]
+                for user in ("alice", "mallory")}
+
+        def server_of(user: str):
+            return next(p for p in cluster.core.list_namespaced_pod("jhub").items
+                        if (p.metadata.annotations or {}).get("hub.jupyter.org/username") == user)
+
+        def job_pod_of(user: str, namespace: str):
+            return next(p for p in cluster.core.list_namespaced_pod(namespace).items
+                        if p.metadata.name.startswith(jobs[user]))
+
+        for pod in (server_of("mallory"), job_pod_of("mallory", "team-mlr")):
+            assert pod.spec.service_account_name == account, pod.metadata.name
+            assert (pod.metadata.labels or {}).get(WI_USE) == "true", pod.metadata.name
+        for pod in (server_of("alice"), job_pod_of("alice", TEAM)):
+            assert pod.spec.service_account_name != account, pod.metadata.name
+            assert WI_USE not in (pod.metadata.labels or {}), pod.metadata.name
+        for ns in ("jhub", "team-mlr"):
+            sa = cluster.core.read_namespaced_service_account(account, ns)
+            assert (sa.metadata.annotations or {}).get(WI_CLIENT_ID) == client_id
+        assert not [sa.metadata.name for sa in cluster.core.list_namespaced_service_account(TEAM).items
+                    if WI_CLIENT_ID in (sa.metadata.annotations or {})]  # data-science has no identity
+    finally:
+        for user in ("alice", "mallory"):
+            requests.delete(f"{hub.url}/hub/api/users/{user}/server", headers=hub.auth(hub.admin_token), timeout=60)
+        cluster.clean("team-mlr", timeout=90)
