@@ -376,13 +376,16 @@ class DevNodeAgent:
         asyncio.get_running_loop().call_later(max(1, int(grace)), kill)
         log.info("%s terminating %s (grace %s s)", BANNER, key, grace)
 
-    def stop(self, key: str) -> None:
+    def stop(self, key: str, signal_again: bool = True) -> None:
+        """The pod is gone (or going): forget it, and SIGTERM its process unless `signal_again` is False (a
+        preemptible server `terminate` already signalled: a kubelet sends one SIGTERM, and SIGKILL at the end of the
+        grace period, whose timer stays armed)."""
         run = self.running.pop(key, None)
         self.release_claims(key)
         self.hosts.remove(key)
         if isinstance(run, InitPending):  # deleted while its init containers run: the current one ends
             run = run.current
-        if run is not None and run.proc.returncode is None:
+        if run is not None and run.proc.returncode is None and signal_again:
             try:
                 os.killpg(run.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -399,7 +402,9 @@ class DevNodeAgent:
             self.terminate(key, meta.get("deletionGracePeriodSeconds") or 30)
             return
         if kind == "DELETED" or meta.get("deletionTimestamp"):
-            self.stop(key)
+            run = self.running.get(key)  # KWOK removes a deleted pod object at once, before its grace period ends
+            self.stop(key, signal_again=not (labels.get(PREEMPTIBLE_LABEL) == "true" and isinstance(run, Running)
+                                             and run.deleting))
             return
         node_name = spec.get("nodeName")
         if key in self.running or not node_name or (meta.get("labels") or {}).get(DEV_AGENT_LABEL) != "run" \

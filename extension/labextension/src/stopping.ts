@@ -44,11 +44,14 @@ export function watchStopping(app: JupyterFrontEnd): void {
     }
     told = true;
     clearInterval(timer);
-    const head = message ?? 'This server is stopping.';
-    const id = Notification.warning(`${head} Saving…`, { autoClose: false });
+    // JupyterLab cuts a notification at 140 characters: a short headline (the server's whole sentence is in the
+    // console); what was saved must stay visible
+    console.warn('gpuhub:', message);
+    const head = 'This server is stopping (likely preempted for a GPU job).';
+    const id = Notification.warning(`${head} Saving your open notebooks…`, { autoClose: false });
     const { saved, failed } = await saveAll(app);
     const done = failed.length
-      ? `Could not save ${failed.join(', ')}: download what you need now.`
+      ? `Could not save ${failed.join(', ')}: download it now.`
       : saved
         ? `Saved ${saved} open document${saved === 1 ? '' : 's'}.`
         : 'Every open document was already saved.';
