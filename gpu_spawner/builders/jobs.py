@@ -21,7 +21,7 @@ from typing import Any
 
 from kubespawner.slugs import safe_slug
 
-from gpu_spawner.builders import pods as podspec
+from gpu_spawner.builders import dra, pods as podspec
 from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.identity import pod_identity, with_identity
@@ -218,6 +218,9 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         "volumes": shm_volumes + [{"name": "snapshot", "configMap": {"name": name, "items": [
             {"key": "notebook.gz", "path": "notebook.gz"}]}}, home_volume] + data_volumes,
     }
+    if dra.uses_dra(cfg, profile):  # its GPUs as a claim per pod (per rank of a JobSet), from the team's template
+        pod_spec["resourceClaims"], pod_spec["containers"][0]["resources"]["claims"] = dra.pod_claims(
+            dra.job_template_name(profile))
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
     ident = pod_identity(cfg, groups)  # the user's team's (team_for, as above), never another's
     if ident is not None:

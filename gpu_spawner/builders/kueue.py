@@ -15,6 +15,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from gpu_spawner.builders import dra
 from gpu_spawner.builders.hardening import MAX_EPHEMERAL_STORAGE, POD_SECURITY_LABELS
 from gpu_spawner.builders.identity import service_accounts
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE
@@ -200,6 +201,7 @@ def render_kueue(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE
     objs: list[dict[str, Any]] = []
     objs += [team_namespace(name, team) for name, team in cfg.teams.items()]
     objs += service_accounts(cfg, hub_namespace)  # teams' workload identities: servers' and jobs' accounts
+    objs += dra.device_classes(cfg) + dra.claim_templates(cfg, hub_namespace)  # dra pools' GPUs, counted by Kueue
     for name, value in cfg.priorities.items():
         objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": _meta(priority_class_name(name)), "value": value, "globalDefault": False,

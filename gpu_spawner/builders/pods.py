@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_spawner.builders import dra
 from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.contract import (
     ENV_GPU_COUNT,
@@ -36,9 +37,21 @@ def priority_class_name(priority: str) -> str:
 
 
 def gpu_resources(cfg: ProfilesConfig, profile: Profile) -> dict[str, int]:
-    """Extended resources for requests and limits (they must be equal for extended resources)."""
+    """Extended resources for requests and limits (they must be equal for extended resources); none on a `dra`
+    pool, whose GPUs come as a ResourceClaim (`dra.pod_claims`)."""
     name = cfg.resource_name(profile)
-    return {name: profile.gpu.count} if name else {}
+    return {name: profile.gpu.count} if name and not dra.uses_dra(cfg, profile) else {}
+
+
+def server_placement(cfg: ProfilesConfig, profile: Profile) -> dict[str, Any]:
+    """Where a server may run: its pool; with DRA alternatives, any of their pools (one required node-affinity
+    term each, ORed, and exactly those pools' taints tolerated), where the scheduler finds the first free device.
+    Jobs never take alternatives (node_selector / tolerations: their own pool)."""
+    pools = dra.placement_choices(cfg, profile) if profile.gpu and profile.gpu.alternatives else []
+    if len(pools) < 2:
+        return {"node_selector": node_selector(cfg, profile), "tolerations": tolerations(cfg, profile)}
+    tols = list({str(t): t for pool in pools for t in pool.tolerations()}.values())
+    return {"node_selector": {}, "node_affinity_required": dra.node_affinity_terms(cfg, profile), "tolerations": tols}
 
 
 def node_selector(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
@@ -118,8 +131,7 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
         **resource_overrides(profile, admin),
         "extra_resource_guarantees": {k: str(v) for k, v in gpus.items()},
         "extra_resource_limits": {k: str(v) for k, v in gpus.items()},
-        "node_selector": node_selector(cfg, profile),
-        "tolerations": tolerations(cfg, profile),
+        **server_placement(cfg, profile),
         "volumes": ([shm_volume(profile)] if profile.own_shm else []) + data_volumes,
         "volume_mounts": ([shm_mount()] if profile.own_shm else []) + data_mounts,
         "extra_labels": labels(profile),

@@ -28,6 +28,7 @@ SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "
 DEFAULT_PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?){0,3}$"
 
 def duration_seconds(value: Any) -> int:
     """Seconds from `30m`, `2h`, `1h30m`, `90` (model/durations.py: bounded, linear), for every duration
@@ -181,6 +182,12 @@ class Pool(_Strict):
     queue_servers: bool | None = Field(None, description=(
         "Notebook servers on this pool wait in their team's Kueue queue, counted in its quota (default: yes "
         "for GPU pools); a profile's own `queue_servers` wins."))
+    allocation: Literal["device-plugin", "dra"] = Field("device-plugin", description=(
+        "How pods get this pool's GPUs: `device-plugin` (extended resources such as nvidia.com/gpu) or `dra` "
+        "(Dynamic Resource Allocation: a ResourceClaim per pod, allocated by the scheduler from the NVIDIA DRA "
+        "driver's ResourceSlices; whole GPUs and static MIG slices only; docs/admin-guide.md)."))
+    device_class: str = Field("gpu.nvidia.com", pattern=DNS_SUBDOMAIN, max_length=253, description=(
+        "`allocation: dra`: the DeviceClass of whole GPUs (default: the NVIDIA driver's `gpu.nvidia.com`)."))
     time_zone: ZoneName = Field("UTC", description=(
         "IANA time zone of the pool's `warm` schedule (e.g. `Europe/Berlin`; daylight saving followed)."))
     warm: list[WarmWindow] = Field([], max_length=28, description=(  # 28: warm_schedule.MAX_WINDOWS (a test checks)
@@ -191,6 +198,10 @@ class Pool(_Strict):
     @property
     def is_gpu(self) -> bool:
         return self.gpu is not None
+
+    @property
+    def is_dra(self) -> bool:
+        return self.is_gpu and self.allocation == "dra"
 
     @property
     def effective_taints(self) -> list[Taint]:
@@ -324,10 +335,23 @@ class ProfileOption(_Strict):
         return u if u is not None and set(u.groups) & set(groups) else None
 
 
+class GPUChoice(_Strict):
+    """One device choice of a `dra` pool: whole GPUs, or a MIG slice (`kind: mig` with its `profile`)."""
+
+    pool: str
+    kind: Literal["mig", "full"] = "full"
+    count: int = Field(1, ge=1, le=16)
+    profile: str | None = Field(None, description="MIG slice, e.g. 3g.40gb (kind: mig only)")
+
+
 class ProfileGPU(_Strict):
     kind: Literal["time-sliced", "mps", "mig", "full"]
     count: int = Field(1, ge=1, le=16)
     profile: str | None = Field(None, description="MIG slice, e.g. 1g.10gb (kind: mig only)")
+    alternatives: list[GPUChoice] = Field([], max_length=7, description=(
+        "`dra` pools, servers not queued in Kueue: what to take, in order, when the profile's own GPUs are all "
+        "taken, e.g. `[{pool: a100, kind: full}, {pool: a100-mig, kind: mig, profile: 3g.40gb}]` (DRA's "
+        "prioritized list: the scheduler allocates the first that is free; docs/admin-guide.md)."))
 
 
 class Profile(_Strict):

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gpu_spawner.model import datasets, gpu_stack, identity, multinode, quota, sharing_rules, warm_schedule
+from gpu_spawner.model import datasets, dra, gpu_stack, identity, multinode, quota, sharing_rules, warm_schedule
 from gpu_spawner.model.gpus import GPU_MODELS
 from gpu_spawner.model.profiles import (
     DNS_LABEL,
@@ -30,7 +30,7 @@ from gpu_spawner.model.profiles import (
     TimeSlicing,
 )
 from gpu_spawner.model.quantities import human_bytes
-from gpu_spawner.model.queued_servers import preemptible_problems
+from gpu_spawner.model.queued_servers import preemptible_problems, queues_servers
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def _check_pool(name: str, pool: Pool, out: list[Problem]) -> bool:
     if pool.max_nodes is not None and pool.max_nodes < pool.min_nodes:
         out.append(Problem(f"{at}.max_nodes", f"{pool.max_nodes} is below min_nodes {pool.min_nodes}"))
     out.extend(Problem(x.at, x.message) for x in warm_schedule.pool_problems(name, pool))
-    out.extend(Problem(x.at, x.message) for x in gpu_stack.pool_problems(name, pool))
+    out.extend(Problem(x.at, x.message) for x in gpu_stack.pool_problems(name, pool) + dra.pool_problems(name, pool))
     if pool.gpu is None:
         if not isinstance(pool.sharing, NoSharing):
             out.append(Problem(f"{at}.sharing", f"{pool.sharing.strategy!r} needs a GPU; add gpu: {{model: ..., "
@@ -489,7 +489,7 @@ def parse_profiles(data: Any, source: str | None = None) -> ProfilesConfig:
     if problems:
         raise ProfilesError(problems, source)
     cfg = ProfilesConfig.model_validate({**data, "source": source})
-    if bad := [Problem(x.at, x.message) for x in preemptible_problems(cfg)]:
+    if bad := [Problem(x.at, x.message) for x in preemptible_problems(cfg) + dra.file_problems(cfg, queues_servers)]:
         raise ProfilesError(bad, source)
     # a team's quota its nodes cannot hold in servers (their CPU or memory, not their GPUs, runs out first)
     if short := [Problem(f"teams.{s.team}.quota.{s.pool}", s.message()) for s in quota.shortfalls(cfg)]:

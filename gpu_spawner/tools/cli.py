@@ -87,6 +87,15 @@ def cmd_render_kueue(args) -> int:
     return 0
 
 
+def cmd_render_kueue_config(args) -> int:
+    from gpu_spawner.builders.dra import kueue_configuration_fragment
+
+    print("# merge into Kueue's Configuration (config.kueue.x-k8s.io/v1beta2; Helm: "
+          "managerConfig.controllerManagerConfigYaml), then restart kueue-controller-manager")
+    print(yaml.safe_dump(kueue_configuration_fragment(_load(args.file)), sort_keys=False), end="")
+    return 0
+
+
 def cmd_render_deploy(args) -> int:
     from gpu_spawner.tools.render_deploy import write
 
@@ -238,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     rk.add_argument("--hub-namespace", default="jhub",
                     help="where servers run: their teams' LocalQueues go there (default jhub)")
     rk.set_defaults(run=cmd_render_kueue)
+    rc = rsub.add_parser("kueue-config", help="what Kueue's own Configuration needs: the DRA DeviceClass mappings "
+                                              "(quota names) and the pods-ready timeout (YAML)")
+    rc.add_argument("file")
+    rc.set_defaults(run=cmd_render_kueue_config)
     rd = rsub.add_parser("deploy", help="write the deploy files: RBAC, NetworkPolicies per team, the gpu-jobs "
                                         "Deployment, GPU operator values, device plugin and MIG configs, AKS pools")
     rd.add_argument("file")
