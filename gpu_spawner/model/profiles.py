@@ -6,15 +6,23 @@ problem at once (see `validation.py`), each with its path, the bad value and wha
 """
 from __future__ import annotations
 
-import math
 from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from gpu_spawner.model import durations, quantities
 from gpu_spawner.model.datasets import Dataset, DatasetName
+from gpu_spawner.model.field_types import (  # noqa: F401 (DNS_LABEL, duration_seconds: imported from here too)
+    CPU,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    Bytes,
+    Seconds,
+    Slug,
+    duration_seconds,
+    mig_layout_value,
+)
 from gpu_spawner.model.gpus import GPU_MODELS, MIG_PROFILE_RE, GPUModel, mig_resource_name
 from gpu_spawner.model.identity import TeamIdentity
 from gpu_spawner.model.labels import LabelKey, LabelValue
@@ -26,59 +34,6 @@ SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "
 
 #: Used when a profiles file names no `priorities`.
 DEFAULT_PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
-
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?){0,3}$"
-
-def duration_seconds(value: Any) -> int:
-    """Seconds from `30m`, `2h`, `1h30m`, `90` (model/durations.py: bounded, linear), for every duration
-    an admin or a user writes."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; {durations.EXAMPLES}")
-    if isinstance(value, str):
-        seconds = durations.parse(value)
-    elif isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
-        seconds = value
-    else:
-        raise ValueError(f"a {type(value).__name__} ({'not finite' if isinstance(value, float) else 'not text'}) "
-                         f"is not a duration; {durations.EXAMPLES}")
-    if seconds <= 0:
-        raise ValueError(f"{value!r} must be longer than zero; write e.g. 30m or 2h")
-    return int(seconds)
-
-
-def _quantity(kind: str):
-    def parse(value: Any) -> Decimal:
-        try:
-            q = quantities.parse(value)
-        except (ValueError, ArithmeticError):  # ArithmeticError: decimal.Overflow of "1e999999999"
-            example = "2, 500m" if kind == "CPU" else "8Gi, 512Mi"
-            raise ValueError(f"{value!r} is not a Kubernetes {kind} quantity; write e.g. {example}") from None
-        if q < 0:
-            raise ValueError(f"{value!r} must not be negative")
-        return q
-
-    return parse
-
-
-def _layout(value: Any) -> str | dict[str, int]:
-    """`all-1g.10gb`, `all-balanced` or a mapping of slice → count per GPU."""
-    if isinstance(value, str) and value.startswith("all-"):
-        return value
-    if isinstance(value, dict) and value and all(
-        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 1 for k, n in value.items()
-    ):
-        return value
-    raise ValueError(
-        f"{value!r} is not a MIG layout; write all-<slice> (e.g. all-1g.10gb), all-balanced, "
-        "or a mapping of slice to count per GPU (e.g. {1g.10gb: 3, 2g.20gb: 2})"
-    )
-
-
-Seconds = Annotated[int, BeforeValidator(duration_seconds)]
-CPU = Annotated[Decimal, BeforeValidator(_quantity("CPU")), PlainSerializer(lambda q: str(q), return_type=str)]
-Bytes = Annotated[Decimal, BeforeValidator(_quantity("memory")), PlainSerializer(lambda q: int(q), return_type=int)]
-Slug = Annotated[str, Field(pattern=DNS_LABEL)]
 
 
 class _Strict(BaseModel):
@@ -149,7 +104,7 @@ class MPSSharing(_Strict):
 class MIGSharing(_Strict):
     strategy: Literal["mig"]
     mig_strategy: Literal["mixed", "single"] = "mixed"
-    layout: Annotated[Union[str, dict[str, int]], BeforeValidator(_layout)]
+    layout: Annotated[Union[str, dict[str, int]], BeforeValidator(mig_layout_value)]
 
 
 Sharing = Annotated[Union[NoSharing, TimeSlicing, MPSSharing, MIGSharing], Field(discriminator="strategy")]

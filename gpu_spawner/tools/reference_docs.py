@@ -160,13 +160,15 @@ def _validator_kind(meta: list[Any]) -> str | None:
                 return "GUID"
             if f is I.account:
                 return "ServiceAccount name"
-            if f is P._layout:
+            if f is P.mig_layout_value:
                 return "`all-<slice>` \\| `all-balanced` \\| map slice → count"
             if f.__qualname__.startswith("_quantity"):
                 kind = f.__closure__[0].cell_contents if f.__closure__ else ""
                 return "CPU quantity (`2`, `500m`)" if kind == "CPU" else "memory quantity (`8Gi`, `512Mi`)"
         if getattr(m, "pattern", None) == P.DNS_LABEL:
             return "DNS label"
+        if getattr(m, "pattern", None) == P.DNS_SUBDOMAIN:
+            return "DNS subdomain"
     return None
 
 
