@@ -118,8 +118,10 @@ def record_pods(seen: dict[str, dict], alive: list[dict], wall: float) -> None:
             continue
         now_alive.add(uid)
         rec = seen.setdefault(uid, {"namespace": p["metadata"]["namespace"], "pod": p["metadata"]["name"],
-                                    "gone": None})
+                                    "gone": None, "started": False})
         rec["gone"] = None
+        # a kubelet's acknowledgement (status.startTime): before it the pod held no device and has no lifetime
+        rec["started"] = rec.get("started") or bool((p.get("status") or {}).get("startTime"))
     for uid, rec in seen.items():
         if uid not in now_alive and rec["gone"] is None:
             rec["gone"] = wall
@@ -228,9 +230,12 @@ def gather(replay: Any, served: list[bool]) -> dict[str, Any]:
     out.update(outputs_missing=outputs_missing, outputs_more_than_one=outputs_doubled,
                resumed_from_checkpoint=resumed, lost_checkpointed_work=not_resumed)
     store = stored_uids(replay.stack.root / "hub" / "gpuhub-usage" / "usage.sqlite")
-    ended = {uid: rec for uid, rec in st.seen.items()
-             if rec["gone"] is not None and time.monotonic() - rec["gone"] > STORE_LAG_S}
+    gone = {uid: rec for uid, rec in st.seen.items()
+            if rec["gone"] is not None and time.monotonic() - rec["gone"] > STORE_LAG_S}
+    ended = {uid: rec for uid, rec in gone.items() if rec.get("started")}
     out["lifetimes_ended"] = len(ended)
+    out["bound_never_started"] = sorted(f"{r['namespace']}/{r['pod']}" for u, r in gone.items() if u not in ended
+                                        and u not in (store or ()))
     out["lifetimes_missing_from_store"] = (None if store is None else
                                            sorted(f"{r['namespace']}/{r['pod']}" for u, r in ended.items()
                                                   if u not in store))

@@ -97,6 +97,16 @@ def test_pods_seen_bound_are_kept_with_when_they_ended():
     assert seen["u1"]["gone"] == 2.0
     invariants.record_pods(seen, [], 3.0)
     assert seen["u1"]["gone"] == 2.0
+    assert seen["u1"]["started"] is False  # bound, never acknowledged by a kubelet: no lifetime to store
+
+
+def test_a_pod_once_seen_with_a_start_time_counts_as_started():
+    seen: dict = {}
+    pod = {"metadata": {"uid": "u1", "namespace": "team-ds", "name": "gpu-a-x"}, "spec": {"nodeName": "n1"},
+           "status": {"startTime": "2026-12-05T10:00:00Z"}}
+    invariants.record_pods(seen, [pod], 1.0)
+    invariants.record_pods(seen, [{**pod, "status": {}}], 2.0)
+    assert seen["u1"]["started"] is True
 
 
 def test_the_usage_collectors_cycle_is_compressed_like_the_cullers():
