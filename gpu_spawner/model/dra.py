@@ -55,10 +55,25 @@ def product_selector(product: str, driver: str = DRIVER) -> str:
     """CEL that picks one GPU model by the driver's `productName` (NVML's name, e.g. "NVIDIA A100 80GB PCIe"), from
     the product label GFD derives from that same name (`NVIDIA-A100-80GB-PCIe`, model/gpus.py): each of its words
     must be a whole word of the name, so `L4` never matches an L40S, whatever separates the words."""
+    words_match = " && ".join(f"name.matches('{_word_pattern(w)}')" for w in product_words(product))
+    return f"cel.bind(name, {attribute('productName', driver)}.lowerAscii(), {words_match})"
+
+
+def product_words(product: str) -> list[str]:
     words = [w.lower() for w in re.split(r"[-\s]+", product) if w]
     assert all(w.isalnum() for w in words), product  # gpuhub's own model table: nothing to quote in CEL
-    words_match = " && ".join(f"name.matches('(^|[ -]){w}([ -]|$)')" for w in words)
-    return f"cel.bind(name, {attribute('productName', driver)}.lowerAscii(), {words_match})"
+    return words
+
+
+def _word_pattern(word: str) -> str:
+    return f"(^|[ -]){word}([ -]|$)"
+
+
+def product_matches(product: str, product_name: str) -> bool:
+    """What `product_selector(product)` says of a device whose productName is `product_name` (doctor reads the
+    driver's ResourceSlices with it; RE2 and Python agree on these patterns)."""
+    name = product_name.lower()
+    return all(re.search(_word_pattern(w), name) for w in product_words(product))
 
 
 def device_memory_bytes(gib: int) -> int:

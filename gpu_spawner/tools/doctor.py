@@ -11,7 +11,8 @@ Statuses: ok (✓), fail (✗, with a fix), simulated (~): a GPU pool whose node
 real GPU exists; its allocatable is published by the simulator. Doctor says so instead of failing or
 pretending; a simulated row does not make the exit status non-zero. Everything else is checked
 on the dev cluster exactly as on a real one. An AKS-managed GPU pool's device plugin and DCGM exporter are
-AKS's services, not pods: doctor_managed.py reads them from the node's label and conditions.
+AKS's services, not pods: doctor_managed.py reads them from the node's label and conditions. A dra pool's GPUs
+(ResourceSlices, DeviceClasses, claim templates): doctor_dra.py; Kueue's own Configuration: doctor_kueue_config.py.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from gpu_spawner.model.sharing_rules import MIG_CONFIG_LABEL, MIG_DISABLED
 # The rows and statuses live in doctor_checks.py (doctor_quota / doctor_storage use them too); named here as before.
 from gpu_spawner.tools.doctor_checks import APPLY_KUEUE, FAIL, OK, SIMULATED, SYMBOL, Check, Snapshot  # noqa: F401
 from gpu_spawner.tools.doctor_datasets import check_datasets
+from gpu_spawner.tools.doctor_dra import check_dra, check_dra_allocatable, check_pool_devices
 from gpu_spawner.tools.doctor_identity import check_identity
+from gpu_spawner.tools.doctor_kueue_config import check_kueue_config
 from gpu_spawner.tools.doctor_managed import check_managed_stack
 from gpu_spawner.tools.doctor_quota import check_quota_usable
 from gpu_spawner.tools.doctor_size import size_problems
@@ -119,8 +122,8 @@ def check_pool(name: str, pool: Pool, nodes: list[dict[str, Any]], file: str) ->
         out.append(Check(sec, "nodes", OK, f"{len(mine)} node{'s' * (len(mine) != 1)}"))
     out.append(_check_labels(sec, name, pool, mine))
     out.append(_check_taints(sec, name, pool, mine, file))
-    if pool.is_gpu:
-        out.append(_check_allocatable(sec, pool, mine))
+    if pool.is_gpu:  # a dra pool's GPUs are no extended resources: the driver's ResourceSlices (doctor_dra.py)
+        out.append(check_dra_allocatable(sec, pool, mine) if pool.is_dra else _check_allocatable(sec, pool, mine))
         if isinstance(pool.sharing, MIGSharing):
             out += _check_mig(sec, name, pool, mine)
     return out
@@ -362,7 +365,7 @@ def check_kueue_objects(cfg: ProfilesConfig, snap: Snapshot, file: str, hub_name
     out = []
     for obj in render_kueue(cfg, hub_namespace):
         kind = obj["kind"]
-        if kind not in KUEUE_KINDS:
+        if kind not in KUEUE_KINDS:  # DeviceClasses and ResourceClaimTemplates: doctor_dra.py (resource.k8s.io)
             continue
         ns, name = obj["metadata"].get("namespace"), _name(obj)
         label = f"{kind} {ns + '/' if ns else ''}{name}"
@@ -435,12 +438,15 @@ def run_checks(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE",
             out += check_node_size(cfg, name, pool, snap.nodes)
             if is_managed(pool):  # AKS's own services, no DaemonSets (doctor_managed.py)
                 out += check_managed_stack(name, pool_nodes(pool, snap.nodes))
-            else:
+            elif not pool.is_dra:
                 out += filter(None, (check_device_plugin(name, pool, snap.nodes, snap),
                                      check_mps(name, pool, snap.nodes, snap)))
+            out += check_pool_devices(name, pool, pool_nodes(pool, snap.nodes), snap)  # DRA's devices
     out += check_kueue_crds(snap, file)
     out += check_kueue_objects(cfg, snap, file, hub_namespace or "jhub")
     out += check_quota_usable(cfg, snap, file)  # per team and pool: can the live quota be used in full?
+    out += check_kueue_config(cfg, snap, file)  # Kueue's own Configuration: DRA mappings, waitForPodsReady
+    out += check_dra(cfg, snap, hub_namespace or "jhub", file)  # DeviceClasses, claim templates
     if hub_namespace is not None:
         out += check_rbac(cfg, snap, hub_namespace)
     if snap.home_claims is not None or "storage" in snap.errors:  # fetched (doctor_cluster always does)

@@ -50,4 +50,12 @@ class Snapshot:
     dataset_drivers: dict[str, dict[str, Any] | None] | None = None
     dataset_claims: dict[tuple[str, str], dict[str, Any] | None] | None = None
     dataset_volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: GPUs through DRA (read only when a pool has `allocation: dra`): every DeviceClass by name, the ResourceSlices
+    #: (`dra_slices` None: not read) and gpuhub's claim templates by (namespace, name) (None: absent).
+    dra_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dra_slices: list[dict[str, Any]] | None = None
+    dra_templates: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    #: Kueue's own Configuration: the ConfigMaps and Deployments of kueue-system (None: not read).
+    kueue_config_maps: list[dict[str, Any]] | None = None
+    kueue_deployments: list[dict[str, Any]] | None = None
     errors: dict[str, str] = field(default_factory=dict)

@@ -11,11 +11,12 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpu_spawner.builders import dra
 from gpu_spawner.builders.deploy import HUB_ACCOUNT
 from gpu_spawner.builders.identity import WEBHOOK_CONFIGURATION, WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE
 from gpu_spawner.builders.storage import HOME_CLAIM
 from gpu_spawner.kubeio.clients import api_client
-from gpu_spawner.tools import doctor, doctor_datasets, doctor_identity
+from gpu_spawner.tools import doctor, doctor_datasets, doctor_dra, doctor_identity, doctor_kueue_config
 from gpu_spawner.tools.doctor import (
     DEVICE_PLUGIN_NAME,
     KUEUE_CRDS,
@@ -108,6 +109,28 @@ def fetch(api, cfg, hub_namespace: str, service_account: str | None) -> Snapshot
                                      plural)["items"] for kind, plural in KUEUE_PLURALS.items()}
         except ApiException as e:
             snap.errors["kueue"] = _why(e)
+
+    if snap.crds and len(snap.crds) == len(KUEUE_CRDS):  # Kueue's own Configuration and its manager's flags
+        try:
+            ns = doctor_kueue_config.NAMESPACE
+            snap.kueue_config_maps = _raw(core.list_namespaced_config_map, ns)["items"]
+            snap.kueue_deployments = _raw(apps.list_namespaced_deployment, ns)["items"]
+        except ApiException as e:
+            snap.kueue_config_maps = None
+            snap.errors["kueue_config"] = _why(e)
+
+    if doctor_dra.has_dra(cfg):  # a dra pool: DeviceClasses, the driver's ResourceSlices, gpuhub's claim templates
+        try:
+            group, version = dra.RESOURCE_API.split("/")
+            snap.dra_classes = {o["metadata"]["name"]: o for o in _raw(
+                custom.list_cluster_custom_object, group, version, "deviceclasses")["items"]}
+            snap.dra_templates = {(ns, name): _read_or_none(custom.get_namespaced_custom_object, group, version, ns,
+                                                            "resourceclaimtemplates", name)
+                                  for ns, name in doctor_dra.wanted_templates(cfg, hub_namespace)}
+            snap.dra_slices = _raw(custom.list_cluster_custom_object, group, version, "resourceslices")["items"]
+        except ApiException as e:
+            snap.dra_slices = None
+            snap.errors["dra"] = _why(e)
 
     accounts = request_accounts(cfg, hub_namespace)
 
