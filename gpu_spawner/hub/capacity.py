@@ -11,6 +11,10 @@ O(profiles), not O(cluster). `recompute` is the exact full scan the counters mus
 property test's oracle). Quantities are kept as integers in thousandths (Kubernetes' own milli
 precision), so the counters add and subtract exactly. Per node and per pod only what capacity needs is
 kept (slim `__slots__` records, interned request shapes): the hub holds 100,000 of them.
+
+On a `dra` pool the GPUs are devices, not allocatable: a node's GPU amounts come from its ResourceSlices and
+the claims that hold them (`dra_capacity.DeviceLedger`, fed by `apply_slice` / `apply_claim`), in the same
+counters; a dra pod's claim counts as its profile's GPUs while it waits for a node.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Any, Callable, Iterable
 
 from gpu_spawner.contract import PROFILE_LABEL
 from gpu_spawner.hub.capacity_text import describe, node_add_seconds, slot_noun  # noqa: F401  (slot_noun: progress)
+from gpu_spawner.hub.dra_capacity import DeviceLedger
 from gpu_spawner.model import quantities
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
@@ -172,11 +177,17 @@ class ClusterState:
         self._need: dict[str, Amounts] = {}
         self._scope_profiles: dict[str | None, list[str]] = {}
         self._scope_resources: dict[str | None, set[str]] = {}
+        #: dra pools, whose GPUs are devices (`devices`), and what a pod of a dra profile claims: (resource, amount)
+        self.dra_pools = frozenset(name for name, pool in cfg.pools.items() if pool.is_dra)
+        self.devices = DeviceLedger()
+        self._claims: dict[str, tuple[str, int]] = {}
         for p in cfg.profiles:
             scope, resource = self.scope_of(p), cfg.resource_name(p)
             need = {"cpu": milli(str(p.cpu)) or 0, "memory": int(p.memory_limit) * MILLI}
             if resource:
                 need[resource] = p.gpu.count * MILLI
+                if p.pool in self.dra_pools:
+                    self._claims[p.slug] = (resource, p.gpu.count * MILLI)
             self._need[p.slug] = tuple(sorted((r, v) for r, v in need.items() if v > 0))
             self._scope_profiles.setdefault(scope, []).append(p.slug)
             if resource:
@@ -187,6 +198,8 @@ class ClusterState:
         #: Whether what the informers folded in is complete and current (they set this); when not,
         #: `profile_capacity` answers "unknown" instead of numbers that may be wrong.
         self.is_current: Callable[[], bool] = lambda: True
+        #: The same for the ResourceSlices and claims (the informers set it): when not, dra profiles say "unknown".
+        self.devices_current: Callable[[], bool] = lambda: True
         #: The pools' measured times to add a node (`node_add_times.NodeAddTimes`, set by its `watch`); None: none.
         self.node_adds: Any = None
 
@@ -219,18 +232,22 @@ class ClusterState:
         return self._shapes.get(key, key)
 
     # ------------------------------------------------------------------ counting
+    def _on_node(self, node: NodeRecord, used: dict[str, int]) -> tuple[Amounts, dict[str, int]]:
+        """(what the node offers, what is taken of it): a dra node's GPU amounts are its devices."""
+        return self.devices.on_node(node.name, node.alloc, used) if node.pool in self.dra_pools else (node.alloc, used)
+
     def _count_node(self, node: NodeRecord, sign: int) -> None:
         """Add (sign 1) or take back (-1) what one node contributes, with its current pods."""
-        used = self._used.get(node.name) or {}
+        offered, used = self._on_node(node, self._used.get(node.name) or {})
         for scope in self._scopes(node.pool):
             self._node_count[scope] += sign
             for res in self._scope_resources.get(scope, ()):
-                alloc = amount(node.alloc, res)
+                alloc = amount(offered, res)
                 self._total[scope, res] += sign * (alloc // MILLI)
                 self._free[scope, res] += sign * max(0, (alloc - used.get(res, 0)) // MILLI)
             if node.schedulable:
                 for slug in self._scope_profiles.get(scope, ()):
-                    self._fits[slug] += sign * node_fits(node.alloc, used, self._need[slug])
+                    self._fits[slug] += sign * node_fits(offered, used, self._need[slug])
 
     def _count_pod(self, pod: PodRecord, sign: int, nodes: bool = True) -> None:
         if pod.node is None:
@@ -277,10 +294,13 @@ class ClusterState:
         node = spec.get("nodeName") or None
         labels = meta.get("labels") or {}
         profile = labels.get(PROFILE_LABEL)
+        requests = pod_requests(pod)
+        if spec.get("resourceClaims") and (claimed := self._claims.get(profile)):  # its GPUs are a claim
+            requests[claimed[0]] = max(requests.get(claimed[0], 0), claimed[1])
         return PodRecord(
             sys.intern(node) if isinstance(node, str) else None,
             None if node else self._pool_for_labels(spec.get("nodeSelector") or {}),
-            self._shape(pod_requests(pod)), sys.intern(profile) if isinstance(profile, str) else None,
+            self._shape(requests), sys.intern(profile) if isinstance(profile, str) else None,
             phase == "Running", labels.get("component") == "singleuser-server")
 
     def apply_node(self, kind: str, node: dict[str, Any]) -> None:
@@ -309,9 +329,35 @@ class ClusterState:
             self.pods[key] = state
             self._count_pod(state, 1)
 
+    def _recount_devices(self, apply: Callable[..., None], kind: str, obj: dict[str, Any]) -> None:
+        """A ResourceSlice or ResourceClaim event: only the nodes whose devices it names are counted again."""
+        self.version += 1
+        touched: list[NodeRecord] = []
+
+        def take_back(names: set[str]) -> None:
+            touched.extend(n for name in names if (n := self.nodes.get(name)) is not None and n.pool in self.dra_pools)
+            for n in touched:
+                self._count_node(n, -1)
+
+        apply(kind, obj, take_back)
+        for n in touched:
+            self._count_node(n, 1)
+
+    def apply_slice(self, kind: str, resource_slice: dict[str, Any]) -> None:
+        self._recount_devices(self.devices.apply_slice, kind, resource_slice)
+
+    def apply_claim(self, kind: str, claim: dict[str, Any]) -> None:
+        self._recount_devices(self.devices.apply_claim, kind, claim)
+
     def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
         """A full relist (start, or after the watch expired): forget what we knew of this kind."""
         self.version += 1
+        if kind in ("resourceslices", "resourceclaims"):
+            self.devices.replace(kind, list(items))
+            self._reset_node_counts()
+            for node in self.nodes.values():
+                self._count_node(node, 1)
+            return
         if kind == "nodes":
             self.nodes, self._by_pool = {}, {}
             self._reset_node_counts()
@@ -344,13 +390,20 @@ class ClusterState:
     def pool_nodes(self, pool_name: str) -> list[NodeRecord]:
         return list(self._by_pool.get(pool_name, {}).values())
 
+    def offered(self, node: NodeRecord) -> NodeRecord:
+        """The node as capacity counts it: on a dra pool, with its published devices as its GPU allocatable."""
+        if node.pool not in self.dra_pools:
+            return node
+        alloc, _ = self._on_node(node, {})
+        return NodeRecord(node.name, node.pool, alloc, node.schedulable, node.mig_state)
+
     def waiting(self, pool_name: str, resource: str | None) -> int:
         """Pods asking for this pool's resource (or any pod for it, resource None) no node has taken yet."""
         return self._waiting[pool_name, resource]
 
     def profile_capacity(self, profile: Profile) -> ProfileCapacity:
         """Read from the counters; the sentence is rebuilt only when an event arrived since the last call."""
-        if not self.is_current():
+        if not self.is_current() or (profile.slug in self._claims and not self.devices_current()):
             return ProfileCapacity.unknown(profile.slug, self.cfg.resource_name(profile))
         memo = self._memo.get(profile.slug)
         if memo and memo[0] == self.version:
@@ -389,10 +442,10 @@ class ClusterState:
         nodes = [n for n in self.nodes.values() if scope in self._scopes(n.pool)]
         total = free = fits = 0
         for n in nodes:
-            on = used.get(n.name, {})
+            offered, on = self._on_node(n, used.get(n.name, {}))
             if resource:
-                total += amount(n.alloc, resource) // MILLI
-                free += max(0, (amount(n.alloc, resource) - on.get(resource, 0)) // MILLI)
+                total += amount(offered, resource) // MILLI
+                free += max(0, (amount(offered, resource) - on.get(resource, 0)) // MILLI)
             if n.schedulable:
-                fits += node_fits(n.alloc, on, self._need[profile.slug])
+                fits += node_fits(offered, on, self._need[profile.slug])
         return self._capacity(profile, len(nodes), total, free, fits, waiting)

@@ -162,9 +162,13 @@ class AvoidFailingGPUs(HasTraits):
 
     @classmethod
     def _node_gpu_gone(cls, node: str) -> bool:
-        """What the hub's node watch says of `node` (nothing while it is stale or has not seen the node)."""
+        """What the hub's node watch says of `node` (nothing while it is stale or has not seen the node; on a dra
+        pool its GPUs are its published devices, so nothing either while those are not current)."""
         inf = cls._informers
-        return inf is not None and not inf.stale and gpu_gone(inf.state.nodes.get(node))
+        state = inf.state if inf is not None and not inf.stale else None
+        record = state.nodes.get(node) if state is not None else None
+        return record is not None and (record.pool not in state.dra_pools or state.devices_current()) \
+            and gpu_gone(state.offered(record))
 
     def _fault_reporter(self) -> str | None:
         """Whose report a failed check on this spawner is (its user's name)."""

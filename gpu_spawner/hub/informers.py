@@ -10,6 +10,11 @@ labels), fed by the shared informer's events instead of a second watch.
 The cost: the hub's service account needs list/watch on pods cluster-wide (live capacity needs it
 anyway), and a relist when a view joins after the first list.
 
+With a `dra` pool in the profiles file the hub also watches ResourceSlices (cluster-scoped) and ResourceClaims (all
+namespaces, like pods: anyone's claim may hold a pool's GPU): a dra pool's GPUs are devices, not allocatable
+(`dra_capacity`). Only then: a file without one makes no such request. Their staleness makes the dra profiles'
+numbers "unknown", never the other pools'.
+
 With Kueue-queued servers the hub also watches the ClusterQueues (`team_quota.TeamQuotas`, `teams`): the
 cards of queued profiles say what the user's team can still take; its staleness is its own (an unread
 queue makes a team's quota "unknown", never the pool's numbers).
@@ -18,6 +23,7 @@ How an informer treats errors (never as data), timeouts and silent watches: `kub
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 from kubernetes_asyncio import client
@@ -37,11 +43,14 @@ class CapacityInformers:
     TEAMS_WAIT_S = 3.0
 
     def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api, settings: WatchSettings | None = None,
-                 custom: client.CustomObjectsApi | None = None):
+                 custom: client.CustomObjectsApi | None = None, resource: client.ResourceV1Api | None = None):
         self.settings = settings or WatchSettings()
         self.teams = TeamQuotas(custom, self.settings) if custom is not None else None
+        self.resource = resource
+        self.devices: list[Informer] = []  # ResourceSlices and ResourceClaims: only with a dra pool
         self.state = ClusterState(cfg)
         self.state.is_current = lambda: not self.stale
+        self.state.devices_current = lambda: not self.devices_stale
         self.views: list = []  # SharedPodReflector: replace(items), apply(kind, pod)
         self.nodes = Informer("nodes", core.list_node, lambda items: self.state.replace("nodes", items),
                               lambda kind, obj: self.state.apply_node(kind, obj), self.settings)
@@ -73,18 +82,46 @@ class CapacityInformers:
         return self.nodes.stale or self.pods.stale
 
     @property
+    def devices_stale(self) -> bool:
+        """The dra pools' devices are not known: not watched (no client), not listed yet, or failing."""
+        return not self.devices or any(i.stale for i in self.devices)
+
+    @property
     def requests(self) -> int:
-        return self.nodes.requests + self.pods.requests
+        return self.nodes.requests + self.pods.requests + sum(i.requests for i in self.devices)
+
+    def _devices_wanted(self, cfg: ProfilesConfig) -> bool:
+        """Create the ResourceSlice and ResourceClaim informers when the file has a dra pool (and a client)."""
+        if self.resource is None or not any(p.is_dra for p in cfg.pools.values()):
+            return False
+        if not self.devices:
+            self.devices = [
+                Informer("resourceslices", self.resource.list_resource_slice,
+                         lambda items: self.state.replace("resourceslices", items),
+                         lambda kind, obj: self.state.apply_slice(kind, obj), self.settings),
+                Informer("resourceclaims", self.resource.list_resource_claim_for_all_namespaces,
+                         lambda items: self.state.replace("resourceclaims", items),
+                         lambda kind, obj: self.state.apply_claim(kind, obj), self.settings)]
+        return True
 
     def reconfigure(self, cfg: ProfilesConfig) -> None:
         """A changed profiles file: a new state, filled by fresh lists (views keep theirs meanwhile)."""
-        is_current = self.state.is_current
+        is_current, devices_current = self.state.is_current, self.state.devices_current
         self.state = ClusterState(cfg)
-        self.state.is_current = is_current
-        for informer in (self.nodes, self.pods):
+        self.state.is_current, self.state.devices_current = is_current, devices_current
+        had_devices = bool(self.devices)
+        for informer in (self.nodes, self.pods, *(self.devices if self._devices_wanted(cfg) else ())):
             informer.synced.clear()
             informer.relist()
+        if had_devices and not self._devices_wanted(cfg):
+            self._stop_devices()
         self._start_teams(cfg)
+
+    def _stop_devices(self) -> None:
+        """No dra pool any more: the device watches end (in the background; nothing waits for them)."""
+        informers, self.devices = self.devices, []
+        for informer in informers:
+            asyncio.ensure_future(informer.stop())
 
     def _start_teams(self, cfg: ProfilesConfig) -> bool:
         """Watch the ClusterQueues when the file has teams and queues some profile's servers."""
@@ -94,13 +131,19 @@ class CapacityInformers:
         return True
 
     async def start(self, timeout: float = 10) -> bool:
-        """Start both; wait up to `timeout` s for their lists (nodes first, so pods are attributed to their
-        node's pool from the start). Returns whether they synced; if not, the state says unknown until then."""
+        """Start them; wait up to `timeout` s for their lists (nodes first, so pods are attributed to their
+        node's pool from the start; then a dra pool's devices). Returns whether nodes and pods synced; if not,
+        the state says unknown until then."""
         deadline = time.monotonic() + timeout
         self.nodes.start()
         await self.nodes.wait_synced(timeout)
         self.pods.start()
         await self.pods.wait_synced(max(deadline - time.monotonic(), 0.1))
+        if self._devices_wanted(self.state.cfg):
+            for informer in self.devices:
+                informer.start()
+            for informer in self.devices:
+                await informer.wait_synced(max(deadline - time.monotonic(), 0.1))
         if self._start_teams(self.state.cfg):
             await self.teams.informer.wait_synced(min(self.TEAMS_WAIT_S, max(deadline - time.monotonic(), 0.1)))
         return not self.stale
@@ -108,5 +151,7 @@ class CapacityInformers:
     async def stop(self) -> None:
         await self.nodes.stop()
         await self.pods.stop()
+        for informer in self.devices:
+            await informer.stop()
         if self.teams is not None:
             await self.teams.stop()

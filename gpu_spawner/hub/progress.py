@@ -115,7 +115,7 @@ def never_fits(profile: Profile, state: ClusterState) -> str | None:
                 "can never start. Choose another profile, or ask an admin to add nodes to the pool.")
     resource = cap.resource
     if resource and profile.gpu:
-        biggest = max(int(n.allocatable.get(resource, 0)) for n in state.pool_nodes(profile.pool))
+        biggest = max(int(state.offered(n).allocatable.get(resource, 0)) for n in state.pool_nodes(profile.pool))
         if biggest < profile.gpu.count:
             return (f"No node of the {pool.label} pool offers {profile.gpu.count} x {resource} (the most any node "
                     f"offers is {biggest}), so '{profile.display_name}' can never start. The nodes may not match "

@@ -239,7 +239,8 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
             inf = cls._informers
             if inf is None:
                 inf = cls._informers = CapacityInformers(self.profiles, shared_client("CoreV1Api"),
-                                                         custom=shared_client("CustomObjectsApi"))
+                                                         custom=shared_client("CustomObjectsApi"),
+                                                         resource=shared_client("ResourceV1Api"))
                 cls._pool_history = PoolHistory(lambda: cls._informers.state.cfg)
                 if self.pool_history_file:  # read back before the relist: the pods of most of it are gone
                     await HistoryFile(self.pool_history_file).load(cls._pool_history)
