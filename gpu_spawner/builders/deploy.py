@@ -36,6 +36,7 @@ from gpu_spawner.builders.aks_pools import (
     one_line,
 )
 from gpu_spawner.builders.datasets import dataset_objects
+from gpu_spawner.builders.dra import RESOURCE_API
 from gpu_spawner.builders.identity import AUDIENCE, FederatedCredential, federated_credentials
 from gpu_spawner.builders.names import DEFAULT_HUB_NAMESPACE, DEVICE_PLUGIN_CONFIG, JOBS_ACCOUNT, MIG_PARTED_CONFIG
 from gpu_spawner.builders.network import render_network_policies
@@ -56,6 +57,7 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 DEFAULT_SERVICE_ACCOUNT = "hub"
 
 HUB_ACCOUNT = "hub"
+RESOURCE_GROUP = RESOURCE_API.split("/")[0]  # resource.k8s.io
 
 #: The files in deploy/ that `generated_files()` renders (the rest of deploy/ is written by hand).
 GENERATED = ("rbac.yaml", "networkpolicy.yaml", "gpu-jobs.yaml", "gpu-operator-values.yaml",
@@ -97,7 +99,21 @@ def hub_permissions(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESP
         Permission(KUEUE_GROUP, "workloads", ("list",), hub_namespace, "a queued server's place among its team's"),
         Permission(KUEUE_GROUP, "clusterqueues", ("get", "list", "watch"), None,
                    "how many wait in a queued server's team queue; the picker's team quota (one watch)"),
-    ] + usage_permissions(cfg) + jobs_permissions(cfg) + jobs_lease_permissions(hub_namespace)
+    ] + dra_permissions(cfg) + usage_permissions(cfg) + jobs_permissions(cfg) + jobs_lease_permissions(hub_namespace)
+
+
+def dra_permissions(cfg: ProfilesConfig) -> list[Permission]:
+    """Only with a `dra` pool: its GPUs are devices, so the picker watches every node's ResourceSlices and
+    everyone's ResourceClaims (one list + watch each, cluster-wide like nodes and pods; hub/informers.py), and
+    the usage collector in the hub pod lists the claims of the pods it follows (which device each got).
+    gpu-jobs needs nothing: the Job (or JobSet) controller makes the pods, Kubernetes' resourceclaim controller
+    their claims from the team's template, and the scheduler allocates them."""
+    if not any(p.is_dra for p in cfg.pools.values()):
+        return []
+    return [Permission(RESOURCE_GROUP, "resourceslices", ("list", "watch"), None,
+                       "live GPU capacity of dra pools: the devices each node publishes"),
+            Permission(RESOURCE_GROUP, "resourceclaims", ("list", "watch"), None,
+                       "dra GPUs in use (anyone's claims); showback: the device a server or job got")]
 
 
 def jobs_lease_permissions(hub_namespace: str = DEFAULT_HUB_NAMESPACE) -> list[Permission]:

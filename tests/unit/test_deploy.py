@@ -112,6 +112,21 @@ def test_rbac_binds_every_role_to_exactly_one_account():
     assert set(bound) == roles
 
 
+def test_rbac_of_dra_pools_lets_the_hub_read_slices_and_claims_and_gives_gpu_jobs_nothing_new(cfg):
+    """The picker's device watches and showback's claim reads (list + watch, cluster-wide, hub only), rendered only
+    for a file with a dra pool; gpu-jobs' pods get their claims from Kubernetes' own controllers."""
+    dra = load_profiles(EXAMPLE_PROFILES.with_name("profiles-dra.yaml"))
+    rules = rules_by_subject(deploy.render_rbac(dra))
+    assert {k: v for k, v in rules.items() if k[2] == "resource.k8s.io"} == {
+        ("hub", None, "resource.k8s.io", "resourceslices"): {"list", "watch"},
+        ("hub", None, "resource.k8s.io", "resourceclaims"): {"list", "watch"}}
+    jobs = {k: v for k, v in rules.items() if k[0] == "gpu-jobs"}
+    plain_jobs = {k: v for k, v in rules_by_subject(deploy.render_rbac(cfg)).items()
+                  if k[0] == "gpu-jobs" and k[1] in (None, "jhub", "team-ds")}
+    assert jobs == plain_jobs  # the same rights as without DRA
+    assert not any(k[2] == "resource.k8s.io" for k in rules_by_subject(docs("rbac.yaml")))  # the example: no dra
+
+
 def test_rbac_rendered_for_other_namespaces(cfg):
     objs = deploy.render_rbac(cfg, hub_namespace="hub-prod", service_account="jh", jobs_service_account="jobs")
     assert {o["metadata"].get("namespace") for o in objs} == {None, "hub-prod", "team-ds", "team-mlr"}
