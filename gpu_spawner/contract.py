@@ -104,6 +104,11 @@ ENV_GPU_KIND = "GPUHUB_GPU_KIND"
 ENV_GPU_COUNT = "GPUHUB_GPU_COUNT"
 ENV_GPU_RESOURCE = "GPUHUB_GPU_RESOURCE"
 ENV_MIG_PROFILE = "GPUHUB_MIG_PROFILE"
+#: Set on a pod whose GPUs come through DRA (a ResourceClaim, builders/dra.py): what its claim may be allocated, in
+#: order, as `<kind>:<count>[:<MIG slice>]` joined by spaces (`full:1`; a server with alternatives `full:1
+#: mig:1:3g.40gb`). The GPU check counts the devices the claim put in the container against it: the NVIDIA DRA
+#: driver's CDI spec sets NVIDIA_VISIBLE_DEVICES=void, so that variable names no device there.
+ENV_DRA_DEVICES = "GPUHUB_DRA_DEVICES"
 ENV_NODE_NAME = "GPUHUB_NODE_NAME"
 ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /dev/nvidia*
 ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"

@@ -38,6 +38,13 @@ def own_choice(profile: Profile) -> GPUChoice:
     return GPUChoice(pool=profile.pool, kind=kind, count=profile.gpu.count, profile=profile.gpu.profile)
 
 
+def devices_env(profile: Profile, with_alternatives: bool) -> str:
+    """contract.ENV_DRA_DEVICES: what the claim may be allocated (`full:1 mig:1:3g.40gb`), so the GPU check can
+    count it; jobs never take alternatives (`with_alternatives` False)."""
+    choices = [own_choice(profile), *(profile.gpu.alternatives if with_alternatives else ())]
+    return " ".join(f"{c.kind}:{c.count}" + (f":{c.profile}" if c.kind == "mig" else "") for c in choices)
+
+
 def choice_class(pool: Pool, choice: GPUChoice) -> str:
     return dra.mig_class_name(choice.profile) if choice.kind == "mig" else pool.device_class
 

@@ -9,6 +9,7 @@ from typing import Any
 from gpu_spawner.builders import dra
 from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.contract import (
+    ENV_DRA_DEVICES,
     ENV_GPU_COUNT,
     ENV_GPU_KIND,
     ENV_GPU_RESOURCE,
@@ -89,8 +90,9 @@ def annotations(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
     return out
 
 
-def environment(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
-    """Tells the notebook (and the GPU health check) what it was given."""
+def environment(cfg: ProfilesConfig, profile: Profile, server: bool = False) -> dict[str, str]:
+    """Tells the notebook (and the GPU health check) what it was given; on a dra pool, what its claim may be
+    allocated (a server's alternatives too: `server`)."""
     env = {
         ENV_PROFILE: profile.slug,
         ENV_POOL: profile.pool or "",
@@ -100,6 +102,8 @@ def environment(cfg: ProfilesConfig, profile: Profile) -> dict[str, str]:
     }
     if profile.gpu and profile.gpu.profile:
         env[ENV_MIG_PROFILE] = profile.gpu.profile
+    if dra.uses_dra(cfg, profile):
+        env[ENV_DRA_DEVICES] = dra.devices_env(profile, with_alternatives=server)
     return env
 
 
@@ -136,7 +140,7 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
         "volume_mounts": ([shm_mount()] if profile.own_shm else []) + data_mounts,
         "extra_labels": labels(profile),
         "extra_annotations": annotations(cfg, profile),
-        "environment": {**environment(cfg, profile), **data_env, **NODE_NAME_ENV},
+        "environment": {**environment(cfg, profile, server=True), **data_env, **NODE_NAME_ENV},
     }
     # always explicit, like jobs: a pod without a class ranks at 0, below servers of `low` profiles
     overrides["priority_class_name"] = priority_class_name(cfg.effective_priority(profile))
@@ -147,7 +151,8 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
 
 #: What the GPU check reads of the server container's env; nothing else goes to its init container (no token).
 GPU_CHECK_ENV = frozenset({ENV_GPU_KIND, ENV_GPU_COUNT, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
-                           "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_VISIBLE_DEVICES"})
+                           ENV_DRA_DEVICES, "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                           "CUDA_VISIBLE_DEVICES"})
 
 
 def gpu_check_container(server: dict[str, Any]) -> dict[str, Any]:

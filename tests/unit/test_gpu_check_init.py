@@ -118,3 +118,27 @@ async def test_the_nodes_own_signal_confirms_one_users_report_for_everyone():
     finally:
         GPUSpawner._gpu_faults = None
         await sp.api.api_client.close()
+
+
+async def test_a_dra_servers_check_gets_its_claim_and_what_the_claim_may_hold():
+    """On a dra pool the check shares the server's claim (the driver puts the devices in every container that
+    names it) and reads $GPUHUB_DRA_DEVICES: the server's choices in order; a job's claim takes its own GPUs only."""
+    from pathlib import Path
+
+    from gpu_spawner.builders.jobs import build_job
+    from gpu_spawner.model.profiles_file import load_profiles
+
+    dra_file = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+    pod = await pod_manifest(dra_file, "a100-any", "alice", ["data-science"])
+    (check,) = [c for c in pod["spec"]["initContainers"] if c["name"] == GPU_CHECK_CONTAINER]
+    env = {e["name"]: e.get("value") for e in check["env"]}
+    assert env["GPUHUB_DRA_DEVICES"] == "full:1 mig:1:3g.40gb"
+    assert check["resources"]["claims"] == [{"name": "gpu"}] and "nvidia.com/gpu" not in check["resources"].get(
+        "limits", {})
+    cfg = load_profiles(dra_file)
+    job, _ = build_job(cfg, cfg.profile("a100-any"), "alice", ["data-science"], "a.ipynb",
+                       {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    job_env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert job_env["GPUHUB_DRA_DEVICES"] == "full:1"
+    plain = await pod_manifest(EXAMPLE_PROFILES, "t4-shared", "alice", ["data-science"])
+    assert not any(e["name"] == "GPUHUB_DRA_DEVICES" for e in plain["spec"]["containers"][0]["env"])

@@ -112,3 +112,63 @@ def test_check_only_the_init_containers_run_checks_and_never_starts_jupyter(devi
     r = subprocess.run(["gpuhub-singleuser", "--gpu-check-only"], env=broken, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == gpucheck.EXIT_GPU_MISSING and log.read_text().startswith("GPU check failed on node")
+
+
+# ---------------------------------------------------------------- a dra pool: the devices its claim put there
+A100_LIST = "GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-a)\n"
+TWO_A100 = A100_LIST + "GPU 1: NVIDIA A100 80GB PCIe (UUID: GPU-b)\n"
+MIG_3G = "GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-p)\n  MIG 3g.40gb     Device  0: (UUID: MIG-c)\n"
+
+
+def dra_env(devices: str, visible: str = "void", **kw):
+    """What a dra pool's pod has: the NVIDIA DRA driver's CDI spec sets NVIDIA_VISIBLE_DEVICES=void."""
+    return {**env_for("full", **kw), "GPUHUB_DRA_DEVICES": devices, "NVIDIA_VISIBLE_DEVICES": visible}
+
+
+def test_dra_void_is_no_fault_and_the_given_gpu_is_named(device):
+    env = {**device(A100_LIST), **dra_env("full:1")}
+    assert gpucheck.verdict(env) == (None, "1 whole GPU (GPU-a)")
+
+
+def test_dra_fewer_gpus_than_the_claim_asks_says_what_was_given(device):
+    env = {**device(A100_LIST), **dra_env("full:2", count=2)}
+    msg = gpucheck.check(env)
+    assert msg.startswith("GPU check failed on node aks-gpumig-0: this server was given 2 whole GPUs through its "
+                          "ResourceClaim (DRA), but its ResourceClaim put 1 whole GPU (GPU-a) in the container")
+    assert "its DRA driver (kubelet plugin)" in msg and "device plugin on" not in msg
+
+
+def test_dra_counts_the_uuids_nvidia_visible_devices_names(device):
+    assert gpucheck.verdict({**device(TWO_A100), **dra_env("full:2", visible="GPU-a,GPU-b")})[1] == \
+        "2 whole GPUs (GPU-a, GPU-b)"
+    short = gpucheck.check({**device(TWO_A100), **dra_env("full:2", visible="GPU-a")})
+    assert "put 1 whole GPU (GPU-a) in the container" in short  # nvidia-smi's second GPU was not given
+    unseen = gpucheck.check({**device(A100_LIST), **dra_env("full:2", visible="GPU-a,GPU-z")})
+    assert "NVIDIA_VISIBLE_DEVICES names GPU-z, which nvidia-smi -L does not show" in unseen
+
+
+def test_dra_alternatives_accept_any_choice_and_a_mig_parent_is_not_a_whole_gpu(device):
+    either = "full:1 mig:1:3g.40gb"
+    assert gpucheck.verdict({**device(MIG_3G), **dra_env(either)}) == (None, "1 MIG 3g.40gb slice (MIG-c)")
+    assert gpucheck.check({**device(A100_LIST), **dra_env(either)}) is None
+    msg = gpucheck.check({**device(MIG_3G), **dra_env("full:1")})
+    assert "was given 1 whole GPU through" in msg and "put 1 MIG 3g.40gb slice (MIG-c) in the container" in msg
+    other = gpucheck.check({**device(MIG_3G.replace("3g.40gb", "1g.10gb")), **dra_env(either)})
+    assert "given 1 whole GPU, else 1 MIG 3g.40gb slice through its ResourceClaim" in other
+
+
+def test_dra_nothing_listed(device):
+    msg = gpucheck.check({**device("No devices found.\n"), **dra_env("full:1")})
+    assert "its ResourceClaim put no GPU in the container" in msg
+
+
+def test_dra_choices_parse():
+    assert gpucheck.dra_choices("full:1 mig:2:3g.40gb bogus x:1") == [("full", 1, None), ("mig", 2, "3g.40gb")]
+
+
+def test_dra_check_only_says_what_the_claim_gave(device, tmp_path):
+    env = {**os.environ, **device(A100_LIST), **dra_env("full:1"), "GPUHUB_TERMINATION_LOG": str(tmp_path / "t")}
+    r = subprocess.run(["gpuhub-singleuser", "--gpu-check-only"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "GPU check passed on node aks-gpumig-0: its ResourceClaim gave 1 whole GPU (GPU-a)"
