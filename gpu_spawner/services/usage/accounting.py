@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from gpu_spawner.cluster.conditions import condition
 from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
 from gpu_spawner.cluster.dcgm_nodes import node_range
+from gpu_spawner.cluster.dra_devices import claimed_devices, pod_claim_names
 from gpu_spawner.cluster.rules import Rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admitted_at
@@ -53,6 +54,10 @@ class Lifetime:
     spot: bool = False  # on a spot pool (the profiles file's `spot: true`; AKS taints its nodes)
     #: How it ended when not by its owner: SPOT_EVICTION, PREEMPTED, EVICTED; "" otherwise (or still running).
     ended_by: str = ""
+    #: The DRA devices its claims were allocated, `driver/pool/device` joined by ", " (pool = node on the NVIDIA
+    #: driver; `gpu-0` a whole GPU, `gpu-0-mig-3g40gb-9-0` a 3g.40gb slice): what a server with alternatives got.
+    #: "" without DRA, or when its claims were not read (gone before the collector saw them).
+    devices: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -114,11 +119,17 @@ def shared_profiles(rules: dict[str, Rule]) -> frozenset[str]:
     return frozenset(slug for slug, r in rules.items() if r.is_gpu and r.attribution().source == SHARED_DEVICE)
 
 
+def claimed_by(pod: dict[str, Any], claims: dict[str, dict[str, Any]]) -> str:
+    """`Lifetime.devices` of a pod: the devices of its ResourceClaims among `claims` (name → claim, its namespace's)."""
+    return ", ".join(k for name in pod_claim_names(pod) if name in claims for k in claimed_devices(claims[name]))
+
+
 def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, str],
-                now: datetime | None = None, spot: frozenset[str] = frozenset()) -> Lifetime | None:
+                now: datetime | None = None, spot: frozenset[str] = frozenset(),
+                claims: dict[str, dict[str, Any]] | None = None) -> Lifetime | None:
     """A pod (API JSON) → its Lifetime, or None when it holds no GPU of a known profile or never started.
     `teams`: namespace → team name (a job's team); `now` closes nothing, it only bounds a bogus start;
-    `spot`: the profiles on spot pools (`spot_profiles`)."""
+    `spot`: the profiles on spot pools (`spot_profiles`); `claims`: its namespace's ResourceClaims by name."""
     meta, st = pod.get("metadata") or {}, pod.get("status") or {}
     labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
     rule = rules.get(labels.get(PROFILE_LABEL, ""))
@@ -134,7 +145,7 @@ def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, st
                     team=(labels.get(TEAM_LABEL) or teams.get(ns, "")) if job else "", profile=rule.profile,
                     job=job, gpus=rule.gpus, hourly_cost=rule.hourly_cost, start=start, end=end,
                     node=(pod.get("spec") or {}).get("nodeName") or "", spot=on_spot,
-                    ended_by=interruption(pod, on_spot) if end else "")
+                    ended_by=interruption(pod, on_spot) if end else "", devices=claimed_by(pod, claims or {}))
 
 
 def rules_and_teams(cfg) -> tuple[dict[str, Rule], dict[str, str]]:
@@ -167,11 +178,13 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
     cycle late); if it ran on a spot node that is gone too (`nodes`: the names of the nodes there now), it was
     a spot eviction (the pod GC removes such pods within the cycle, before any condition could be read). A
     finished pod that is still listed (a Job's pod until its TTL) is finished once: it stays remembered, with
-    its end, until it is gone."""
+    its end, until it is gone. The devices read in an earlier cycle stay when its claim is gone by this one."""
     ends = ends or {}
     still, done = {}, []
     for lt in live:
         prev = open_.get(lt.uid)
+        if prev is not None and prev.devices and not lt.devices:  # its claim went before the pod's last list
+            lt = replace(lt, devices=prev.devices)
         if lt.end and not (prev and prev.end):
             done.append(lt)
         still[lt.uid] = lt

@@ -12,6 +12,8 @@ forgets past usage; Prometheus keeps DCGM samples but not who held which GPU for
   writer's first start, then renamed `finished.jsonl.imported`.
 - `open.json`: the lifetimes still running at the last cycle, replaced atomically each cycle, so a pod that
   ends while the collector is down is closed at its last-seen time instead of being lost.
+- columns added after the first version (`ADDED_COLUMNS`: `devices`, what a pod got through DRA) are added
+  by the writer when it opens an older file; a reader of a file not yet migrated reads them as their default.
 - the `meta` table's `watch_positions`: each namespace's last list resourceVersion, where the collector's
   watch of pod events starts (after a restart too).
 
@@ -39,7 +41,9 @@ PRUNE_BATCH, IMPORT_BATCH = 5000, 10000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The columns after uid, in Lifetime's field order; times are microseconds since the epoch (exact).
 COLUMNS = ("uid", "kind", "namespace", "pod", "user", "team", "profile", "job", "gpus", "hourly_cost",
-           "start_us", "end_us", "node", "spot", "ended_by")
+           "start_us", "end_us", "node", "spot", "ended_by", "devices")
+#: Columns the first schema lacked: name → its definition (with the default older rows read as).
+ADDED_COLUMNS = {"devices": "TEXT NOT NULL DEFAULT ''"}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS finished (
     uid TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, namespace TEXT NOT NULL, pod TEXT NOT NULL,
@@ -70,12 +74,27 @@ def from_us(us: int) -> datetime:
 
 def row_of(lt: Lifetime) -> tuple:
     return (lt.uid, lt.kind, lt.namespace, lt.pod, lt.user, lt.team, lt.profile, lt.job, lt.gpus, lt.hourly_cost,
-            to_us(lt.start), to_us(lt.end), lt.node, int(lt.spot), lt.ended_by)
+            to_us(lt.start), to_us(lt.end), lt.node, int(lt.spot), lt.ended_by, lt.devices)
 
 
 def lifetime_of_row(r: tuple) -> Lifetime:
+    """A row of COLUMNS; one of a file not yet migrated lacks the ADDED_COLUMNS at its end (their defaults)."""
     return Lifetime(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], from_us(r[10]), from_us(r[11]),
-                    r[12], bool(r[13]), r[14])
+                    r[12], bool(r[13]), r[14], *r[15:])
+
+
+def present_columns(conn: sqlite3.Connection) -> tuple[str, ...]:
+    """COLUMNS as far as this file has them (the added ones come last)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(finished)")}
+    return tuple(c for c in COLUMNS if c in have)
+
+
+def add_columns(conn: sqlite3.Connection) -> None:
+    """The writer's migration: every ADDED_COLUMNS column an older file lacks (older rows get its default)."""
+    have = present_columns(conn)
+    for name, definition in ADDED_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE finished ADD COLUMN {name} {definition}")  # fixed names, never input
 
 
 def query(conn: sqlite3.Connection, since: datetime | None = None, until: datetime | None = None,
@@ -97,7 +116,7 @@ def query(conn: sqlite3.Connection, since: datetime | None = None, until: dateti
         span = conn.execute("SELECT value FROM meta WHERE key = 'max_span_us'").fetchone()
         where.append("end_us <= ? AND start_us <= ?")
         args += [to_us(until) + int(span[0] if span else 0), to_us(until)]
-    sql = f"SELECT {', '.join(COLUMNS)} FROM finished"
+    sql = f"SELECT {', '.join(present_columns(conn))} FROM finished"
     sql += f" WHERE {' AND '.join(where)}" if where else ""
     return [lifetime_of_row(r) for r in conn.execute(sql + " ORDER BY rowid", args)]
 
@@ -113,6 +132,7 @@ class UsageStore:
         self.open_path = self.dir / OPEN_NAME
         # synchronous FULL: a commit is on disk, so a crash loses at most the one under way
         self.conn = open_wal(self.db_path, SCHEMA, synchronous="FULL")
+        add_columns(self.conn)
         self.import_jsonl()
 
     def close(self) -> None:
@@ -234,7 +254,7 @@ def read_jsonl(path: Path) -> Iterator[Lifetime]:
                 continue
 
 
-TEXT_FIELDS = ("uid", "kind", "namespace", "pod", "user", "team", "profile", "job", "node", "ended_by")
+TEXT_FIELDS = ("uid", "kind", "namespace", "pod", "user", "team", "profile", "job", "node", "ended_by", "devices")
 
 
 def well_formed(lt: Lifetime) -> bool:
