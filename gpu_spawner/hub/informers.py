@@ -41,6 +41,8 @@ class CapacityInformers:
 
     #: How long `start` waits for the ClusterQueue list after the pods' (the picker says "unknown" meanwhile).
     TEAMS_WAIT_S = 3.0
+    #: The same for the ResourceSlice and ResourceClaim lists (dra profiles say "unknown" meanwhile).
+    DEVICES_WAIT_S = 3.0
 
     def __init__(self, cfg: ProfilesConfig, core: client.CoreV1Api, settings: WatchSettings | None = None,
                  custom: client.CustomObjectsApi | None = None, resource: client.ResourceV1Api | None = None):
@@ -143,7 +145,7 @@ class CapacityInformers:
             for informer in self.devices:
                 informer.start()
             for informer in self.devices:
-                await informer.wait_synced(max(deadline - time.monotonic(), 0.1))
+                await informer.wait_synced(min(self.DEVICES_WAIT_S, max(deadline - time.monotonic(), 0.1)))
         if self._start_teams(self.state.cfg):
             await self.teams.informer.wait_synced(min(self.TEAMS_WAIT_S, max(deadline - time.monotonic(), 0.1)))
         return not self.stale
