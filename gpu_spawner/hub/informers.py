@@ -144,8 +144,9 @@ class CapacityInformers:
         if self._devices_wanted(self.state.cfg):
             for informer in self.devices:
                 informer.start()
+            until = min(deadline, time.monotonic() + self.DEVICES_WAIT_S)
             for informer in self.devices:
-                await informer.wait_synced(min(self.DEVICES_WAIT_S, max(deadline - time.monotonic(), 0.1)))
+                await informer.wait_synced(max(until - time.monotonic(), 0.1))
         if self._start_teams(self.state.cfg):
             await self.teams.informer.wait_synced(min(self.TEAMS_WAIT_S, max(deadline - time.monotonic(), 0.1)))
         return not self.stale
