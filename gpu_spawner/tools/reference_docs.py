@@ -44,6 +44,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("WarmWindow", W.WarmWindow, "`pools.<name>.warm[]`"),
     ("Profile", P.Profile, "`profiles[]`"),
     ("ProfileGPU", P.ProfileGPU, "`profiles[].gpu`"),
+    ("GPUChoice", P.GPUChoice, "`profiles[].gpu.alternatives[]` (`dra` pools)"),
     ("ProfileOption", P.ProfileOption, "`profiles[].options.<name>`"),
     ("OptionChoice", P.OptionChoice, "`profiles[].options.<name>.choices.<key>`"),
     ("UnlistedChoice", P.UnlistedChoice, "`profiles[].options.<name>.unlisted_choice`"),
@@ -56,6 +57,10 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
 ]
 
 DESCRIPTIONS: dict[str, str] = {
+    "GPUChoice.pool": "A `dra` pool of this file; the server may land on its nodes (its taints are tolerated).",
+    "GPUChoice.kind": "`full` (whole GPUs of the pool's `device_class`) or `mig` (a MIG slice, with `profile`, "
+                      "of a MIG-partitioned `dra` pool).",
+    "GPUChoice.count": "How many devices; one node of the pool must hold them.",
     "ProfilesConfig.pools": "Node pools as they exist in the cluster, by name (the name is used by profiles, "
                             "team quotas and the Kueue ResourceFlavor).",
     "ProfilesConfig.profiles": "What users pick in the spawn form, in this order.",
@@ -267,7 +272,7 @@ def reference() -> str:
              "| GPUs × replicas |"),
             "| `mig`, `mixed` | `nvidia.com/mig-<g>g.<mem>gb` | GPUs × slices of that size in the layout |",
             "| `mig`, `single` | `nvidia.com/gpu` | GPUs × slices |", "",
-            *MPS_FACTS, *PREEMPTIBLE_FACTS,
+            *MPS_FACTS, *PREEMPTIBLE_FACTS, *DRA_FACTS,
             "### MIG slices per GPU", "", "| model | slices (max per GPU) |", "|---|---|"]
     for m in GPU_MODELS.values():
         if m.mig:
@@ -326,6 +331,30 @@ PREEMPTIBLE_FACTS = [
     "- Only a server that waits in its team's queue can be preempted: `gpuhub validate` refuses `preemptible` on "
     "a profile whose servers are not queued (CPU profiles, `queue_servers: false`) or on a pool no team has quota "
     "on, and the picker says \"Preemptible\" only to users whose team queues the server.", "",
+]
+
+
+#: What a `dra` pool renders and what validate refuses (the admin guide's "GPUs through DRA" says how to run it).
+DRA_FACTS = [
+    "### DRA pools (`allocation: dra`)", "",
+    "Checked against Kubernetes v1.36.3 (`resource.k8s.io/v1`), the NVIDIA DRA driver v0.4.1 (driver and "
+    "DeviceClass `gpu.nvidia.com`) and Kueue v0.19.2 (how to run it: docs/admin-guide.md, \"GPUs through DRA\"):", "",
+    "- A profile on an `allocation: dra` pool asks for its GPUs as one ResourceClaim per pod, made from the "
+    "ResourceClaimTemplate `gpuhub-<profile>` that `gpuhub render kueue` writes in the hub's namespace (servers) "
+    "and in each team's (jobs; `gpuhub-<profile>-job` when the profile has `alternatives`): `count` devices of "
+    "the pool's `device_class` (whole GPUs) or of `gpuhub-mig-<slice>` (one DeviceClass per MIG slice, rendered "
+    "too), selected by the driver's `productName` for the pool's GPU model. A template cannot be changed: "
+    "delete it before applying a changed profile's.",
+    "- Kueue counts them through `deviceClassMappings` (`gpuhub render kueue-config`): whole GPUs as "
+    "`nvidia.com/gpu`, each MIG slice as `nvidia.com/mig-<slice>`, the names a device-plugin pool uses, so a "
+    "team's `quota` is the same number of GPUs either way.",
+    "- `gpuhub validate` refuses time-slicing and MPS on a `dra` pool (DRA shares no GPU between pods there: "
+    "keep such a pool on the device plugin), `mig_strategy: single` on one, `device_class` on a pool that is not "
+    "`dra`, and `alternatives` on a profile whose pool is not `dra` or whose servers wait in a Kueue queue "
+    "(Kueue v0.19 leaves a claim with `firstAvailable` inadmissible: set `queue_servers: false`), or whose "
+    "choice is on a pool that is not `dra`, is a kind that pool does not offer, or is more than one node holds. "
+    "At most 7 alternatives (DRA's limit is 8 choices with the profile's own). Jobs of such a profile take the "
+    "profile's own GPUs.", "",
 ]
 
 
