@@ -8,9 +8,10 @@ Three things matter to gpuhub:
 - deviceClassMappings (a file with a dra pool): Kueue counts a claim's devices only under the name its DeviceClass
   is mapped to; an unmapped class leaves the workload inadmissible, so gpuhub maps them to the device plugin's
   quota names (builders/dra.py), and the KueueDRAIntegration gate (on by default since v0.18) must not be off;
-- waitForPodsReady (any file): on by default with a v1beta2 Configuration (timeout 30m), Kueue evicts and requeues
-  an admitted workload whose pods are not all ready in time, such as a queued server whose 10-20 GB image is still
-  pulling on a node the autoscaler just added; gpuhub renders 1h and blockAdmission false. The row reports the live
+- waitForPodsReady (any file): on by default with a v1beta2 Configuration (timeout 30m), Kueue evicts an admitted
+  workload whose pods are not all ready in time, such as a queued server whose 10-20 GB image is still pulling on a
+  node the autoscaler just added (a job is requeued; a server's pod is deleted, so its start fails); gpuhub renders
+  1h and blockAdmission false. The row reports the live
   setting; it is left out when no Configuration is found and the file has no dra pool (e.g. the dev cluster, whose
   Kueue reads a file of its own).
 """
@@ -110,9 +111,9 @@ def check_pods_ready(config: dict[str, Any] | None, gates: dict[str, bool], wher
                                                         "reads", MERGE.format(file=file))
     problems = []
     if short:
-        problems.append(f"timeout {timeout}, shorter than the {want} gpuhub renders: a queued server (or job) whose "
-                        "10-20 GB image is still pulling on a fresh node by then is evicted and requeued, and its "
-                        "user waits in the queue again")
+        problems.append(f"timeout {timeout}, shorter than the {want} gpuhub renders: a queued server whose 10-20 GB "
+                        "image is still pulling on a fresh node by then is evicted (Kueue deletes its pod: the start "
+                        "fails and its user queues again), a job evicted and requeued")
     if block:
         problems.append("blockAdmission true: Kueue admits nothing more until that workload's pods are ready, so "
                         "one server waiting for a new node holds back every team's servers and jobs")

@@ -311,7 +311,7 @@ def test_the_default_30m_is_reported_as_shorter_than_gpuhubs_hour_for_any_file()
     (c,) = kc.check_kueue_config(plain, snap, "p.yaml")
     assert c.name == "waitForPodsReady" and c.status == FAIL
     assert "timeout 30m, shorter than the 1h gpuhub renders" in c.detail
-    assert "image is still pulling on a fresh node" in c.detail and "evicted and requeued" in c.detail
+    assert "image is still pulling on a fresh node" in c.detail and "Kueue deletes its pod" in c.detail
     assert c.fix.startswith("gpuhub render kueue-config p.yaml")
 
 
