@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config, watch
 
+from devcluster.agent_dra import gpu_env
 from devcluster.agent_env import (  # noqa: F401 (tests)
     IMAGE_IPYTHON_CONFIG,
     allow_root_config,
@@ -187,8 +188,8 @@ class DevNodeAgent:
         container's own log and termination-log files)."""
         cmd = (container.get("command") or []) + (container.get("args") or [])
         ns = pod["metadata"]["namespace"]
-        env = {**os.environ, **self.ipython_env, **container_env(pod, container),
-               **simulated_gpu(self.state_dir, node), **self.hosts.env(ns)}
+        gpus = await gpu_env(self.api.api_client, self.state_dir, key, pod, container, node)  # DRA: its claims'
+        env = {**os.environ, **self.ipython_env, **container_env(pod, container), **gpus, **self.hosts.env(ns)}
         if sim_path := env.pop(SIM_PATH_ENV, None):
             env["PATH"] = f"{sim_path}{os.pathsep}{env['PATH']}"
         if "JUPYTERHUB_SERVICE_URL" in env:

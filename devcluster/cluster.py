@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import binaries, components, jobset_setup, kueue_setup, leftovers, nodes, procs, realnodes, storage
+from . import binaries, components, dra_driver, jobset_setup, kueue_setup, leftovers, nodes, procs, realnodes, storage
 from .components import ORDER, Component, Layout, SetupError
 from .kube import Kube, KubeError, condition_true, wait_for
 from .pki import PKI, ensure_pki
@@ -240,7 +240,7 @@ def up(profiles: str | Path | None = None, nodes_per_pool: int | dict[str, int] 
         components.write_kwok_config(layout)
         components.write_kueue_config(layout, pki, {"health": ports["kueue-health"],
                                                     "webhook": ports["kueue-webhook"],
-                                                    "metrics": ports["kueue-metrics"]})
+                                                    "metrics": ports["kueue-metrics"]}, cfg)
         jobset_setup.write_config(layout, pki, ports)
         comps = components.build(layout, pki, ports, bins, host_ip=realnodes.HOST_IP if real else None)
         comps["jobset"] = jobset_setup.component(layout, ports, bins)
@@ -376,6 +376,7 @@ def populate(cluster: Cluster, cfg, nodes_per_pool: int | dict[str, int] = 2, ti
         add_nodes(kube, manifests)
         names = {m["metadata"]["name"] for m in manifests}
         wait_for(lambda: ready_nodes(kube) >= names, timeout, f"{len(names)} KWOK nodes to be Ready")
+        dra_driver.publish(kube, cfg, manifests)  # dra pools: the simulated NVIDIA DRA driver's slices
         wait_for_service_account(kube, "default", timeout)
         apply_kueue_objects(kube, cfg, timeout)
     finally:

@@ -36,7 +36,10 @@ CONTROLLERS = ("job-controller", "cronjob-controller", "ttl-after-finished-contr
                "resourcequota-controller",
                # storage as on a real cluster: static PVs bound to their claims, in-use ones kept
                "persistentvolume-binder-controller", "persistentvolume-protection-controller",
-               "persistentvolumeclaim-protection-controller")
+               "persistentvolumeclaim-protection-controller",
+               # DRA (resource.k8s.io/v1, GA and on in 1.36): a pod's claims made from its ResourceClaimTemplates,
+               # released and deleted with the pod; the scheduler's DynamicResources plugin allocates them
+               "resourceclaim-controller")
 
 #: KWOK stages used from the kwok module: nodes become Ready, bound pods Running, deleted pods go.
 #: No pod-complete stage: simulated Job pods keep running, so they hold their quota until deleted.
@@ -173,8 +176,10 @@ def serving_cert_dir(layout: Layout, pki: PKI, who: str) -> Path:
     return cert_dir
 
 
-def write_kueue_config(layout: Layout, pki: PKI, ports: dict[str, int]) -> Path:
-    """Kueue's Configuration: loopback only, no leader election, our certificates, batch/v1 Jobs."""
+def write_kueue_config(layout: Layout, pki: PKI, ports: dict[str, int], cfg=None) -> Path:
+    """Kueue's Configuration: loopback only, no leader election, our certificates, batch/v1 Jobs; with the
+    profiles file `cfg`, what the product says to merge into it (`gpuhub render kueue-config`: the DRA
+    DeviceClass mappings and the pods-ready timeout), as an admin does."""
     cert_dir = serving_cert_dir(layout, pki, "kueue")
     ensure_kueue_metrics_certs(pki)
     config = {
@@ -191,6 +196,11 @@ def write_kueue_config(layout: Layout, pki: PKI, ports: dict[str, int]) -> Path:
         "featureGates": {"VisibilityOnDemand": False},
         "clientConnection": {"qps": 200, "burst": 400},
     }
+    if cfg is not None:
+        from gpu_spawner.builders.dra import kueue_configuration_fragment
+
+        for key, value in kueue_configuration_fragment(cfg).items():
+            config[key] = {**config[key], **value} if isinstance(config.get(key), dict) else value
     path = layout.config / "kueue.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -3,8 +3,9 @@
 Each node carries what AKS, the NVIDIA device plugin and GPU feature discovery (GFD) would
 publish on a real node of that pool: pool and instance labels, GPU product/count/memory/sharing
 labels, MIG labels, the pool's taints (plus the AKS spot taint) and allocatable with the GPU
-extended resources. The NVIDIA labels are the product's own facts (`gpu_spawner.model.node_facts`);
-the simulator builds from them, never the reverse. Everything is labelled as simulated.
+extended resources (none on a `dra` pool: its GPUs are in the DRA driver's ResourceSlices, dra_driver.py).
+The NVIDIA labels are the product's own facts (`gpu_spawner.model.node_facts`); the simulator builds from
+them, never the reverse. Everything is labelled as simulated.
 """
 from __future__ import annotations
 
@@ -56,13 +57,15 @@ UNKNOWN_SHAPE = NodeShape(cpu=16, memory="64Gi")
 
 
 def resources(pool: Pool) -> dict[str, str]:
-    """Allocatable (= capacity here): the node shape plus the GPU slots the device plugin advertises. A KWOK node
-    must be given some size: a pool whose size the file does not know gets UNKNOWN_SHAPE (a real node reports
-    its own; the product never assumes one)."""
+    """Allocatable (= capacity here): the node shape plus the GPU slots the device plugin advertises; a `dra`
+    pool runs no device plugin (its GPUs are in the DRA driver's ResourceSlice, dra_driver.py), so none. A KWOK
+    node must be given some size: a pool whose size the file does not know gets UNKNOWN_SHAPE (a real node
+    reports its own; the product never assumes one)."""
     shape = pool.shape() or UNKNOWN_SHAPE
     out = {"cpu": str(shape.cpu), "memory": str(int(shape.memory)), "pods": str(shape.max_pods),
            "ephemeral-storage": str(128 * 2**30)}
-    out.update({k: str(v) for k, v in pool.slots_per_node().items()})
+    if not pool.is_dra:
+        out.update({k: str(v) for k, v in pool.slots_per_node().items()})
     return out
 
 
