@@ -111,7 +111,8 @@ def check_pool_devices(name: str, pool: Pool, nodes: list[dict[str, Any]], snap:
     """A dra pool: each node's devices as the file says. A device-plugin GPU pool: no DRA devices (a row only
     when there are some). Nothing when the slices were not read (no dra pool in the file)."""
     sec = f"pool {name}"
-    if not pool.is_gpu or not nodes or (snap.dra_slices is None and not pool.is_dra):
+    read = snap.dra_slices is not None or "dra" in snap.errors
+    if not pool.is_gpu or not nodes or not read or (snap.dra_slices is None and not pool.is_dra):
         return []
     if snap.dra_slices is None:
         return [Check(sec, "DRA devices", FAIL, f"cannot read ResourceSlices: {snap.errors.get('dra')}",
@@ -216,8 +217,9 @@ def check_claim_templates(cfg: ProfilesConfig, live: dict[tuple[str, str], dict[
 
 
 def check_dra(cfg: ProfilesConfig, snap: Snapshot, hub_namespace: str, file: str = "FILE") -> list[Check]:
-    """The DeviceClasses and claim templates (nothing without a dra pool; the per-pool rows: check_pool_devices)."""
-    if not has_dra(cfg):
+    """The DeviceClasses and claim templates (nothing without a dra pool, or when they were not read; the per-pool
+    rows: check_pool_devices)."""
+    if not has_dra(cfg) or (snap.dra_slices is None and "dra" not in snap.errors):
         return []
     if snap.dra_slices is None:
         return [Check(SECTION, "DeviceClasses", FAIL, f"cannot read DRA objects: {snap.errors.get('dra')}",

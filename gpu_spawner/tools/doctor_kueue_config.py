@@ -151,7 +151,7 @@ def check_kueue_config(cfg: ProfilesConfig, snap: Snapshot, file: str = "FILE") 
     Configuration is found)."""
     dra_file = has_dra(cfg)
     if snap.kueue_config_maps is None:
-        if not dra_file:
+        if not dra_file or "kueue_config" not in snap.errors:  # not read: no Kueue (its CRDs row says so)
             return []
         return [Check(SECTION, "Configuration", FAIL, f"cannot read ConfigMaps in {NAMESPACE}: "
                       f"{snap.errors.get('kueue_config')}", f"run doctor with a kubeconfig that may list configmaps "

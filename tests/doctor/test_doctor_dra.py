@@ -335,3 +335,16 @@ def test_product_matches_says_what_the_claims_selector_says(model, name, expecte
     from gpu_spawner.model.gpus import GPU_MODELS
 
     assert product_matches(GPU_MODELS[model].product, name) is expected
+
+
+def test_nothing_read_means_no_dra_rows_and_an_unreadable_configuration_is_said(cfg):
+    """Kueue not installed (the live shell reads its Configuration only then): its CRDs row says so, no other."""
+    snap = healthy(cfg)
+    snap.kueue_config_maps = None
+    assert kc.check_kueue_config(cfg, snap) == []
+    snap.errors["kueue_config"] = "HTTP 403: configmaps is forbidden"
+    (c,) = kc.check_kueue_config(cfg, snap)
+    assert c.status == FAIL and "HTTP 403" in c.detail and "configmaps" in c.fix
+    bare = Snapshot(nodes=snap.nodes)
+    checks = run_checks(cfg, bare)
+    assert not [c for c in checks if c.section == "dra" or c.name == "DRA devices"]
