@@ -18,7 +18,8 @@ from kubespawner.clients import shared_client
 from tornado import web
 from traitlets import Bool, Unicode, default
 
-from gpu_spawner.builders import dra, pods as podspec
+from gpu_spawner.builders import dra
+from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
 from gpu_spawner.builders.identity import pod_identity, server_annotations
 from gpu_spawner.builders.kueue import server_queue_labels
@@ -26,6 +27,7 @@ from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.hub import metrics, picker
 from gpu_spawner.hub import progress as explain
 from gpu_spawner.hub.capacity import ClusterState
+from gpu_spawner.hub.device_claim import add_device_claim
 from gpu_spawner.hub.gpu_faults import AvoidFailingGPUs, avoid_nodes
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.pod_reflector import SharedPodReflector
@@ -375,7 +377,8 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
         if not self.profiles_file:
             return pod
         self.add_readiness_probe(pod)
-        self.add_device_claim(pod)  # before the GPU check, which gets the server's resources and so its claim
+        add_device_claim(self.profiles, getattr(self, "gpu_profile", None), pod)  # before the GPU check: it copies
+        # the server's resources, and so its claim
         self.add_gpu_check(pod)
         self.add_queue_labels(pod)
         self.add_preemption_notice(pod)  # after the labels: a preemptible server's grace period and env
@@ -398,20 +401,6 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
             pod.spec.service_account_name, pod.spec.automount_service_account_token = ident.service_account, False
             pod.metadata.labels = {**(pod.metadata.labels or {}), **ident.labels}
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **server_annotations()}
-
-    def add_device_claim(self, pod):
-        """A profile on a `dra` pool gets its GPUs as one ResourceClaim made from its template (builders/dra.py)."""
-        from kubernetes_asyncio.client import CoreV1ResourceClaim, V1PodResourceClaim, V1ResourceRequirements
-
-        profile = getattr(self, "gpu_profile", None)
-        if profile is None or not dra.uses_dra(self.profiles, profile):
-            return
-        claims, used = dra.pod_claims(dra.claim_template_name(profile))
-        pod.spec.resource_claims = [V1PodResourceClaim(name=c["name"], resource_claim_template_name=c[
-            "resourceClaimTemplateName"]) for c in claims]
-        container = pod.spec.containers[0]
-        container.resources = container.resources or V1ResourceRequirements()
-        container.resources.claims = [CoreV1ResourceClaim(name=c["name"]) for c in used]
 
     def add_gpu_check(self, pod):
         """GPU profiles: the GPU check runs first, as an init container with no home mounted,
