@@ -301,6 +301,10 @@ def _start_all(starter: _Starter, layout: Layout, pki: PKI, ports: dict[str, int
     for obj in [*kueue_setup.webhook_configurations(ports["kueue-webhook"], pki.ca_cert),
                 *jobset_setup.webhook_configurations(ports["jobset-webhook"], pki.ca_cert)]:
         kube.apply(obj)
+    # where Kueue's chart keeps the Configuration (its manager reads it mounted; doctor reads it here)
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue-manager-config",
+                "namespace": "kueue-system"}, "data": {
+                    "controller_manager_config.yaml": (layout.config / "kueue.yaml").read_text()}})
     kube.close()
 
 
