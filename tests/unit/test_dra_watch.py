@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import Counter
 
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
+from unit.scripted_api import scripted_api, until
 
 from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.kubeio.clients import TimeoutApiClient
 from gpu_spawner.kubeio.informer import WatchSettings
 from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from tests.unit.test_dra_capacity import CFG, FULL, claim, gpu, node, rslice
@@ -53,28 +52,11 @@ class FakeAPI:
 @pytest.fixture
 async def api():
     fake = FakeAPI()
-    app = web.Application()
-    for kind, path in PATHS.items():
-        app.router.add_get(path, fake.handler(kind))
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    api_client = TimeoutApiClient(cfg, request_timeout=1)
-    fake.core, fake.resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
-    yield fake
-    await api_client.close()
-    await runner.cleanup()
+    async with scripted_api({path: fake.handler(kind) for kind, path in PATHS.items()}) as api_client:
+        fake.core, fake.resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
+        yield fake
 
 
-async def until(check, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_dra_pool_is_watched_through_its_slices_and_claims(api):

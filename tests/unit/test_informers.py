@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
+from unit.scripted_api import scripted_api, until
 
 from gpu_spawner.hub import picker
 from gpu_spawner.hub.capacity import ClusterState
@@ -71,19 +72,9 @@ class FakeAPI:
 @pytest.fixture
 async def api():
     fake = FakeAPI()
-    app = web.Application()
-    app.router.add_get("/api/v1/pods", fake.pods)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    api_client = TimeoutApiClient(cfg, request_timeout=1)
-    fake.core = client.CoreV1Api(api_client)
-    yield fake
-    await api_client.close()
-    await runner.cleanup()
+    async with scripted_api({"/api/v1/pods": fake.pods}) as api_client:
+        fake.core = client.CoreV1Api(api_client)
+        yield fake
 
 
 class Store:
@@ -102,12 +93,6 @@ class Store:
             self.by_name[obj["metadata"]["name"]] = obj
 
 
-async def until(check, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def started(api: FakeAPI, settings: WatchSettings = FAST) -> tuple[Informer, Store]:

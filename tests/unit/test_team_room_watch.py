@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader
 from kubernetes_asyncio import client
+from unit.scripted_api import scripted_api, until
 
 import gpu_spawner.hub
 from gpu_spawner.hub import picker
@@ -19,7 +19,6 @@ from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.capacity_text import STARTS_NOW
 from gpu_spawner.hub.informers import CapacityInformers
 from gpu_spawner.hub.team_quota import TeamQuotas
-from gpu_spawner.kubeio.clients import TimeoutApiClient
 from gpu_spawner.kubeio.informer import WatchSettings
 from tests.unit.test_team_room import CFG, GPU, live
 
@@ -61,29 +60,11 @@ class FakeKueue:
 @pytest.fixture
 async def api():
     fake = FakeKueue()
-    app = web.Application()
-    app.router.add_get(PATH, fake.queues)
-    app.router.add_get("/api/v1/nodes", fake.empty)
-    app.router.add_get("/api/v1/pods", fake.empty)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    api_client = TimeoutApiClient(cfg, request_timeout=1)
-    fake.custom, fake.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
-    yield fake
-    await api_client.close()
-    await runner.cleanup()
+    async with scripted_api({PATH: fake.queues, "/api/v1/nodes": fake.empty, "/api/v1/pods": fake.empty}) as api_client:
+        fake.custom, fake.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+        yield fake
 
 
-async def until(check, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def card(teams: TeamQuotas, groups=("data-science",)) -> dict:
