@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from doctor.test_doctor_checks import failed, row
 
 from devcluster.nodes import build_nodes
 from gpu_spawner.builders import dra
@@ -99,14 +100,6 @@ def healthy(cfg, simulated: bool = False) -> Snapshot:
                     dra_classes=classes, dra_slices=[] if simulated else slices_for(cfg, nodes),
                     dra_templates=templates, kueue_config_maps=[kueue_config_map(merged_config(cfg))],
                     kueue_deployments=[])
-
-
-def failed(checks):
-    return [c for c in checks if c.status == FAIL]
-
-
-def row(checks, section, name):
-    return next(c for c in checks if c.section == section and c.name == name)
 
 
 # ---------------------------------------------------------------- healthy
