@@ -3,7 +3,8 @@ with the product's deviceClassMappings), a real hub and its gpu-jobs service, th
 What a user sees and gets: the picker's live numbers come from the ResourceSlices and claims; an `a100-dra` server
 and jobs get their GPU through a ResourceClaim the real scheduler allocates on their node's slice; Kueue counts
 the devices against the team's `dra-a100: 2`, so a third holder waits until one ends; with every whole A100 taken
-an `a100-any` server gets its prioritized list's 3g.40gb slice. The pieces alone: tests/cluster/test_dra_devcluster.py.
+an `a100-any` server gets its prioritized list's 3g.40gb slice; a 2-node job takes both, one claim per rank on two
+nodes. The pieces alone: tests/cluster/test_dra_devcluster.py.
 """
 from __future__ import annotations
 
@@ -177,5 +178,21 @@ def test_dra_gpus_through_the_hub_gpu_jobs_and_kueue(scratch_root, tmp_path):
         assert "GPU check passed" in check.read_text(), check.read_text()
         after = picker_shows(hub, "a100-3g", (1, 2), "the picker to show one slice taken")
         marks["alternatives"] = time.monotonic() - t0
+
+        # 6. a 2-node job (JobSet): the quota's two GPUs at once, one claim per rank, on two different nodes
+        for user in ("ana", "dee", "eve"):
+            requests.delete(f"{hub.url}/hub/api/users/{user}/server", headers=hub.auth(hub.admin_token), timeout=60)
+        assert hub.call("cy", "DELETE", f"/jobs/{job_b}").status_code == 200
+        rg = hub.submit("ben", profile="a100-dra", notebook=SLEEP_NB, nodes=2)
+        assert rg.status_code == 201, rg.text
+        gang = rg.json()["name"]
+        c.wait_until(lambda: hub.status("ben", gang)["state"] == "Running", 180, "the 2-node job to run", 1)
+        ranks = c.core.list_namespaced_pod(TEAM_NS, label_selector=f"{JOB_LABEL}={gang}").items
+        assert len(ranks) == 2, [p.metadata.name for p in ranks]
+        held = [on_its_node(c, slices, TEAM_NS, p.metadata.name) for p in ranks]
+        assert held[0]["pool"] != held[1]["pool"], held  # the ranks repel each other by hostname
+        (ps,) = workload(c, TEAM_NS, gang)["status"]["admission"]["podSetAssignments"]
+        assert ps["count"] == 2 and ps["resourceUsage"]["nvidia.com/gpu"] == "2", ps
+        marks["two_nodes"] = time.monotonic() - t0
     print(f"\n[dra e2e] cluster up {t_up:.1f} s; marks {({k: round(v, 1) for k, v in marks.items()})}; "
           f"total {time.monotonic() - t0:.1f} s; picker before {seen}; after {after}", file=sys.stderr)
