@@ -21,7 +21,8 @@ from typing import Any
 
 from kubespawner.slugs import safe_slug
 
-from gpu_spawner.builders import dra, pods as podspec
+from gpu_spawner.builders import dra
+from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.identity import pod_identity, with_identity
