@@ -110,7 +110,7 @@ def given_devices(env, lines: list[str]) -> tuple[list[str], dict[str, str], str
     GPU is listed with it, and is not given whole)."""
     shown = listed_devices(lines)
     visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
-    named = [u.strip() for u in visible.split(",") if u.strip().startswith(("GPU-", "MIG-"))]
+    named = list(dict.fromkeys(u.strip() for u in visible.split(",") if u.strip().startswith(("GPU-", "MIG-"))))
     if named:
         unseen = [u for u in named if u not in shown]
         if unseen:
@@ -132,7 +132,7 @@ def dra_verdict(env, choices: list[tuple[str, int, str | None]], lines: list[str
                       for k, n in have.items()) or "no GPU"
     given = f"{words} ({', '.join(uuids)})" if uuids else words
     if problem is None and not any(
-            have.get(profile, 0) >= count if kind == "mig" else have.get("gpu", 0) >= count and len(have) == 1
+            have == ({profile: count} if kind == "mig" else {"gpu": count})  # exactly the claim: more is a leak
             for kind, count, profile in choices):
         problem = f"its ResourceClaim put {given} in the container"
     return problem, given

@@ -18,6 +18,9 @@ RESOURCE_API = "resource.k8s.io/v1"
 #: The name of the pod's claim (pod.spec.resourceClaims[].name) and of its one device request.
 CLAIM_NAME = "gpu"
 REQUEST_NAME = "gpu"
+#: A jobs' template of a profile with alternatives: a dot, which no profile slug has, so no other profile's
+#: `gpuhub-<slug>` can take its name (template names are DNS subdomains).
+JOB_SUFFIX = ".job"
 #: Kueue evicts an admitted workload whose pods are not all ready by then (v0.19 default: 30 min, always on);
 #: a server's first pull of a 10-20 GB image on a node that is still being provisioned can take longer.
 PODS_READY_TIMEOUT = "1h"
@@ -75,7 +78,7 @@ def claim_request(cfg: ProfilesConfig, profile: Profile, with_alternatives: bool
 def claim_template(cfg: ProfilesConfig, profile: Profile, namespace: str, for_jobs: bool = False) -> dict[str, Any]:
     """A profile's ResourceClaimTemplate in one namespace. Jobs (`for_jobs`) always ask for the profile's own
     GPUs: Kueue queues every job, and it cannot count a prioritized list."""
-    name = claim_template_name(profile) + ("-job" if for_jobs and profile.gpu.alternatives else "")
+    name = claim_template_name(profile) + (JOB_SUFFIX if for_jobs and profile.gpu.alternatives else "")
     return {"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
             "spec": {"metadata": {"labels": dict(MANAGED_BY)},
@@ -83,7 +86,7 @@ def claim_template(cfg: ProfilesConfig, profile: Profile, namespace: str, for_jo
 
 
 def job_template_name(profile: Profile) -> str:
-    return claim_template_name(profile) + ("-job" if profile.gpu.alternatives else "")
+    return claim_template_name(profile) + (JOB_SUFFIX if profile.gpu.alternatives else "")
 
 
 def claim_templates(cfg: ProfilesConfig, hub_namespace: str) -> list[dict[str, Any]]:

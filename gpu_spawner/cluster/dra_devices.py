@@ -66,10 +66,10 @@ def allocation_results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def claimed_devices(claim: Mapping[str, Any]) -> tuple[str, ...]:
-    """The keys of the devices a claim holds: its allocation results, less admin access (a monitoring claim
-    that does not keep the device from anyone)."""
+    """The keys of the NVIDIA GPUs a claim holds: its allocation results of the driver, less admin access (a
+    monitoring claim that does not keep the device from anyone); other drivers' devices (NICs...) are not kept."""
     return tuple(device_key(r["driver"], r["pool"], r["device"]) for r in allocation_results(claim)
-                 if not r.get("adminAccess"))
+                 if r.get("driver") == DRIVER and not r.get("adminAccess"))
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:

@@ -89,6 +89,10 @@ def pool_problems(name: str, pool) -> list[DRAProblem]:
             return [DRAProblem(f"{at}.device_class", "only a pool with `allocation: dra` has a DeviceClass; add "
                                                      "`allocation: dra` or remove device_class")]
         return []
+    if pool.device_class == MIG_CLASS or pool.device_class.startswith(MIG_CLASS_PREFIX):
+        return [DRAProblem(f"{at}.device_class", f"{pool.device_class!r} holds MIG slices, and device_class names "
+                                                 "the DeviceClass of whole GPUs (Kueue would count slices as GPUs); "
+                                                 f"keep the default {GPU_CLASS!r} or name your whole-GPU class")]
     if pool.gpu is None:
         return [DRAProblem(f"{at}.allocation", "`dra` allocates GPUs, and this pool has none; remove allocation "
                                                "or add gpu: {model: ..., count_per_node: ...}")]
@@ -109,6 +113,10 @@ def choice_problems(at: str, choice, pools: dict) -> list[DRAProblem]:
         dra_pools = [n for n, p in pools.items() if p.is_dra]
         return [DRAProblem(f"{at}.pool", f"{choice.pool!r} is not a `dra` pool of this file; alternatives are "
                                          f"DRA device choices; dra pools: {', '.join(dra_pools) or '(none)'}")]
+    if pool.queue_servers:
+        return [DRAProblem(f"{at}.pool", f"pool {choice.pool!r} queues its servers in Kueue (`queue_servers: true`), "
+                                         "and a server of this profile would hold its GPUs outside the team's "
+                                         "quota; choose a pool that does not queue servers")]
     offered = pool.mig_layout
     if choice.kind == "mig":
         if not offered:

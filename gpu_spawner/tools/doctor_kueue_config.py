@@ -62,7 +62,8 @@ def configuration(config_maps: list[dict[str, Any]]) -> tuple[str | None, dict[s
 
 def feature_gates(config: dict[str, Any], deployments: list[dict[str, Any]]) -> tuple[dict[str, bool], str]:
     """The gates set in the Configuration (`featureGates`) or on the manager's command line, and where."""
-    gates = {k: bool(v) for k, v in (config.get("featureGates") or {}).items()}
+    set_gates = config.get("featureGates")
+    gates = {str(k): bool(v) for k, v in set_gates.items()} if isinstance(set_gates, dict) else {}
     if gates:
         return gates, "featureGates in the Configuration"
     managers = [d for d in deployments if d["metadata"]["name"] == MANAGER] or [
@@ -126,9 +127,13 @@ def check_pods_ready(config: dict[str, Any] | None, gates: dict[str, bool], wher
 def check_mappings(cfg: ProfilesConfig, config: dict[str, Any], file: str) -> Check:
     """Every DeviceClass the file's claims name is mapped to the quota name its ClusterQueues cover."""
     live: dict[str, dict[str, Any]] = {}
-    for m in ((config.get("resources") or {}).get("deviceClassMappings") or []):
-        for cls in m.get("deviceClassNames") or []:
-            live[cls] = m
+    resources = config.get("resources")
+    mappings = resources.get("deviceClassMappings") if isinstance(resources, dict) else None
+    for m in mappings if isinstance(mappings, list) else []:  # a hand-edited Configuration: skip what is no mapping
+        names = m.get("deviceClassNames") if isinstance(m, dict) else None
+        for cls in names if isinstance(names, list) else []:
+            if isinstance(cls, str):
+                live[cls] = m
     problems, fine = [], []
     for want in dra.kueue_device_class_mappings(cfg):
         for cls in want["deviceClassNames"]:

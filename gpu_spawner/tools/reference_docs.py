@@ -341,7 +341,7 @@ DRA_FACTS = [
     "DeviceClass `gpu.nvidia.com`) and Kueue v0.19.2 (how to run it: docs/admin-guide.md, \"GPUs through DRA\"):", "",
     "- A profile on an `allocation: dra` pool asks for its GPUs as one ResourceClaim per pod, made from the "
     "ResourceClaimTemplate `gpuhub-<profile>` that `gpuhub render kueue` writes in the hub's namespace (servers) "
-    "and in each team's (jobs; `gpuhub-<profile>-job` when the profile has `alternatives`): `count` devices of "
+    "and in each team's (jobs; `gpuhub-<profile>.job` when the profile has `alternatives`): `count` devices of "
     "the pool's `device_class` (whole GPUs) or of `gpuhub-mig-<slice>` (one DeviceClass per MIG slice, rendered "
     "too), selected by the driver's `productName` for the pool's GPU model. A template cannot be changed: "
     "delete it before applying a changed profile's.",

@@ -110,7 +110,7 @@ def test_a_healthy_dra_cluster_passes_with_the_dra_rows(cfg):
     assert {("pool dra-a100", "DRA devices"), ("pool dra-a100mig", "DRA devices"), ("pool dra-a100", "allocatable"),
             ("dra", "DeviceClass gpu.nvidia.com"), ("dra", "DeviceClass gpuhub-mig-3g.40gb"),
             ("dra", "ResourceClaimTemplate jhub/gpuhub-a100-any"),
-            ("dra", "ResourceClaimTemplate team-ds/gpuhub-a100-any-job"),
+            ("dra", "ResourceClaimTemplate team-ds/gpuhub-a100-any.job"),
             ("kueue", "DRA mappings"), ("kueue", "DRA integration"), ("kueue", "waitForPodsReady")} <= names
     # a dra pool has no device plugin: no such row (the device-plugin pool keeps its own)
     assert ("pool dra-a100", "device plugin") not in names and ("pool gput4", "device plugin") in names
@@ -248,6 +248,16 @@ def test_unmapped_and_wrongly_mapped_classes_fail(cfg):
     assert "gpu.nvidia.com counts as example.com/gpu, the ClusterQueues cover nvidia.com/gpu" in c.detail
     assert "gpuhub-mig-3g.40gb is not mapped" in c.detail and "inadmissible" in c.detail
     assert c.fix.startswith("gpuhub render kueue-config p.yaml") and "rollout restart" in c.fix
+
+
+@pytest.mark.parametrize("broken", [{"featureGates": ["KueueDRAIntegration"]},
+                                    {"resources": {"deviceClassMappings": ["gpu.nvidia.com", {"deviceClassNames": 3}]}},
+                                    {"resources": ["x"]}])
+def test_a_hand_broken_configuration_is_a_failed_row_not_a_crash(cfg, broken):
+    snap = healthy(cfg)
+    snap.kueue_config_maps = [kueue_config_map({**merged_config(cfg), **broken})]
+    c = row(run_checks(cfg, snap, "p.yaml"), "kueue", "DRA mappings")
+    assert c.status == (OK if "featureGates" in broken else FAIL)
 
 
 @pytest.mark.parametrize("where", ["config", "args"])

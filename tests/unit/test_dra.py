@@ -97,6 +97,18 @@ def test_a_bad_alternative_says_what_is_wrong(choice, says):
     assert any("alternatives[0]" in p and says in p for p in problems(d))
 
 
+def test_an_alternative_on_a_pool_that_queues_its_servers_is_refused():
+    d = data()
+    d["pools"]["dra-a100mig"]["queue_servers"] = True
+    assert any("alternatives[0].pool" in p and "outside the team's quota" in p for p in problems(d))
+
+
+def test_a_mig_class_is_not_a_whole_gpu_class():
+    d = data()
+    d["pools"]["dra-a100"]["device_class"] = "mig.nvidia.com"
+    assert any("pools.dra-a100.device_class" in p and "holds MIG slices" in p for p in problems(d))
+
+
 def test_alternatives_on_a_device_plugin_profile_are_refused():
     d = data()
     e = profile_entry(d, "t4-shared")
@@ -116,7 +128,7 @@ def test_claim_templates_for_the_hub_and_every_team_namespace():
     objs = dra.claim_templates(cfg, "jhub")
     where = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs}
     assert where == {("jhub", "gpuhub-a100-dra"), ("jhub", "gpuhub-a100-3g"), ("jhub", "gpuhub-a100-any"),
-                     ("team-ds", "gpuhub-a100-dra"), ("team-ds", "gpuhub-a100-3g"), ("team-ds", "gpuhub-a100-any-job")}
+                     ("team-ds", "gpuhub-a100-dra"), ("team-ds", "gpuhub-a100-3g"), ("team-ds", "gpuhub-a100-any.job")}
     full = next(o for o in objs if o["metadata"]["name"] == "gpuhub-a100-dra")
     (req,) = full["spec"]["spec"]["devices"]["requests"]
     assert req["exactly"]["deviceClassName"] == "gpu.nvidia.com" and req["exactly"]["count"] == 1
@@ -131,7 +143,7 @@ def test_a_servers_prioritized_list_and_its_jobs_exact_request():
     subs = req["firstAvailable"]
     assert [s["deviceClassName"] for s in subs] == ["gpu.nvidia.com", "gpuhub-mig-3g.40gb"]
     assert all(DNS_LABEL.match(s["name"]) for s in subs)
-    (job_req,) = objs["team-ds", "gpuhub-a100-any-job"]["spec"]["spec"]["devices"]["requests"]
+    (job_req,) = objs["team-ds", "gpuhub-a100-any.job"]["spec"]["spec"]["devices"]["requests"]
     assert "firstAvailable" not in job_req and job_req["exactly"]["deviceClassName"] == "gpu.nvidia.com"
 
 
@@ -198,7 +210,7 @@ def test_job_and_every_rank_of_a_jobset_get_a_claim_from_the_teams_template():
         "gpuhub-a100-dra"  # a template: each rank's pod gets a claim of its own
     any_job, _ = build_job(cfg, cfg.profile("a100-any"), "alice", ["data-science"], "a.ipynb", NB)
     assert any_job["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == \
-        "gpuhub-a100-any-job"
+        "gpuhub-a100-any.job"
 
 
 # ---------------------------------------------------------------- the product selector

@@ -157,6 +157,15 @@ def test_dra_alternatives_accept_any_choice_and_a_mig_parent_is_not_a_whole_gpu(
     assert "given 1 whole GPU, else 1 MIG 3g.40gb slice through its ResourceClaim" in other
 
 
+def test_dra_more_gpus_than_the_claim_or_a_uuid_twice_is_a_fault(device):
+    """A 1-GPU claim with every GPU of the node in the container is an isolation failure, not a pass; a UUID
+    named twice is one GPU."""
+    leak = gpucheck.check({**device(TWO_A100), **dra_env("full:1", visible="GPU-a,GPU-b")})
+    assert "put 2 whole GPUs (GPU-a, GPU-b) in the container" in leak
+    twice = gpucheck.check({**device(TWO_A100), **dra_env("full:2", visible="GPU-a,GPU-a")})
+    assert "put 1 whole GPU (GPU-a) in the container" in twice
+
+
 def test_dra_nothing_listed(device):
     msg = gpucheck.check({**device("No devices found.\n"), **dra_env("full:1")})
     assert "its ResourceClaim put no GPU in the container" in msg
