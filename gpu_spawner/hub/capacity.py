@@ -330,12 +330,15 @@ class ClusterState:
             self._count_pod(state, 1)
 
     def _recount_devices(self, apply: Callable[..., None], kind: str, obj: dict[str, Any]) -> None:
-        """A ResourceSlice or ResourceClaim event: only the nodes whose devices it names are counted again."""
-        self.version += 1
+        """A ResourceSlice or ResourceClaim event: only the nodes whose devices it names are counted again. The
+        picker's memo stays valid unless a known dra node's counts may change: most claim events are status
+        updates (reservedFor, conditions) that leave its allocation, and so every count, as it was."""
         touched: list[NodeRecord] = []
 
         def take_back(names: set[str]) -> None:
             touched.extend(n for name in names if (n := self.nodes.get(name)) is not None and n.pool in self.dra_pools)
+            if touched:
+                self.version += 1
             for n in touched:
                 self._count_node(n, -1)
 

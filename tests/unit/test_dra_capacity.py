@@ -260,3 +260,22 @@ def test_device_counts_count_a_republished_device_once():
     claims = [claim("c", [("a1", "gpu-0")]), claim("d", [("a1", "gpu-0")])]  # two claims: still one device used
     assert device_counts(slices, claims) == {"a1": Counter({("nvidia.com/gpu", "total"): 2,
                                                             ("nvidia.com/gpu", "used"): 1})}
+
+
+def test_claim_events_that_leave_the_allocation_keep_the_pickers_memo():
+    """A claim's status changes often (reservedFor, conditions) and its allocation once: only a change of what is
+    allocated, on a node the picker counts, makes it count again."""
+    state = dra_cluster()
+    held = claim("jupyter-ann-gpu-1", [("a1", "gpu-0")])
+    state.apply_claim("ADDED", claim("jupyter-ann-gpu-1", []))  # created, not allocated yet
+    before = state.version
+    state.apply_claim("ADDED", held)
+    assert state.version > before and state.profile_capacity(FULL).free_slots == 3
+    before = state.version
+    reserved = copy.deepcopy(held)
+    reserved["status"]["reservedFor"] = [{"resource": "pods", "name": "jupyter-ann", "uid": "u1"}]
+    state.apply_claim("MODIFIED", reserved)
+    state.apply_claim("ADDED", claim("elsewhere", [("gone-node", "gpu-0")]))  # a device no known node publishes
+    assert state.version == before and state.profile_capacity(FULL).free_slots == 3
+    state.apply_claim("DELETED", reserved)
+    assert state.version > before and state.profile_capacity(FULL).free_slots == 4
