@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from gpu_spawner.model.dra import DRIVER
+from gpu_spawner.model.dra import DRIVER, choice_index
 from gpu_spawner.model.gpus import mig_resource_name
 
 FULL_GPU = "nvidia.com/gpu"
@@ -70,6 +70,12 @@ def claimed_devices(claim: Mapping[str, Any]) -> tuple[str, ...]:
     monitoring claim that does not keep the device from anyone); other drivers' devices (NICs...) are not kept."""
     return tuple(device_key(r["driver"], r["pool"], r["device"]) for r in allocation_results(claim)
                  if r.get("driver") == DRIVER and not r.get("adminAccess"))
+
+
+def chosen(claim: Mapping[str, Any]) -> int | None:
+    """Which choice of its prioritized list a claim was allocated (`model.dra.choice_index`); None while it is not."""
+    results = [r for r in allocation_results(claim) if r.get("driver") == DRIVER and not r.get("adminAccess")]
+    return choice_index(str(results[0].get("request", ""))) if results else None
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:

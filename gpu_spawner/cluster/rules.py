@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpu_spawner.cluster.dcgm import Attribution, attribution
 from gpu_spawner.cluster.prices import hourly_cost
+from gpu_spawner.model.dra import alternative_profiles
 from gpu_spawner.model.profiles import ProfilesConfig
 
 
@@ -23,6 +24,9 @@ class Rule:
     sharing: str | None = None  # its pool's sharing strategy: none | time-slicing | mps | mig (None: no GPU)
     gpu_model: str = ""  # its pool's GPU model, e.g. T4
     sharers: int = 1  # pods one GPU of its pool takes (time-slicing / MPS replicas)
+    #: A profile with alternatives (dra pools): (GPUs, $/h) of each choice in order, its own first; showback
+    #: prices a pod by the one its claim was allocated.
+    choices: tuple[tuple[int, float], ...] = ()
 
     def attribution(self, devices: tuple[str, ...] = ()) -> Attribution:
         """Whether its pods' DCGM series are their own use (dcgm.attribution)."""
@@ -46,6 +50,8 @@ def rules_from_profiles(cfg: ProfilesConfig, default_idle_timeout: int | None = 
             sharing=gpu_pool.sharing.strategy if gpu_pool else ("none" if p.gpu else None),
             gpu_model=gpu_pool.gpu.model if gpu_pool else "",
             sharers=getattr(gpu_pool.sharing, "replicas", 1) if gpu_pool else 1,
+            choices=tuple((q.gpu.count, hourly_cost(cfg, q)) for q in [p, *alts]) if (
+                alts := alternative_profiles(p)) else (),
         )
     return rules
 

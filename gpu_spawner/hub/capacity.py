@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub.capacity_text import describe, node_add_seconds, slot_noun  # noqa: F401  (slot_noun: progress)
+from gpu_spawner.hub.capacity_text import (  # noqa: F401  (slot_noun: progress)
+    describe,
+    node_add_seconds,
+    or_alternative,
+    slot_noun,
+)
 from gpu_spawner.hub.dra_capacity import DeviceLedger
 from gpu_spawner.model import quantities
+from gpu_spawner.model.dra import alternative_profiles
 from gpu_spawner.model.node_pools import pool_of
 from gpu_spawner.model.profiles import Profile, ProfilesConfig
 
@@ -181,12 +187,14 @@ class ClusterState:
         self.dra_pools = frozenset(name for name, pool in cfg.pools.items() if pool.is_dra)
         self.devices = DeviceLedger()
         self._claims: dict[str, tuple[str, int]] = {}
-        for p in cfg.profiles:
+        #: A profile's `gpu.alternatives`, each counted like a profile of its own (`alternative_profiles`).
+        self.alternatives = {p.slug: alts for p in cfg.profiles if (alts := alternative_profiles(p))}
+        for p in [*cfg.profiles, *(a for alts in self.alternatives.values() for a in alts)]:
             scope, resource = self.scope_of(p), cfg.resource_name(p)
             need = {"cpu": milli(str(p.cpu)) or 0, "memory": int(p.memory_limit) * MILLI}
             if resource:
                 need[resource] = p.gpu.count * MILLI
-                if p.pool in self.dra_pools:
+                if p.pool in self.dra_pools and p.slug in cfg.by_slug:
                     self._claims[p.slug] = (resource, p.gpu.count * MILLI)
             self._need[p.slug] = tuple(sorted((r, v) for r, v in need.items() if v > 0))
             self._scope_profiles.setdefault(scope, []).append(p.slug)
@@ -416,8 +424,23 @@ class ClusterState:
                              self._total[scope, resource] if resource else 0,
                              self._free[scope, resource] if resource else 0, self._fits[profile.slug],
                              self.waiting(profile.pool, resource) if scope is not CPU_SCOPE else 0)
+        if alternatives := self.alternatives.get(profile.slug):
+            cap = self._with_alternatives(cap, alternatives, self.profile_capacity)
         self._memo[profile.slug] = (self.version, cap)
         return cap
+
+    def _with_alternatives(self, own: ProfileCapacity, alternatives: list[Profile],
+                           read: Callable[[Profile], ProfileCapacity]) -> ProfileCapacity:
+        """A profile with alternatives fits where any of its choices fits; when its own GPUs are taken, the card
+        says which choice the scheduler would allocate instead (the first with room, as DRA's prioritized list)."""
+        caps = [read(a) for a in alternatives]
+        fits = own.fits_now + sum(c.fits_now for c in caps)
+        if own.fits_now or not fits:
+            return replace(own, fits_now=fits)
+        index, got = next((i, c) for i, c in enumerate(caps) if c.fits_now)
+        choice = alternatives[index]
+        summary, outlook = or_alternative(own.summary, choice, self.cfg.pool_of(choice), got)
+        return replace(own, fits_now=fits, summary=summary, outlook=outlook)
 
     def _capacity(self, profile: Profile, nodes: int, total: int, free: int, fits: int,
                   waiting: int) -> ProfileCapacity:
@@ -451,4 +474,6 @@ class ClusterState:
                 free += max(0, (amount(offered, resource) - on.get(resource, 0)) // MILLI)
             if n.schedulable:
                 fits += node_fits(offered, on, self._need[profile.slug])
-        return self._capacity(profile, len(nodes), total, free, fits, waiting)
+        cap = self._capacity(profile, len(nodes), total, free, fits, waiting)
+        alternatives = self.alternatives.get(profile.slug)
+        return self._with_alternatives(cap, alternatives, self.recompute) if alternatives else cap

@@ -22,8 +22,9 @@ def slot_noun(profile: Profile, pool: Pool | None, plural: bool = True) -> str:
         return f"server{s}"
     label = pool.display_name or pool.gpu.model
     label = label.removeprefix("NVIDIA ")
-    if profile.gpu.kind == "mig":
-        return f"{label} MIG {profile.gpu.profile or next(iter(pool.mig_layout))} slice{s}"
+    if profile.gpu.kind == "mig":  # a pool already called "A100 MIG" is not said twice
+        mig = "" if "MIG" in label.split() else " MIG"
+        return f"{label}{mig} {profile.gpu.profile or next(iter(pool.mig_layout))} slice{s}"
     if profile.gpu.kind == "time-sliced":
         return f"{label} time-slice{s}"
     if profile.gpu.kind == "mps":
@@ -84,6 +85,14 @@ def describe(profile: Profile, pool: Pool | None, resource: str | None, total: i
     if can_grow:
         return f"pool full{queue}", "you will queue while the pool adds a node (a few minutes)"
     return f"pool full{queue}", "you will wait until someone else's server stops"
+
+
+def or_alternative(own_summary: str, choice: Profile, pool: Pool | None, cap) -> tuple[str, str]:
+    """The line of a profile whose own GPUs are taken but whose alternative `choice` (counted as `cap`) has room:
+    '0 of 4 A100 GPUs free; 1 of 2 A100 MIG 3g.40gb slices free instead', and that a server gets that now."""
+    one = slot_noun(choice, pool, plural=choice.gpu.count != 1)
+    return (f"{own_summary}; {cap.free_slots} of {cap.total_slots} {slot_noun(choice, pool)} free instead",
+            f"{STARTS_NOW} with {choice.gpu.count} {one} (its first alternative with room)")
 
 
 def _in_use(room: Room) -> str:

@@ -30,7 +30,8 @@ def explain_event(event: dict[str, Any], profile: Profile | None, state: Cluster
         return explain_unschedulable(message, profile, state)
     if reason == "Scheduled":
         node = re.search(r" to (\S+)$", message)
-        return f"A node was found: your server is placed on {node.group(1) if node else 'a node'}."
+        said = f"A node was found: your server is placed on {node.group(1) if node else 'a node'}"
+        return said + (choice_got(profile, state, node.group(1)) if node else "") + "."
     if reason == "TriggeredScaleUp":
         return "The pool is adding a node for you; a new GPU node usually takes 3 to 6 minutes."
     if reason == "NotTriggerScaleUp":
@@ -47,6 +48,23 @@ def explain_event(event: dict[str, Any], profile: Profile | None, state: Cluster
     if reason == "Started":
         return "Your server's container has started; waiting for Jupyter to answer."
     return None
+
+
+def choice_got(profile: Profile | None, state: ClusterState | None, node_name: str) -> str:
+    """For a profile with alternatives, which choice its node's pool means: ', with the profile's own A100 80GB
+    (DRA) GPU' or ', with an A100 80GB MIG (DRA) 3g.40gb slice instead (its own GPUs were all taken)'; '' when
+    not known (no alternatives, node not seen yet, or two choices on that pool)."""
+    alternatives = state.alternatives.get(profile.slug) if state is not None and profile is not None else None
+    node = state.nodes.get(node_name) if alternatives else None
+    if node is None:
+        return ""
+    if node.pool == profile.pool:
+        return f", with the profile's own {slot_noun(profile, state.cfg.pool_of(profile), profile.gpu.count != 1)}"
+    (choice, *more) = [a for a in alternatives if a.pool == node.pool] or [None]
+    if choice is None or more:
+        return ""
+    noun = slot_noun(choice, state.cfg.pool_of(choice), choice.gpu.count != 1)
+    return f", with {choice.gpu.count} {noun} instead (its own GPUs were all taken)"
 
 
 def node_add_message(state: ClusterState | None, profile: Profile | None, namespace: str | None,
@@ -98,7 +116,15 @@ def explain_unschedulable(message: str, profile: Profile | None, state: ClusterS
 
 
 def never_fits(profile: Profile, state: ClusterState) -> str | None:
-    """Why no node of the cluster could ever take this profile (and none can be added), else None."""
+    """Why no node of the cluster could ever take this profile (and none can be added), else None. A profile
+    with alternatives never fits only when none of its choices ever could."""
+    reason = _never_fits_own(profile, state)
+    if reason and any(_never_fits_own(a, state) is None for a in state.alternatives.get(profile.slug, ())):
+        return None
+    return reason
+
+
+def _never_fits_own(profile: Profile, state: ClusterState) -> str | None:
     cfg = state.cfg
     pool = cfg.pool_of(profile)
     if pool is None:

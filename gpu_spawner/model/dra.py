@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from gpu_spawner.model.profiles import Profile, ProfileGPU
+
 #: The NVIDIA DRA driver's name; also the domain of its device attributes and capacities.
 DRIVER = "gpu.nvidia.com"
 #: The DeviceClasses the driver's Helm chart installs (whole GPUs, MIG devices).
@@ -158,3 +160,29 @@ def file_problems(cfg, queued) -> list[DRAProblem]:
         for j, choice in enumerate(p.gpu.alternatives):
             out.extend(choice_problems(f"{at}[{j}]", choice, cfg.pools))
     return out
+
+
+#: Joins a profile's slug and an alternative's place in its list: the counters' key for that choice (no slug has it).
+CHOICE_MARK = "~"
+
+
+def alternative_profiles(profile: Profile) -> list[Profile]:
+    """Each of a profile's `gpu.alternatives` as a profile of its own pool, with the server's size: what the
+    picker counts to say which choice a server would get now, and what showback prices the one it got at."""
+    if profile.gpu is None:
+        return []
+    return [profile.model_copy(update={"slug": f"{profile.slug}{CHOICE_MARK}{i}", "pool": choice.pool,
+                                       "gpu": ProfileGPU(kind=choice.kind, count=choice.count, profile=choice.profile)})
+            for i, choice in enumerate(profile.gpu.alternatives, 1)]
+
+
+#: A subrequest of a prioritized list as an allocation result names it: `<request>/c<place>-<what>`
+#: (builders/dra.choice_name writes them).
+SUBREQUEST = re.compile(r"^[^/]+/c(\d+)-")
+
+
+def choice_index(request: str) -> int:
+    """The place in the profile's prioritized list of the choice an allocation result came from: 0 (its own GPUs)
+    for a plain request, 1 for `gpu/c1-mig-3g-40gb`."""
+    m = SUBREQUEST.match(request)
+    return int(m.group(1)) if m else 0

@@ -48,6 +48,13 @@ def cards(page: str) -> dict[str, tuple[int, int] | str]:
     return out
 
 
+def card_text(page: str, slug: str) -> str:
+    """The words of one picker card."""
+    m = re.search(rf'data-profile="{re.escape(slug)}"(.*?)(?=<div class="gpuhub-card"|</fieldset>)', page, re.S)
+    assert m, f"no card for {slug}"
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", m.group(1))).split())
+
+
 def picker(hub: JobsHub, user: str) -> dict:
     return cards(hub.login(user).get(f"{hub.url}/hub/spawn", timeout=30).text)
 
@@ -168,7 +175,11 @@ def test_dra_gpus_through_the_hub_gpu_jobs_and_kueue(scratch_root, tmp_path):
             start_server(hub, user, "a100-any")
             requests_seen.append(on_its_node(c, slices, HUB_NS, f"jupyter-{user}")["request"])
         assert requests_seen == [f"{dra.REQUEST_NAME}/c0-dra-a100"] * 2, requests_seen
-        picker_shows(hub, "a100-dra", (0, 4), "the picker to show no whole A100 free")
+        full = picker_shows(hub, "a100-dra", (0, 4), "the picker to show no whole A100 free")
+        assert full["a100-any"] == (0, 4), full  # its own GPUs: taken; its card says what it gets instead
+        said = card_text(hub.login("ben").get(f"{hub.url}/hub/spawn", timeout=30).text, "a100-any")
+        assert "2 of 2 A100 80GB MIG (DRA) 3g.40gb slices free instead" in said, said
+        assert "starts right away with 1 A100 80GB MIG (DRA) 3g.40gb slice" in said, said
         start_server(hub, "cy", "a100-any")  # cy's job B runs; cy has no server yet
         r = on_its_node(c, slices, HUB_NS, "jupyter-cy")
         assert r["request"] == f"{dra.REQUEST_NAME}/c1-mig-3g-40gb", r

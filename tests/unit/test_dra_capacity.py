@@ -127,7 +127,7 @@ def test_dra_pools_count_published_devices_and_claimed_ones_as_used():
     assert (state.profile_capacity(FULL).free_slots, state.profile_capacity(FULL).fits_now) == (3, 3)
     state.apply_claim("ADDED", claim("job-x-gpu", [("m1", "gpu-0-mig-3g40gb-9-4")], ns="team-ds"))
     s = state.profile_capacity(SLICE)
-    assert (s.total_slots, s.free_slots) == (2, 1) and s.summary == "1 of 2 A100 80GB MIG (DRA) MIG 3g.40gb slices free"
+    assert (s.total_slots, s.free_slots) == (2, 1) and s.summary == "1 of 2 A100 80GB MIG (DRA) 3g.40gb slices free"
     state.apply_claim("DELETED", claim("jupyter-ann-gpu-1", [("a1", "gpu-0")]))
     assert state.profile_capacity(FULL).free_slots == 4
     # the driver withdraws a GPU (unhealthy): one fewer in total
@@ -178,6 +178,43 @@ def test_a_dra_node_offers_its_devices_to_never_fits_and_the_gpu_signal():
     assert not gpu_gone(state.offered(a1)) and progress.never_fits(FULL, state) is None
     state.apply_slice("DELETED", rslice("a1", [gpu(0), gpu(1)]))
     assert gpu_gone(state.offered(a1))  # the driver published nothing for it: its GPUs are gone
+
+
+def test_a_profile_with_alternatives_says_which_choice_it_gets_now():
+    """a100-any: a whole A100, else a 3g.40gb slice (DRA's prioritized list). The card says what a server would be
+    allocated now, and only when no choice has room is it full."""
+    state, any_ = dra_cluster(), CFG.by_slug["a100-any"]
+    cap = state.profile_capacity(any_)
+    assert (cap.free_slots, cap.fits_now, cap.summary, cap.outlook) == (4, 6, "4 of 4 A100 80GB (DRA) GPUs free",
+                                                                         "starts right away")
+    for i, (n, g) in enumerate([("a1", "gpu-0"), ("a1", "gpu-1"), ("a2", "gpu-0"), ("a2", "gpu-1")]):
+        state.apply_claim("ADDED", claim(f"whole-{i}", [(n, g)]))
+    cap = state.profile_capacity(any_)
+    assert (cap.free_slots, cap.fits_now, cap.full) == (0, 2, False)
+    assert cap.summary == "pool full; 2 of 2 A100 80GB MIG (DRA) 3g.40gb slices free instead"
+    assert cap.outlook == "starts right away with 1 A100 80GB MIG (DRA) 3g.40gb slice (its first alternative " \
+                          "with room)"
+    assert state.profile_capacity(FULL).full  # a profile without alternatives is full
+    state.apply_claim("ADDED", claim("slices", [("m1", "gpu-0-mig-3g40gb-9-0"), ("m1", "gpu-0-mig-3g40gb-9-4")]))
+    cap = state.profile_capacity(any_)
+    assert cap.full and cap.summary == "pool full" and cap.outlook == state.profile_capacity(FULL).outlook
+    assert cap == state.recompute(any_)
+
+
+def test_a_profile_never_fits_only_when_none_of_its_choices_ever_could():
+    fixed = {"dra-a100": CFG.pools["dra-a100"].model_copy(update={"max_nodes": 0}),
+             "dra-a100mig": CFG.pools["dra-a100mig"].model_copy(update={"max_nodes": 1})}
+    cfg = CFG.model_copy(update={"pools": CFG.pools | fixed})
+    state = ClusterState(cfg)  # the whole-A100 pool has no node and cannot grow; the MIG pool has its one
+    state.replace("nodes", [node("m1", "dra-a100mig")])
+    state.replace("resourceslices", [rslice("m1", [mig(0, 0), mig(0, 4)])])
+    state.replace("resourceclaims", [])
+    assert "can never start" in progress.never_fits(FULL, state)
+    assert progress.never_fits(CFG.by_slug["a100-any"], state) is None
+    neither = ClusterState(cfg.model_copy(update={"pools": cfg.pools | {
+        "dra-a100mig": cfg.pools["dra-a100mig"].model_copy(update={"max_nodes": 0})}}))
+    neither.replace("nodes", [])
+    assert "can never start" in progress.never_fits(CFG.by_slug["a100-any"], neither)
 
 
 # ------------------------------------------------------------------ incremental = full fold, whatever the order
@@ -279,3 +316,18 @@ def test_claim_events_that_leave_the_allocation_keep_the_pickers_memo():
     assert state.version == before and state.profile_capacity(FULL).free_slots == 3
     state.apply_claim("DELETED", reserved)
     assert state.version > before and state.profile_capacity(FULL).free_slots == 4
+
+
+def test_the_scheduled_event_says_which_choice_a_server_got():
+    state, any_ = dra_cluster(), CFG.by_slug["a100-any"]
+
+    def scheduled(profile, node_name):
+        return progress.explain_event({"reason": "Scheduled", "message": f"Successfully assigned jhub/jupyter-ann "
+                                       f"to {node_name}"}, profile, state)
+
+    assert scheduled(any_, "m1") == ("A node was found: your server is placed on m1, with 1 A100 80GB MIG (DRA) "
+                                     "3g.40gb slice instead (its own GPUs were all taken).")
+    assert scheduled(any_, "a2") == ("A node was found: your server is placed on a2, with the profile's own "
+                                     "A100 80GB (DRA) GPU.")
+    assert scheduled(any_, "not-seen-yet") == "A node was found: your server is placed on not-seen-yet."
+    assert scheduled(FULL, "a1") == "A node was found: your server is placed on a1."  # one choice: nothing to say

@@ -57,6 +57,36 @@ def test_the_devices_stay_when_the_claim_goes_before_the_pods_last_list():
     assert [d.devices for d in done] == ["gpu.nvidia.com/n/gpu-0"] and still[running.uid].devices == done[0].devices
 
 
+def test_a_server_is_priced_by_the_choice_its_claim_got():
+    """a100-any at $8/h per whole A100 (a 2-GPU node at $16/h), else a 3g.40gb slice (a node of 2 slices at $8/h:
+    $4/h each): the allocation result's subrequest (`gpu/c1-mig-3g-40gb`) says which it got."""
+    pools = {"dra-a100": CFG.pools["dra-a100"].model_copy(update={"cost_per_node_hour": 16.0}),
+             "dra-a100mig": CFG.pools["dra-a100mig"].model_copy(update={"cost_per_node_hour": 8.0})}
+    rules, _ = acc.rules_and_teams(CFG.model_copy(update={"pools": CFG.pools | pools}))
+    assert rules["a100-any"].choices == ((1, 8.0), (1, 4.0)) and rules["a100-dra"].choices == ()
+
+    def got(request: str, device: str) -> dict:
+        c = claim("c", [("n", device)])
+        c["status"]["allocation"]["devices"]["results"][0]["request"] = request
+        return {"c": c}
+
+    def priced(claims: dict) -> tuple[int, float]:
+        lt = acc.lifetime_of(server("jupyter-ann", "c"), rules, TEAMS, claims=claims)
+        return lt.gpus, lt.hourly_cost
+
+    assert priced(got("gpu/c0-dra-a100", "gpu-1")) == (1, 8.0)
+    assert priced(got("gpu/c1-mig-3g-40gb", "gpu-0-mig-3g40gb-9-4")) == (1, 4.0)
+    assert priced({}) == (1, 8.0)  # claim not read: its profile's own price, as before
+    assert priced(got("gpu/c9-elsewhere", "gpu-0")) == (1, 8.0)  # a choice this file does not have: the same
+    slice_then_gone = acc.lifetime_of(server("jupyter-ann", "c"), rules, TEAMS,
+                                      claims=got("gpu/c1-mig-3g-40gb", "gpu-0-mig-3g40gb-9-4"))
+    ended = acc.lifetime_of(server("jupyter-ann", "c", end=T0 + timedelta(hours=2)), rules, TEAMS, claims={})
+    _, (done,) = acc.close_missing({slice_then_gone.uid: slice_then_gone}, [ended], T0 + timedelta(hours=3))
+    assert (done.gpus, done.hourly_cost) == (1, 4.0)  # its claim went first: the price it was allocated stays
+    (row,) = acc.aggregate([done], T0, T0 + timedelta(hours=3), "user")
+    assert row.cost == pytest.approx(8.0)  # 2 h of a $4/h slice
+
+
 def old_store(path) -> None:
     """A usage.sqlite as the version before wrote it (no devices column), with one row."""
     conn = sqlite3.connect(path / "usage.sqlite")

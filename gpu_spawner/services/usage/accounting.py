@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from gpu_spawner.cluster.conditions import condition
 from gpu_spawner.cluster.dcgm import PROF_METRIC, SHARED_DEVICE, UTIL_METRIC, device_of, pod_of
 from gpu_spawner.cluster.dcgm_nodes import node_range
-from gpu_spawner.cluster.dra_devices import claimed_devices, pod_claim_names
+from gpu_spawner.cluster.dra_devices import chosen, claimed_devices, pod_claim_names
 from gpu_spawner.cluster.rules import Rule, rules_from_profiles
 from gpu_spawner.cluster.times import parse_time
 from gpu_spawner.cluster.workloads import admitted_at
@@ -124,6 +124,14 @@ def claimed_by(pod: dict[str, Any], claims: dict[str, dict[str, Any]]) -> str:
     return ", ".join(k for name in pod_claim_names(pod) if name in claims for k in claimed_devices(claims[name]))
 
 
+def held_and_price(pod: dict[str, Any], rule: Rule, claims: dict[str, dict[str, Any]]) -> tuple[int, float]:
+    """(GPUs, $/h) of a pod: its profile's, or for a profile with alternatives the choice its claim was allocated
+    (a 3g.40gb slice instead of a whole A100 is priced as the slice)."""
+    got = next((i for name in pod_claim_names(pod) if name in claims and (i := chosen(claims[name])) is not None),
+               None) if rule.choices else None
+    return rule.choices[got] if got is not None and got < len(rule.choices) else (rule.gpus, rule.hourly_cost)
+
+
 def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, str],
                 now: datetime | None = None, spot: frozenset[str] = frozenset(),
                 claims: dict[str, dict[str, Any]] | None = None) -> Lifetime | None:
@@ -140,10 +148,11 @@ def lifetime_of(pod: dict[str, Any], rules: dict[str, Rule], teams: dict[str, st
     ns = meta.get("namespace", "")
     end, on_spot = _finished_at(pod), rule.profile in spot
     user = ann.get(USER_ANNOTATION) or ann.get(KUBESPAWNER_USER_ANNOTATION) or labels.get(USER_LABEL) or "?"
+    gpus, price = held_and_price(pod, rule, claims or {})
     return Lifetime(uid=meta.get("uid") or f"{ns}/{meta.get('name')}", kind="job" if job else "server",
                     namespace=ns, pod=meta.get("name", ""), user=user,
                     team=(labels.get(TEAM_LABEL) or teams.get(ns, "")) if job else "", profile=rule.profile,
-                    job=job, gpus=rule.gpus, hourly_cost=rule.hourly_cost, start=start, end=end,
+                    job=job, gpus=gpus, hourly_cost=price, start=start, end=end,
                     node=(pod.get("spec") or {}).get("nodeName") or "", spot=on_spot,
                     ended_by=interruption(pod, on_spot) if end else "", devices=claimed_by(pod, claims or {}))
 
@@ -184,7 +193,7 @@ def close_missing(open_: dict[str, Lifetime], live: Iterable[Lifetime], last_see
     for lt in live:
         prev = open_.get(lt.uid)
         if prev is not None and prev.devices and not lt.devices:  # its claim went before the pod's last list
-            lt = replace(lt, devices=prev.devices)
+            lt = replace(lt, devices=prev.devices, gpus=prev.gpus, hourly_cost=prev.hourly_cost)
         if lt.end and not (prev and prev.end):
             done.append(lt)
         still[lt.uid] = lt
