@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from gpu_spawner.cluster.times import parse_time
+from gpu_spawner.contract import PROFILE_LABEL
 from gpu_spawner.hub import node_add_times
 from gpu_spawner.hub.capacity import pod_requests
 from gpu_spawner.model.node_pools import pool_of
@@ -48,7 +49,14 @@ def pod_key(pod: dict[str, Any], cfg: ProfilesConfig) -> Key | None:
     if pool is None:
         return None
     gpus = sorted(r for r, v in pod_requests(pod).items() if r.startswith("nvidia.com/") and v > 0)
-    return (pool, gpus[0]) if gpus else None
+    if gpus:
+        return pool, gpus[0]
+    # on a dra pool the GPUs are a ResourceClaim, not a request: the pod's profile says which (a profile with
+    # alternatives has no one pool: its pod has a node affinity, not the pool's node selector, and is not counted)
+    profile = cfg.by_slug.get(((pod.get("metadata") or {}).get("labels") or {}).get(PROFILE_LABEL, ""))
+    if spec.get("resourceClaims") and profile is not None and profile.pool == pool and cfg.pools[pool].is_dra:
+        return (pool, resource) if (resource := cfg.resource_name(profile)) else None
+    return None
 
 
 class PoolHistory:

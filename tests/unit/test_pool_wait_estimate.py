@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from gpu_spawner.contract import PROFILE_LABEL
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.picker import profile_entry
 from gpu_spawner.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
@@ -32,6 +33,32 @@ def test_pods_are_keyed_by_pool_and_gpu_resource():
     cpu = pod("d", T0)
     cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     assert pod_key(cpu, CFG) is None
+
+
+def test_a_dra_pod_is_keyed_by_its_profile_and_its_waits_make_the_estimate():
+    """On a dra pool the GPUs are a ResourceClaim, not a request: the pod's profile names its pool's resource."""
+    from tests.unit.test_dra_capacity import CFG as DRA_CFG
+
+    def dra_pod(name, created, scheduled=None, profile="a100-dra", pool="draa100"):
+        p = pod(name, created, scheduled, pool=pool, phase="Running" if scheduled else "Pending")
+        p["metadata"]["labels"] = {PROFILE_LABEL: profile} if profile else {}
+        p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}, "claims": [{"name": "gpu"}]}
+        p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": f"gpuhub-{profile}"}]
+        return p
+
+    assert pod_key(dra_pod("a", T0), DRA_CFG) == ("dra-a100", "nvidia.com/gpu")
+    assert pod_key(dra_pod("b", T0, profile="a100-3g", pool="draa100mig"), DRA_CFG) == \
+        ("dra-a100mig", "nvidia.com/mig-3g.40gb")
+    assert pod_key(dra_pod("c", T0, profile="a100-dra", pool="draa100mig"), DRA_CFG) is None  # not its pool
+    assert pod_key(dra_pod("d", T0, profile=None), DRA_CFG) is None  # someone else's claim: no profile to read
+    assert pod_key(dra_pod("e", T0, profile="t4-shared", pool="gput4"), DRA_CFG) is None  # not a dra pool
+    h = PoolHistory(lambda: DRA_CFG)
+    for i, w in enumerate((10, 12, 8, 15, 11, 9, 14)):
+        created = T0 + timedelta(hours=i)
+        h.apply("ADDED", dra_pod(f"p{i}", created))
+        h.apply("MODIFIED", dra_pod(f"p{i}", created, created + timedelta(minutes=w)))
+    e = h.picker_eta(DRA_CFG.profile("a100-dra"))
+    assert e.known and e.p50_s == 11 * 60
 
 
 def history_of_waits(wait_min=(10, 12, 8, 15, 11, 9, 14)):
