@@ -52,6 +52,8 @@ def slice_devices(resource_slice: Mapping[str, Any]) -> tuple[str | None, tuple[
     out = []
     for device in spec.get("devices") or []:
         name = device.get("name") if isinstance(device, dict) else None
+        if device.get("consumesCounters") if isinstance(device, dict) else False:
+            continue  # partitionable (dynamic MIG): not a unit of its own; doctor says gpuhub does not count it
         if isinstance(name, str) and (quota := quota_name(device)) is not None:
             out.append((device_key(DRIVER, pool, name), quota))
     return node, tuple(out)

@@ -75,6 +75,9 @@ def devices_by_node(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, An
 
 def node_problems(pool: Pool, devices: list[dict[str, Any]]) -> list[str]:
     """What a node's published devices lack against the pool: its GPUs (count, model) or its MIG slices."""
+    if partitionable := [d for d in devices if d.get("consumesCounters")]:
+        return [f"{len(partitionable)} partitionable devices (dynamic MIG: a GPU and the slices it could be cut "
+                "into, sharing counters), which gpuhub does not count: it counts a static MIG layout only"]
     kinds = Counter(attribute(d, "type") for d in devices)
     if pool.mig_layout:
         have = Counter(attribute(d, "profile") for d in devices if attribute(d, "type") == "mig")
@@ -136,7 +139,10 @@ def check_pool_devices(name: str, pool: Pool, nodes: list[dict[str, Any]], snap:
             unlike.append(f"{_name(n)}: {', '.join(problems)}")
     if lacking or unlike:
         fix = [INSTALL_DRIVER] if lacking else []
-        if unlike:
+        if any("partitionable" in u for u in unlike):
+            fix.append("run the driver without dynamic MIG on this pool and let mig-manager cut the file's static "
+                       "layout (or keep the pool on the device plugin)")
+        elif unlike:
             fix.append(("read the MIG rows above (mig-manager cuts the slices the driver publishes)" if pool.mig_layout
                         else "read the driver's gpu-kubelet-plugin pod log on the node") +
                        f", or fix pools.{name}.gpu (model, count_per_node) to what its nodes have")

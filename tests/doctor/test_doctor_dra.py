@@ -166,6 +166,25 @@ def test_a_mig_node_missing_its_slices(cfg):
     assert c.status == FAIL and f"{node}: 0 MIG 3g.40gb (want 2)" in c.detail and "MIG rows" in c.fix
 
 
+def test_partitionable_devices_fail_and_the_picker_does_not_count_them(cfg):
+    """Dynamic MIG (KEP-4815): the driver publishes a GPU and every slice it could be cut into, each consuming the
+    GPU's shared counters. gpuhub counts a static layout only: doctor fails the pool, and capacity counts none
+    of them rather than a GPU and its slices as separate devices."""
+    from gpu_spawner.cluster.dra_devices import slice_devices
+
+    snap = healthy(cfg)
+    node = "aks-dra-a100mig-00000001-vmss000000"
+    s = next(s for s in snap.dra_slices if s["spec"]["nodeName"] == node)
+    s["spec"]["sharedCounters"] = [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]
+    consumes = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "40Gi"}}}]
+    s["spec"]["devices"] = [dict(device("gpu-0", "gpu"), consumesCounters=consumes)] + [
+        dict(device(f"gpu-0-mig-3g.40gb-{i}", "mig", profile="3g.40gb"), consumesCounters=consumes) for i in (0, 4)]
+    c = row(run_checks(cfg, snap), "pool dra-a100mig", "DRA devices")
+    assert c.status == FAIL and f"{node}: 3 partitionable devices (dynamic MIG" in c.detail, c
+    assert "without dynamic MIG" in c.fix and "MIG rows" not in c.fix
+    assert slice_devices(s) == (node, ())
+
+
 def test_only_the_newest_generation_of_a_pool_counts():
     old = resource_slice("n1", [device("gpu-0", "gpu")], generation=1)
     new = resource_slice("n1", [device("gpu-0", "gpu"), device("gpu-1", "gpu")], generation=2)
