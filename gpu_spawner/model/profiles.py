@@ -6,6 +6,7 @@ problem at once (see `validation.py`), each with its path, the bad value and wha
 """
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
@@ -232,6 +233,13 @@ class Pool(_Strict):
         return self.gpu.model
 
 
+#: What an option's `environment` may name, and may not: gpuhub's own variables (the GPU check reads them) and
+#: the one by which the NVIDIA container runtime would hand a container GPUs no device plugin or claim gave it.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+RESERVED_ENV_PREFIX = "GPUHUB_"
+RESERVED_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES"})
+
+
 class SpawnerOverride(_Strict):
     """What a choice may set: KubeSpawner traits other than GPU, pool, resources and tolerations (the profile's)."""
 
@@ -240,8 +248,21 @@ class SpawnerOverride(_Strict):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="KubeSpawner `image_pull_policy`.")
     environment: dict[str, str] | None = Field(None, description="Environment variables, added to the admin's "
-                                                                 "and the profile's.")
+                                                                 "and the profile's; not `GPUHUB_*` nor "
+                                                                 "`NVIDIA_VISIBLE_DEVICES` (what the server was given).")
     default_url: str | None = Field(None, description="KubeSpawner `default_url`, e.g. `/lab`.")
+
+    @field_validator("environment")
+    @classmethod
+    def _not_gpuhubs_words(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        """A choice must not tell the GPU check what the server got, nor the container runtime which GPUs it sees."""
+        for name in env or {}:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _; at most 128)")
+            if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+                raise ValueError(f"{name} is gpuhub's or the GPU runtime's to set (what the server was given), "
+                                 "not a choice's")
+        return env
 
     def traits(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
