@@ -247,9 +247,9 @@ class SpawnerOverride(_Strict):
                               "image of the `%gpu_submit` jobs started from it).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="KubeSpawner `image_pull_policy`.")
-    environment: dict[str, str] | None = Field(None, description="Environment variables, added to the admin's "
-                                                                 "and the profile's; not `GPUHUB_*` nor "
-                                                                 "`NVIDIA_VISIBLE_DEVICES` (what the server was given).")
+    environment: dict[str, str] | None = Field(None, description=(
+        "Environment variables, added to the admin's and the profile's; not `GPUHUB_*` nor "
+        "`NVIDIA_VISIBLE_DEVICES` (what the server was given)."))
     default_url: str | None = Field(None, description="KubeSpawner `default_url`, e.g. `/lab`.")
 
     @field_validator("environment")
