@@ -112,6 +112,11 @@ ENV_DRA_DEVICES = "GPUHUB_DRA_DEVICES"
 ENV_NODE_NAME = "GPUHUB_NODE_NAME"
 ENV_DEVICE_ROOT = "GPUHUB_DEVICE_ROOT"        # where the GPU check looks for /dev/nvidia*
 ENV_TERMINATION_LOG = "GPUHUB_TERMINATION_LOG"
+#: What the GPU check reads of the server container's env; nothing else goes to its init container (no token).
+#: An option's `environment` may set none of these, nor any GPUHUB_* or NVIDIA_* (model/profiles.py).
+GPU_CHECK_ENV = frozenset({ENV_GPU_KIND, ENV_GPU_COUNT, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
+                           ENV_DRA_DEVICES, "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                           "CUDA_VISIBLE_DEVICES"})
 ENV_JOBS_URL = "GPUHUB_JOBS_URL"              # where kernels reach the gpu-jobs service
 ENV_CULLER_URL = "GPUHUB_CULLER_URL"          # where the server reaches the culler (default: beside gpu-jobs)
 #: Set on a preemptible server: its pod's grace period in seconds, the time it has after SIGTERM to warn the open

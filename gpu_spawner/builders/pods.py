@@ -18,6 +18,7 @@ from gpu_spawner.contract import (
     ENV_POOL,
     ENV_PROFILE,
     GPU_CHECK_CONTAINER,
+    GPU_CHECK_ENV,
     GPU_CHECK_ONLY,
     GPU_COUNT_ANNOTATION,
     GPU_KIND_LABEL,
@@ -149,10 +150,6 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
     return overrides
 
 
-#: What the GPU check reads of the server container's env; nothing else goes to its init container (no token).
-GPU_CHECK_ENV = frozenset({ENV_GPU_KIND, ENV_GPU_COUNT, ENV_GPU_RESOURCE, ENV_MIG_PROFILE, ENV_NODE_NAME,
-                           ENV_DRA_DEVICES, "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                           "CUDA_VISIBLE_DEVICES"})
 
 
 def gpu_check_container(server: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,14 @@ def slice_devices(resource_slice: Mapping[str, Any]) -> tuple[str | None, tuple[
     return node, tuple(out)
 
 
+def partitionable(resource_slice: Mapping[str, Any]) -> bool:
+    """Whether the NVIDIA driver publishes partitionable devices in this slice (dynamic MIG: a GPU and the slices
+    it could be cut into, each consuming the GPU's shared counters), which gpuhub does not count."""
+    spec = resource_slice.get("spec") or {}
+    return spec.get("driver") == DRIVER and any(isinstance(d, dict) and d.get("consumesCounters")
+                                                for d in spec.get("devices") or [])
+
+
 def allocation_results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The claim's allocation results (request, driver, pool, device), [] while it is not allocated."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -77,7 +85,8 @@ def claimed_devices(claim: Mapping[str, Any]) -> tuple[str, ...]:
 def chosen(claim: Mapping[str, Any]) -> int | None:
     """Which choice of its prioritized list a claim was allocated (`model.dra.choice_index`); None while it is not."""
     results = [r for r in allocation_results(claim) if r.get("driver") == DRIVER and not r.get("adminAccess")]
-    return choice_index(str(results[0].get("request", ""))) if results else None
+    request = results[0].get("request") if results else None
+    return choice_index(request) if isinstance(request, str) else None
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:

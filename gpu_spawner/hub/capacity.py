@@ -414,7 +414,8 @@ class ClusterState:
 
     def profile_capacity(self, profile: Profile) -> ProfileCapacity:
         """Read from the counters; the sentence is rebuilt only when an event arrived since the last call."""
-        if not self.is_current() or (profile.slug in self._claims and not self.devices_current()):
+        on_devices = profile.gpu is not None and profile.pool in self.dra_pools
+        if not self.is_current() or (on_devices and (not self.devices_current() or self._partitioned(profile.pool))):
             return ProfileCapacity.unknown(profile.slug, self.cfg.resource_name(profile))
         memo = self._memo.get(profile.slug)
         if memo and memo[0] == self.version:
@@ -428,6 +429,11 @@ class ClusterState:
             cap = self._with_alternatives(cap, alternatives, self.profile_capacity)
         self._memo[profile.slug] = (self.version, cap)
         return cap
+
+    def _partitioned(self, pool: str | None) -> bool:
+        """A node of this dra pool publishes partitionable devices, which are not counted: its numbers are unknown."""
+        return any((n := self.nodes.get(node)) is not None and n.pool == pool
+                   for node in self.devices.partitioned.values())
 
     def _with_alternatives(self, own: ProfileCapacity, alternatives: list[Profile],
                            read: Callable[[Profile], ProfileCapacity]) -> ProfileCapacity:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable
 
-from gpu_spawner.cluster.dra_devices import FULL_GPU, claimed_devices, slice_devices
+from gpu_spawner.cluster.dra_devices import FULL_GPU, claimed_devices, partitionable, slice_devices
 
 MILLI = 1000
 MIG_PREFIX = "nvidia.com/mig-"
@@ -44,6 +44,8 @@ class DeviceLedger:
         self._places: dict[str, Counter] = {}  # device key → (node, quota) → slices that publish it there
         self._held: Counter = Counter()        # device key → claims that hold it
         self.counts: dict[str, Counter] = {}   # node → (quota, "total" | "used") → devices
+        #: Slices with partitionable devices (dynamic MIG), name → node: not counted, so their pool is "unknown".
+        self.partitioned: dict[str, str] = {}
 
     # ------------------------------------------------------------------ counting
     def _place(self, key: str) -> tuple[str, str] | None:
@@ -69,6 +71,9 @@ class DeviceLedger:
         name = _name(obj)
         old = self.slices.pop(name, None)
         node, devices = (None, ()) if kind == "DELETED" else slice_devices(obj)
+        self.partitioned.pop(name, None)
+        if kind != "DELETED" and partitionable(obj) and (at := (obj.get("spec") or {}).get("nodeName")):
+            self.partitioned[name] = str(at)
         if old is None and not devices:
             return
         keys = {k for k, _ in devices} | ({k for k, _ in old[1]} if old else set())
@@ -112,7 +117,7 @@ class DeviceLedger:
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         """A full relist of "resourceslices" or "resourceclaims": the other kind is kept."""
         if kind == "resourceslices":
-            self.slices, self._places = {}, {}
+            self.slices, self._places, self.partitioned = {}, {}, {}
         else:
             self.claims, self._held = {}, Counter()
         self.counts = {}

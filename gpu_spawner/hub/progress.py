@@ -53,16 +53,16 @@ def explain_event(event: dict[str, Any], profile: Profile | None, state: Cluster
 def choice_got(profile: Profile | None, state: ClusterState | None, node_name: str) -> str:
     """For a profile with alternatives, which choice its node's pool means: ', with the profile's own A100 80GB
     (DRA) GPU' or ', with an A100 80GB MIG (DRA) 3g.40gb slice instead (its own GPUs were all taken)'; '' when
-    not known (no alternatives, node not seen yet, or two choices on that pool)."""
+    not known (no alternatives, node not seen yet, or two choices on that pool, its own among them)."""
     alternatives = state.alternatives.get(profile.slug) if state is not None and profile is not None else None
     node = state.nodes.get(node_name) if alternatives else None
     if node is None:
         return ""
-    if node.pool == profile.pool:
-        return f", with the profile's own {slot_noun(profile, state.cfg.pool_of(profile), profile.gpu.count != 1)}"
-    (choice, *more) = [a for a in alternatives if a.pool == node.pool] or [None]
+    (choice, *more) = [c for c in [profile, *alternatives] if c.pool == node.pool] or [None]
     if choice is None or more:
         return ""
+    if choice is profile:
+        return f", with the profile's own {slot_noun(profile, state.cfg.pool_of(profile), profile.gpu.count != 1)}"
     noun = slot_noun(choice, state.cfg.pool_of(choice), choice.gpu.count != 1)
     return f", with {choice.gpu.count} {noun} instead (its own GPUs were all taken)"
 

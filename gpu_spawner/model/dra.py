@@ -178,7 +178,7 @@ def alternative_profiles(profile: Profile) -> list[Profile]:
 
 #: A subrequest of a prioritized list as an allocation result names it: `<request>/c<place>-<what>`
 #: (builders/dra.choice_name writes them).
-SUBREQUEST = re.compile(r"^[^/]+/c(\d+)-")
+SUBREQUEST = re.compile(r"^[^/]+/c(\d{1,2})-")
 
 
 def choice_index(request: str) -> int:

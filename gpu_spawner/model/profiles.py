@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from gpu_spawner.contract import GPU_CHECK_ENV
 from gpu_spawner.model.datasets import Dataset, DatasetName
 from gpu_spawner.model.field_types import (  # noqa: F401 (DNS_LABEL, duration_seconds: imported from here too)
     CPU,
@@ -233,11 +234,11 @@ class Pool(_Strict):
         return self.gpu.model
 
 
-#: What an option's `environment` may name, and may not: gpuhub's own variables (the GPU check reads them) and
-#: the one by which the NVIDIA container runtime would hand a container GPUs no device plugin or claim gave it.
+#: What an option's `environment` may name, and may not: gpuhub's own variables and what the GPU check reads
+#: (contract.GPU_CHECK_ENV), and the NVIDIA container runtime's switches (NVIDIA_VISIBLE_DEVICES would hand a
+#: container GPUs no device plugin or claim gave it; NVIDIA_DRIVER_CAPABILITIES can hide nvidia-smi from the check).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-RESERVED_ENV_PREFIX = "GPUHUB_"
-RESERVED_ENV = frozenset({"NVIDIA_VISIBLE_DEVICES"})
+RESERVED_ENV_PREFIXES = ("GPUHUB_", "NVIDIA_")
 
 
 class SpawnerOverride(_Strict):
@@ -248,8 +249,8 @@ class SpawnerOverride(_Strict):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="KubeSpawner `image_pull_policy`.")
     environment: dict[str, str] | None = Field(None, description=(
-        "Environment variables, added to the admin's and the profile's; not `GPUHUB_*` nor "
-        "`NVIDIA_VISIBLE_DEVICES` (what the server was given)."))
+        "Environment variables, added to the admin's and the profile's; not `GPUHUB_*`, `NVIDIA_*` nor "
+        "`CUDA_VISIBLE_DEVICES` (what the server was given, and what its GPU check reads)."))
     default_url: str | None = Field(None, description="KubeSpawner `default_url`, e.g. `/lab`.")
 
     @field_validator("environment")
@@ -259,7 +260,7 @@ class SpawnerOverride(_Strict):
         for name in env or {}:
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _; at most 128)")
-            if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+            if name.startswith(RESERVED_ENV_PREFIXES) or name in GPU_CHECK_ENV:
                 raise ValueError(f"{name} is gpuhub's or the GPU runtime's to set (what the server was given), "
                                  "not a choice's")
         return env

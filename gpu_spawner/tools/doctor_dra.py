@@ -76,8 +76,8 @@ def devices_by_node(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, An
 def node_problems(pool: Pool, devices: list[dict[str, Any]]) -> list[str]:
     """What a node's published devices lack against the pool: its GPUs (count, model) or its MIG slices."""
     if partitionable := [d for d in devices if d.get("consumesCounters")]:
-        return [f"{len(partitionable)} partitionable devices (dynamic MIG: a GPU and the slices it could be cut "
-                "into, sharing counters), which gpuhub does not count: it counts a static MIG layout only"]
+        return [f"{len(partitionable)} partitionable devices (dynamic MIG: a GPU and the slices it could be cut into, "
+                "sharing counters), which gpuhub does not count: it counts a static MIG layout only"]
     kinds = Counter(attribute(d, "type") for d in devices)
     if pool.mig_layout:
         have = Counter(attribute(d, "profile") for d in devices if attribute(d, "type") == "mig")
@@ -128,9 +128,10 @@ def check_pool_devices(name: str, pool: Pool, nodes: list[dict[str, Any]], snap:
                       "same GPU",
                       "keep the DRA driver's kubelet plugin off this pool (Helm: kubeletPlugin.nodeSelector to the "
                       "dra pools only)")] if also else []
-    lacking, unlike, simulated = [], [], []
+    lacking, unlike, simulated, dynamic_mig = [], [], [], False
     for n in nodes:
         devices = by_node.get(_name(n), [])
+        dynamic_mig = dynamic_mig or any(d.get("consumesCounters") for d in devices)
         if not devices and node_labels(n).get(SIMULATED_NODE_LABEL) == "true":
             simulated.append(_name(n))
         elif not devices:
@@ -139,7 +140,7 @@ def check_pool_devices(name: str, pool: Pool, nodes: list[dict[str, Any]], snap:
             unlike.append(f"{_name(n)}: {', '.join(problems)}")
     if lacking or unlike:
         fix = [INSTALL_DRIVER] if lacking else []
-        if any("partitionable" in u for u in unlike):
+        if dynamic_mig:
             fix.append("run the driver without dynamic MIG on this pool and let mig-manager cut the file's static "
                        "layout (or keep the pool on the device plugin)")
         elif unlike:

@@ -331,3 +331,45 @@ def test_the_scheduled_event_says_which_choice_a_server_got():
                                      "A100 80GB (DRA) GPU.")
     assert scheduled(any_, "not-seen-yet") == "A node was found: your server is placed on not-seen-yet."
     assert scheduled(FULL, "a1") == "A node was found: your server is placed on a1."  # one choice: nothing to say
+
+
+def test_a_pool_with_partitionable_devices_is_unknown_not_empty():
+    """Dynamic MIG: the node's devices consume shared counters and are not counted, so its pool's profiles say
+    "unknown" (never "can never start" from a count of zero); the other pools keep their numbers."""
+    state = dra_cluster()
+    dynamic = rslice("m1", [dict(mig(0, 0), consumesCounters=[{"counterSet": "gpu-0", "counters": {}}])])
+    state.apply_slice("MODIFIED", dynamic)
+    assert not state.profile_capacity(SLICE).known and state.profile_capacity(FULL).known
+    assert progress.never_fits(SLICE, state) is None
+    assert list(state.devices.partitioned.values()) == ["m1"]
+    state.apply_slice("MODIFIED", rslice("m1", [mig(0, 0), mig(0, 4)]))  # back to a static layout
+    assert state.profile_capacity(SLICE).known and state.profile_capacity(SLICE).total_slots == 2
+    state.apply_slice("MODIFIED", dynamic)
+    state.replace("resourceslices", [rslice("m1", [mig(0, 0)])])
+    assert state.devices.partitioned == {} and state.profile_capacity(SLICE).known
+
+
+def test_the_choice_a_claim_got_is_read_only_from_a_well_formed_request():
+    from gpu_spawner.cluster.dra_devices import chosen
+
+    def got(request):
+        c = claim("c", [("n", "gpu-0")])
+        c["status"]["allocation"]["devices"]["results"][0]["request"] = request
+        return chosen(c)
+
+    assert (got("gpu"), got("gpu/c0-dra-a100"), got("gpu/c1-mig-3g-40gb"), got("gpu/c12-x")) == (0, 0, 1, 12)
+    assert got(["gpu/c1-x"]) is None and got(None) is None and got(7) is None
+    assert got("gpu/c" + "9" * 5000 + "-x") == 0  # no number of 5,000 digits is parsed
+    assert chosen(claim("c", [])) is None
+
+
+def test_the_scheduled_line_says_nothing_when_the_pool_holds_two_choices():
+    cfg = CFG.model_copy(update={"profiles": [p.model_copy(update={"gpu": p.gpu.model_copy(update={
+        "count": 2, "alternatives": [p.gpu.alternatives[0].model_copy(update={"pool": "dra-a100", "kind": "full",
+                                                                              "profile": None})]})})
+        if p.slug == "a100-any" else p for p in CFG.profiles]})
+    state = ClusterState(cfg)
+    state.replace("nodes", [node("a1", "dra-a100")])
+    event = {"reason": "Scheduled", "message": "Successfully assigned jhub/jupyter-ann to a1"}
+    assert progress.explain_event(event, cfg.by_slug["a100-any"], state) == \
+        "A node was found: your server is placed on a1."  # two GPUs, else one, both on dra-a100: which is not known

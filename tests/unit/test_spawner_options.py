@@ -298,8 +298,9 @@ def test_option_problems_are_listed_with_paths():
 
 
 def test_a_choice_may_not_set_what_the_server_was_given():
-    """gpuhub's own variables (the GPU check reads GPUHUB_DRA_DEVICES, GPUHUB_GPU_COUNT...) and
-    NVIDIA_VISIBLE_DEVICES (the NVIDIA runtime would hand the container GPUs nothing allocated) are not a choice's."""
+    """gpuhub's own variables (the GPU check reads GPUHUB_DRA_DEVICES, GPUHUB_GPU_COUNT...), the NVIDIA runtime's
+    (NVIDIA_VISIBLE_DEVICES would hand the container GPUs nothing allocated) and what the GPU check reads are not a
+    choice's."""
     got = problems("""
         profiles:
           - slug: p
@@ -311,7 +312,9 @@ def test_a_choice_may_not_set_what_the_server_was_given():
                   a: {display_name: A, kubespawner_override: {environment: {GPUHUB_DRA_DEVICES: "full:8"}}}
                   b: {display_name: B, kubespawner_override: {environment: {NVIDIA_VISIBLE_DEVICES: all}}}
                   c: {display_name: C, kubespawner_override: {environment: {"BAD NAME": x}}}
-                  d: {display_name: D, kubespawner_override: {environment: {CUDA_VISIBLE_DEVICES: "0", TEAM: x}}}
+                  d: {display_name: D, kubespawner_override: {environment: {TEAM: x, team_2: y}}}
+                  e: {display_name: E, kubespawner_override: {environment: {NVIDIA_DRIVER_CAPABILITIES: compute}}}
+                  f: {display_name: F, kubespawner_override: {environment: {CUDA_VISIBLE_DEVICES: ""}}}
         """)
     at = "profiles[0].options.env.choices"
     assert [g for g in got if g.startswith(at)] == [
@@ -320,7 +323,11 @@ def test_a_choice_may_not_set_what_the_server_was_given():
         f"{at}.b.kubespawner_override.environment: NVIDIA_VISIBLE_DEVICES is gpuhub's or the GPU runtime's to set "
         "(what the server was given), not a choice's",
         f"{at}.c.kubespawner_override.environment: 'BAD NAME' is not an environment variable name (letters, digits, "
-        "_; at most 128)"], got
+        "_; at most 128)",
+        f"{at}.e.kubespawner_override.environment: NVIDIA_DRIVER_CAPABILITIES is gpuhub's or the GPU runtime's to "
+        "set (what the server was given), not a choice's",  # it could hide nvidia-smi from the GPU check
+        f"{at}.f.kubespawner_override.environment: CUDA_VISIBLE_DEVICES is gpuhub's or the GPU runtime's to set "
+        "(what the server was given), not a choice's"], got
 
 
 def test_typed_value_must_reach_the_override():
