@@ -307,7 +307,7 @@ class ClusterState:
             requests[claimed[0]] = max(requests.get(claimed[0], 0), claimed[1])
         return PodRecord(
             sys.intern(node) if isinstance(node, str) else None,
-            None if node else self._pool_for_labels(spec.get("nodeSelector") or {}),
+            None if node else self._pool_for_labels(spec.get("nodeSelector") or {}) or self._first_choice(profile),
             self._shape(requests), sys.intern(profile) if isinstance(profile, str) else None,
             phase == "Running", labels.get("component") == "singleuser-server")
 
@@ -429,6 +429,11 @@ class ClusterState:
             cap = self._with_alternatives(cap, alternatives, self.profile_capacity)
         self._memo[profile.slug] = (self.version, cap)
         return cap
+
+    def _first_choice(self, profile: Any) -> str | None:
+        """The pool a waiting pod of a profile with alternatives is counted in (its node affinity names several,
+        and no node selector): its profile's own, the first of its prioritized list."""
+        return self.cfg.by_slug[profile].pool if profile in self.alternatives else None
 
     def _partitioned(self, pool: str | None) -> bool:
         """A node of this dra pool publishes partitionable devices, which are not counted: its numbers are unknown."""

@@ -373,3 +373,14 @@ def test_the_scheduled_line_says_nothing_when_the_pool_holds_two_choices():
     event = {"reason": "Scheduled", "message": "Successfully assigned jhub/jupyter-ann to a1"}
     assert progress.explain_event(event, cfg.by_slug["a100-any"], state) == \
         "A node was found: your server is placed on a1."  # two GPUs, else one, both on dra-a100: which is not known
+
+
+def test_a_waiting_server_with_alternatives_waits_in_its_own_pool():
+    state = dra_cluster()
+    waiting = pod("jupyter-ann", "a100-any", phase="Pending")  # node affinity over two pools, no node selector
+    state.apply_pod("ADDED", waiting)
+    assert state.waiting("dra-a100", "nvidia.com/gpu") == 1 and state.waiting("dra-a100mig", None) == 0
+    assert state.profile_capacity(FULL).waiting == 1
+    assert state.profile_capacity(FULL) == state.recompute(FULL)
+    state.apply_pod("DELETED", waiting)
+    assert state.waiting("dra-a100", "nvidia.com/gpu") == 0
