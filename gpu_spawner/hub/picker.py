@@ -13,6 +13,7 @@ from gpu_spawner.cluster.prices import hourly_cost
 from gpu_spawner.hub.capacity import ProfileCapacity
 from gpu_spawner.hub.capacity_text import slot_noun, team_line, team_outlook
 from gpu_spawner.model.choices import default_choice_for
+from gpu_spawner.model.dra import alternative_profiles
 from gpu_spawner.model.profiles import Profile, ProfilesConfig, slice_memory_gb
 from gpu_spawner.model.quantities import human_bytes
 from gpu_spawner.model.wait_estimate import ETA, frees_text
@@ -97,6 +98,17 @@ def option_entries(profile: Profile, groups: list[str]) -> dict[str, Any]:
     return out
 
 
+def price_line(cfg: ProfilesConfig, profile: Profile, cost: float) -> str:
+    """'$8.00/hour', and for a profile with alternatives what each other choice costs if that is what a server
+    gets: '$8.00/hour; $4.00/hour with an A100 80GB MIG (DRA) 3g.40gb slice instead'."""
+    said = [f"${cost:.2f}/hour"] if cost else []
+    for choice in alternative_profiles(profile):
+        if (other := hourly_cost(cfg, choice)) and other != cost:
+            one = slot_noun(choice, cfg.pool_of(choice), plural=choice.gpu.count != 1)
+            said.append(f"${other:.2f}/hour with {choice.gpu.count} {one} instead")
+    return "; ".join(said)
+
+
 def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity: ProfileCapacity | None,
                   groups: list[str] = (), admin: dict[str, Any] | None = None, eta: ETA | None = None,
                   degraded: str | None = None, hint: str | None = None,
@@ -111,7 +123,7 @@ def profile_entry(cfg: ProfilesConfig, profile: Profile, default: bool, capacity
         "gpu": gpu_line(cfg, profile),
         "kind": profile.gpu.kind if profile.gpu else "cpu",
         "size": size_line(profile, {**(admin or {}), **overrides}),
-        "cost": f"${cost:.2f}/hour" if cost else "",
+        "cost": price_line(cfg, profile, cost),
         "idle": f"stops after {_duration(profile.idle_timeout)} idle" if profile.idle_timeout else "",
         "degraded": degraded or "",
         "hint": hint or "",

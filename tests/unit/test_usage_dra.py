@@ -168,3 +168,15 @@ def test_a_refused_claims_list_costs_only_the_devices(api):
     FakeAPI.claims_status = 403
     lifetimes, _ = collect.read_cluster(api, CFG, "jhub", T0 + timedelta(hours=1))
     assert [(lt.pod, lt.gpus, lt.devices) for lt in lifetimes] == [("jupyter-ann", 1, "")]
+
+
+def test_the_picker_says_what_each_choice_costs():
+    from gpu_spawner.hub.picker import price_line
+
+    pools = {"dra-a100": CFG.pools["dra-a100"].model_copy(update={"cost_per_node_hour": 16.0}),
+             "dra-a100mig": CFG.pools["dra-a100mig"].model_copy(update={"cost_per_node_hour": 8.0})}
+    cfg = CFG.model_copy(update={"pools": CFG.pools | pools})
+    assert price_line(cfg, cfg.by_slug["a100-any"], 8.0) == \
+        "$8.00/hour; $4.00/hour with 1 A100 80GB MIG (DRA) 3g.40gb slice instead"
+    assert price_line(cfg, cfg.by_slug["a100-dra"], 8.0) == "$8.00/hour"
+    assert price_line(CFG, CFG.by_slug["a100-any"], 0.0) == ""  # no prices in the file: no line
