@@ -191,10 +191,14 @@ class JobsHandler(JobsBase):
     _size = 0
 
     async def prepare(self):
-        await super().prepare()
         self._body = []
         if self.request.method != "POST":
+            # Not refused here: tornado closes a connection whose request it has not read to the end when the
+            # answer comes from prepare() (a streamed body may follow), and a proxy that keeps connections alive
+            # (configurable-http-proxy) can hand the next user's request to it just then: a 503 "socket hang
+            # up" for someone else. A GET has no body: it is checked in get(), once tornado has read it.
             return
+        await super().prepare()
         limit = self.settings["service"].submissions_in_flight
         if not self.settings["gate"].enter(self.who.name, limit):
             raise web.HTTPError(429, f"you have {limit} submission(s) in progress already; the limit is {limit} "
@@ -221,6 +225,7 @@ class JobsHandler(JobsBase):
             self._slot = None
 
     async def get(self):
+        await Base.prepare(self)
         everyone = self.who.admin and self.get_argument("all", "") in ("1", "true", "yes")
         jobs = await self.kube.jobs(None if everyone else self.who.name)
         statuses = self.explained(await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0"))
