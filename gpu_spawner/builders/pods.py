@@ -150,8 +150,6 @@ def spawner_overrides(cfg: ProfilesConfig, profile: Profile, admin: dict[str, An
     return overrides
 
 
-
-
 def gpu_check_container(server: dict[str, Any]) -> dict[str, Any]:
     """The GPU health check as the init container of a GPU server's pod (`server`: its container, as the API
     writes it): the server's image and resources (the device plugin hands the init container the same GPUs,

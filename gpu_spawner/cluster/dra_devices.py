@@ -42,6 +42,11 @@ def quota_name(device: Mapping[str, Any]) -> str | None:
     return mig_resource_name(profile) if kind == "mig" and isinstance(profile, str) and profile else None
 
 
+def is_partitioned(device: Any) -> bool:
+    """A partitionable device (dynamic MIG): it consumes its GPU's shared counters with the others cut from it."""
+    return isinstance(device, dict) and bool(device.get("consumesCounters"))
+
+
 def slice_devices(resource_slice: Mapping[str, Any]) -> tuple[str | None, tuple[Device, ...]]:
     """(the node, its GPUs and MIG slices) a ResourceSlice publishes; (None, ()) for another driver's or one
     not bound to one node."""
@@ -52,8 +57,8 @@ def slice_devices(resource_slice: Mapping[str, Any]) -> tuple[str | None, tuple[
     out = []
     for device in spec.get("devices") or []:
         name = device.get("name") if isinstance(device, dict) else None
-        if device.get("consumesCounters") if isinstance(device, dict) else False:
-            continue  # partitionable (dynamic MIG): not a unit of its own; doctor says gpuhub does not count it
+        if is_partitioned(device):
+            continue  # not a unit of its own; doctor says gpuhub does not count it
         if isinstance(name, str) and (quota := quota_name(device)) is not None:
             out.append((device_key(DRIVER, pool, name), quota))
     return node, tuple(out)
@@ -63,8 +68,7 @@ def partitionable(resource_slice: Mapping[str, Any]) -> bool:
     """Whether the NVIDIA driver publishes partitionable devices in this slice (dynamic MIG: a GPU and the slices
     it could be cut into, each consuming the GPU's shared counters), which gpuhub does not count."""
     spec = resource_slice.get("spec") or {}
-    return spec.get("driver") == DRIVER and any(isinstance(d, dict) and d.get("consumesCounters")
-                                                for d in spec.get("devices") or [])
+    return spec.get("driver") == DRIVER and any(is_partitioned(d) for d in spec.get("devices") or [])
 
 
 def allocation_results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -75,16 +79,20 @@ def allocation_results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
                                                                for k in ("driver", "pool", "device"))]
 
 
+def gpu_results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The claim's allocation results of the NVIDIA driver that hold their device (not admin access)."""
+    return [r for r in allocation_results(claim) if r.get("driver") == DRIVER and not r.get("adminAccess")]
+
+
 def claimed_devices(claim: Mapping[str, Any]) -> tuple[str, ...]:
     """The keys of the NVIDIA GPUs a claim holds: its allocation results of the driver, less admin access (a
     monitoring claim that does not keep the device from anyone); other drivers' devices (NICs...) are not kept."""
-    return tuple(device_key(r["driver"], r["pool"], r["device"]) for r in allocation_results(claim)
-                 if r.get("driver") == DRIVER and not r.get("adminAccess"))
+    return tuple(device_key(r["driver"], r["pool"], r["device"]) for r in gpu_results(claim))
 
 
 def chosen(claim: Mapping[str, Any]) -> int | None:
     """Which choice of its prioritized list a claim was allocated (`model.dra.choice_index`); None while it is not."""
-    results = [r for r in allocation_results(claim) if r.get("driver") == DRIVER and not r.get("adminAccess")]
+    results = gpu_results(claim)
     request = results[0].get("request") if results else None
     return choice_index(request) if isinstance(request, str) else None
 

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 from gpu_spawner.builders import dra
+from gpu_spawner.cluster.dra_devices import is_partitioned
 from gpu_spawner.contract import SIMULATED_NODE_LABEL
 from gpu_spawner.model import dra as dra_model
 from gpu_spawner.model.node_pools import label_selector, node_labels
@@ -75,7 +76,7 @@ def devices_by_node(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, An
 
 def node_problems(pool: Pool, devices: list[dict[str, Any]]) -> list[str]:
     """What a node's published devices lack against the pool: its GPUs (count, model) or its MIG slices."""
-    if partitionable := [d for d in devices if d.get("consumesCounters")]:
+    if partitionable := [d for d in devices if is_partitioned(d)]:
         return [f"{len(partitionable)} partitionable devices (dynamic MIG: a GPU and the slices it could be cut into, "
                 "sharing counters), which gpuhub does not count: it counts a static MIG layout only"]
     kinds = Counter(attribute(d, "type") for d in devices)
@@ -131,7 +132,7 @@ def check_pool_devices(name: str, pool: Pool, nodes: list[dict[str, Any]], snap:
     lacking, unlike, simulated, dynamic_mig = [], [], [], False
     for n in nodes:
         devices = by_node.get(_name(n), [])
-        dynamic_mig = dynamic_mig or any(d.get("consumesCounters") for d in devices)
+        dynamic_mig = dynamic_mig or any(is_partitioned(d) for d in devices)
         if not devices and node_labels(n).get(SIMULATED_NODE_LABEL) == "true":
             simulated.append(_name(n))
         elif not devices:

@@ -225,7 +225,7 @@ class JobsHandler(JobsBase):
             self._slot = None
 
     async def get(self):
-        await Base.prepare(self)
+        await super().prepare()  # Base's checks, which prepare() left for a GET
         everyone = self.who.admin and self.get_argument("all", "") in ("1", "true", "yes")
         jobs = await self.kube.jobs(None if everyone else self.who.name)
         statuses = self.explained(await self.kube.statuses(jobs, with_logs=self.get_argument("cells", "1") != "0"))
