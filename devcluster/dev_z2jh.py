@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import binaries, cluster, devsetup, images, realnodes, stopping, z2jh, z2jh_dev
+from . import binaries, cluster, devsetup, images, leftovers, realnodes, stopping, z2jh, z2jh_dev
 from .binaries import BuildError
 from .components import SetupError
 from .dev import AgentProcess
@@ -101,6 +101,8 @@ def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_poo
     try:
         try:
             os.environ.update(realnodes.procs.owner_mark(root))
+            # `gpuhub cluster status` tells this live run from a crashed one's leftovers by this record
+            leftovers.write_dev_info(root, started_cluster=True, state_dir=root / "z2jh")
             _, url, password = start(path, users, root, Path(chart) if chart else None, gpu_pool, started=agents)
             summary(url, password, users, gpu_pool or default_gpu_pool(cfg))
             while True:
@@ -122,7 +124,7 @@ def run(profiles: str | None, users_file: str | None, chart: str | None, gpu_poo
                     agent.stop()
                     agents.remove(agent)
                 _say("stopping the dev cluster, its real nodes and their containers ...")
-                cluster.down(root, say=_say)
+                cluster.down(root, say=_say)  # forgets the dev record too
                 break
             except KeyboardInterrupt:
                 continue

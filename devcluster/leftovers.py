@@ -123,14 +123,28 @@ def find(layout: Layout) -> list[psutil.Process]:
                 out.append(psutil.Process(r.pid))
             except psutil.NoSuchProcess:
                 continue
+    serving = set() if orphaned_cluster or not complete else {p.pid for p in live_node_shims(layout)}
     for p in unrecorded(layout):
         try:
             if alive_dev and (p.pid == dev["pid"] or dev["pid"] in {a.pid for a in p.parents()}):
                 continue  # a running `gpuhub dev` still owns it
         except psutil.NoSuchProcess:
             continue
+        if p.pid in serving:
+            continue  # a running real node's container: its containerd started the shim, which outlives nobody
         out.append(p)
     return out
+
+
+def live_node_shims(layout: Layout) -> list[psutil.Process]:
+    """The containerd shims of real nodes whose containerd still runs: a live node's containers (they re-parent to
+    init, so no running process is their ancestor, yet they carry the owner mark containerd passed on)."""
+    from .realnodes import recorded, shim_processes
+
+    records = procs.Record.load_all(layout.run)
+    live = [Path(n["root"]) for n in recorded(layout)
+            if (r := records.get(f"{n['netns']}-containerd")) is not None and procs.alive(r)]
+    return shim_processes(live) if live else []
 
 
 def strangers_on_ports(layout: Layout, ports: dict[int, str]) -> list[str]:

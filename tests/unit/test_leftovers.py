@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from devcluster import cluster, leftovers, procs
@@ -101,3 +102,42 @@ def test_up_refuses_while_an_earlier_runs_processes_live(tmp_path, started):
     stray = started([sys.executable, "-c", "import time; time.sleep(600)"], procs.owner_mark(root))
     with pytest.raises(cluster.ClusterError, match=f"pid {stray.pid}.*gpuhub cluster down"):
         cluster.up(root=Path(root))
+
+
+def test_a_live_real_nodes_containerd_shims_are_not_leftovers_until_the_run_is_gone(tmp_path, started):
+    """`gpuhub dev --z2jh` running: its nodes' shims carry the owner mark (containerd passed it on) and re-parent
+    to init, yet they are a live node's containers, not leftovers; once the run is gone they are."""
+    from devcluster import realnodes
+
+    root = tmp_path / "cluster"
+    layout = Layout(root)
+    layout.run.mkdir(parents=True)
+    node_root = root / "nodes" / "system"
+    node_root.mkdir(parents=True)
+    (layout.run / realnodes.NODES_FILE).write_text(json.dumps([{"name": "aks-system-0", "kind": "system",
+                                                                  "netns": "gpuhub-n1", "root": str(node_root)}]))
+    containerd, _ = procs.spawn("gpuhub-n1-containerd", [sys.executable, "-c", "import time; time.sleep(600)"],
+                                layout.log("gpuhub-n1-containerd"), root, "", layout.run)
+    shim_bin = tmp_path / "containerd-shim-runc-v2"
+    shim_bin.symlink_to(sys.executable)
+    sock = node_root / "containerd.sock"
+    forked = subprocess.run(["sh", "-c", f'"$0" -c "import time; time.sleep(600)" -address "$1" >/dev/null 2>&1 & '
+                             'echo $!', str(shim_bin), str(sock)], env={**os.environ, **procs.owner_mark(root)},
+                            capture_output=True, text=True, check=True)  # like a shim: its parent is gone
+    shim = psutil.Process(int(forked.stdout))
+    (layout.run / "cluster.json").write_text(json.dumps({"ports": {}}))
+    leftovers.write_dev_info(root, started_cluster=True, state_dir=root / "z2jh")  # this process: alive
+    deadline = time.monotonic() + 10
+    while not realnodes.shim_processes([node_root]):
+        assert time.monotonic() < deadline, "the stand-in shim did not start"
+        time.sleep(0.05)
+
+    assert cluster.status(root)["leftovers"] == []
+
+    info = json.loads((layout.run / leftovers.DEV_INFO).read_text())
+    info["pid"] = os.getpid() + 10**6  # the run ended without stopping its cluster
+    (layout.run / leftovers.DEV_INFO).write_text(json.dumps(info))
+    listed = " ".join(cluster.status(root)["leftovers"])
+    assert f"pid {shim.pid} " in listed and f"pid {containerd.pid} " in listed
+    procs.stop([containerd], layout.run)
+    shim.kill()
