@@ -121,7 +121,7 @@ def test_a_live_real_nodes_containerd_shims_are_not_leftovers_until_the_run_is_g
     shim_bin = tmp_path / "containerd-shim-runc-v2"
     shim_bin.symlink_to(sys.executable)
     sock = node_root / "containerd.sock"
-    forked = subprocess.run(["sh", "-c", f'"$0" -c "import time; time.sleep(600)" -address "$1" >/dev/null 2>&1 & '
+    forked = subprocess.run(["sh", "-c", '"$0" -c "import time; time.sleep(600)" -address "$1" >/dev/null 2>&1 & '
                              'echo $!', str(shim_bin), str(sock)], env={**os.environ, **procs.owner_mark(root)},
                             capture_output=True, text=True, check=True)  # like a shim: its parent is gone
     shim = psutil.Process(int(forked.stdout))
