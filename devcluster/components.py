@@ -226,6 +226,18 @@ def ensure_kueue_metrics_certs(pki: PKI) -> None:
 REAL_NODE_CONTROLLERS = ("endpointslice-controller", "endpointslice-mirroring-controller")
 
 
+def kubelet_access(pki: PKI, host_ip: str | None) -> list[str]:
+    """How the API server reaches kubelets (pod logs, exec, port-forward) when real nodes run: by the Node's
+    InternalIP, as AKS does (nothing resolves a node's name), with a client certificate the kubelets' webhook
+    authorisation admits, checking each kubelet's serving certificate against the cluster CA."""
+    if not host_ip:
+        return []
+    return ["--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki.client_cert('kube-apiserver-kubelet-client')}",
+            f"--kubelet-client-key={pki.client_key('kube-apiserver-kubelet-client')}",
+            f"--kubelet-certificate-authority={pki.ca_cert}"]
+
+
 def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path,
           host_ip: str | None = None) -> dict[str, Component]:
     """Every component's command line; needs the kubeconfigs and config files written first. `host_ip`: real
@@ -272,6 +284,7 @@ def build(layout: Layout, pki: PKI, ports: dict[str, int], bins: Path,
             f"--requestheader-client-ca-file={pki.ca_cert}", "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--requestheader-allowed-names=gpuhub-dev-front-proxy",
+            *kubelet_access(pki, host_ip),
         ], f"{api}/readyz", port=p["kube-apiserver"]),
         comp("kube-controller-manager", [
             *delegated("kube-controller-manager"), f"--controllers={','.join(controllers)}",

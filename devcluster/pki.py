@@ -24,6 +24,8 @@ CLIENTS = {
     "admin": ("gpuhub-dev-admin", "system:masters"),
     "kube-controller-manager": ("system:kube-controller-manager", None),
     "kube-scheduler": ("system:kube-scheduler", None),
+    # the API server's identity towards kubelets (logs, exec, port-forward), as kubeadm and AKS give it one
+    "kube-apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 
 
