@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
@@ -141,10 +142,59 @@ def prepare(kube: Kube, kubeconfig: Path, profiles: Path, users: dict[str, list[
     db = state / "hub-db"
     _mkdir_owned(db, HUB_UID, HUB_UID)
     kube.apply(hub_db_volume(db))
-    share = storage.cluster_share(kubeconfig)  # each user's home folder, owned as the image's jovyan (uid 1000)
-    for user in users:
-        _mkdir_owned(share / user, HUB_UID, USERS_GID)
+    # the admin guide's storage step, once per share: its top folder writable by the users (uid 1000, gid 100).
+    # No user's own folder is made here: a server or job creates it at its first start, as on a real share.
+    share = storage.cluster_share(kubeconfig)
+    _mkdir_owned(share, HUB_UID, USERS_GID)
+    share.chmod(0o2775)
     return files["gpu-jobs.yaml"]
+
+
+#: What a dev profile may ask of one real node: the rest is left to the pods already there (hub, proxy, gpu-jobs).
+REAL_NODE_SHARE = Decimal("0.75")
+
+
+def real_node_room(kube: Kube, cfg) -> dict[str, tuple[Decimal, Decimal]]:
+    """Pool → (CPUs, memory bytes) a server may ask on that pool's real node (containerd nodes; KWOK pools have
+    the sizes the file gives them): REAL_NODE_SHARE of what the kubelet reports, which is this machine's size."""
+    from gpu_spawner.model.node_pools import pool_of
+    from gpu_spawner.model.quantities import parse
+
+    out: dict[str, tuple[Decimal, Decimal]] = {}
+    for node in kube.list("v1", "Node"):
+        runtime = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion", "")
+        pool = pool_of(cfg.pools, node["metadata"].get("labels") or {})
+        if pool and runtime.startswith("containerd://"):
+            alloc = node["status"].get("allocatable") or {}
+            out[pool] = (parse(alloc.get("cpu", 0)) * REAL_NODE_SHARE, parse(alloc.get("memory", 0)) * REAL_NODE_SHARE)
+    return out
+
+
+def fit_profiles(text: str, room: dict[str, tuple[Decimal, Decimal]]) -> tuple[str, list[str]]:
+    """The profiles file with each profile on a real node's pool asking at most what that node has room for
+    (`real_node_room`), and a line per change; the file as it was when nothing changes."""
+    from gpu_spawner.model import quantities
+
+    data = yaml.safe_load(text) or {}
+    said = []
+    for p in data.get("profiles") or []:
+        if not isinstance(p, dict) or p.get("pool") not in room:
+            continue
+        cpus, mem = room[p["pool"]]
+        if "cpu" in p and quantities.parse(p["cpu"]) > cpus:
+            said.append(f"profile {p.get('slug')!r} asks {p['cpu']} CPUs; the real {p['pool']} node here has room "
+                        f"for {quantities.cpu(cpus)}: its servers here ask that")
+            p["cpu"] = quantities.cpu(cpus)
+            if "cpu_limit" in p and quantities.parse(p["cpu_limit"]) < cpus:
+                p.pop("cpu_limit")
+        if "memory" in p and quantities.parse(p["memory"]) + quantities.parse(p.get("shm", 0)) > mem:
+            said.append(f"profile {p.get('slug')!r} asks {p['memory']} of memory; the real {p['pool']} node here "
+                        f"has room for {quantities.memory(mem)}")
+            p["memory"], p["shm"] = quantities.memory(mem * 3 / 4), quantities.memory(mem / 4)
+    if not said:
+        return text, []
+    return ("# gpuhub dev --z2jh: the profiles file fitted to this machine's real nodes (see dev-values.yaml)\n"
+            + yaml.safe_dump(data, sort_keys=False)), said
 
 
 def helm_install(kubeconfig: Path, overlay_file: Path, chart: Path | None = None, timeout: str = "6m") -> None:
@@ -189,10 +239,18 @@ def wait_answering(url: str, timeout: float = 180, in_a_row: int = 3) -> None:
 def install(kubeconfig: Path, profiles: Path, users: dict[str, list[str]], state: Path, system_node_ip: str,
             chart: Path | None = None, say: Callable[[str], None] = lambda m: None) -> tuple[str, str]:
     """Install (or upgrade) the product; returns (proxy-public URL, the dev password)."""
+    from gpu_spawner.model.profiles_file import load_profiles
+
     state.mkdir(parents=True, exist_ok=True)
     kube = Kube(kubeconfig)
     try:
         t0 = time.monotonic()
+        text, said = fit_profiles(profiles.read_text(), real_node_room(kube, load_profiles(profiles)))
+        if said:  # every profile of the file can start here (a 2-CPU machine's node cannot hold a 2-CPU server)
+            profiles = state / "profiles.yaml"
+            profiles.write_text(text)
+            for line in said:
+                say(line)
         prepare(kube, kubeconfig, profiles, users, state)
         password_file = state / "dev-password"
         if not password_file.is_file():

@@ -173,6 +173,8 @@ GPU_CHECK_FAILED = 3
 #: with no home mounted: the only GPU-check verdict the hub records against a node.
 GPU_CHECK_CONTAINER = "gpuhub-gpu-check"
 GPU_CHECK_ONLY = "--gpu-check-only"
+#: The init container that creates a pod's home folder on the share as the pod's own user (builders/storage.py).
+HOME_FOLDER_CONTAINER = "gpuhub-home-folder"
 
 # ---------------------------------------------------------------------- job states (gpu-jobs → widgets)
 class JobState(StrEnum):

@@ -27,7 +27,7 @@ from gpu_spawner.builders.datasets import pod_datasets
 from gpu_spawner.builders.hardening import DEFAULT_EPHEMERAL_STORAGE, harden
 from gpu_spawner.builders.identity import pod_identity, with_identity
 from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.builders.storage import HomeStorage, StorageError, job_home
+from gpu_spawner.builders.storage import HomeStorage, StorageError, home_folder_container, job_home
 from gpu_spawner.contract import (
     CHECKPOINTS_FOLDER,
     ENV_CHECKPOINT_DIR,
@@ -223,6 +223,8 @@ def job_parts(cfg: ProfilesConfig, profile: Profile, user: str, groups: list[str
         pod_spec["resourceClaims"], pod_spec["containers"][0]["resources"]["claims"] = dra.pod_claims(
             dra.job_template_name(profile))
     pod_spec = harden(pod_spec, settings.ephemeral_storage)  # Pod Security `restricted`, bounded scratch disk
+    if make_home := home_folder_container(pod_spec["containers"][0], pod_spec["volumes"]):  # a first job's home
+        pod_spec["initContainers"] = [make_home]
     ident = pod_identity(cfg, groups)  # the user's team's (team_for, as above), never another's
     if ident is not None:
         pod_spec = with_identity(pod_spec, ident)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubespawner.slugs import escape_slug, safe_slug
 
-from gpu_spawner.contract import HOME_DIR, HOME_SHARE_LABEL, MANAGED_BY
+from gpu_spawner.contract import HOME_DIR, HOME_FOLDER_CONTAINER, HOME_SHARE_LABEL, MANAGED_BY
 
 HOME_CLAIM = "gpuhub-home"
 HOME_VOLUME = "home"
@@ -70,6 +70,41 @@ def job_home(storage: HomeStorage, user: str) -> tuple[dict[str, Any], dict[str,
     return ({"name": HOME_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim}},
             {"name": HOME_VOLUME, "mountPath": storage.mount_path,
              "subPath": home_subpath(storage.subpath, user, storage.slug_scheme)})
+
+
+#: Where the home folder's init container sees the whole share (its working directory).
+SHARE_MOUNT = "/gpuhub-share"
+
+
+def home_folder_container(container: dict[str, Any], volumes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The init container that creates the folders `container` mounts by subPath from a writable claim (a new
+    user's home on the share), as the pod's own user, before the kubelet mounts them; None when there are none.
+
+    A kubelet creates a missing subPath folder as root, and a server running as uid 1000 then cannot write its own
+    home (Pod Security `restricted` allows no root init container to chown it). This one runs with the container's
+    image and security context, sees the share's top folder only for its `mkdir -p`, and nothing of the user's runs
+    in it. The share's top folder must be writable by the users (docs/admin-guide.md, step 6)."""
+    by_name = {v.get("name"): v for v in volumes or []}
+    mounts = [m for m in container.get("volumeMounts") or []
+              if m.get("subPath") and not m.get("readOnly")
+              and "persistentVolumeClaim" in (by_name.get(m.get("name")) or {})]
+    if not mounts:
+        return None
+    volume = mounts[0]["name"]  # the home share: one volume (servers and jobs mount no second claim by subPath)
+    folders = sorted({m["subPath"] for m in mounts if m["name"] == volume})
+    for folder in folders:
+        if folder.startswith("/") or ".." in folder.split("/") or posixpath.normpath(folder) != folder.rstrip("/"):
+            raise StorageError(f"subPath {folder!r} of volume {volume!r}: it must be a plain relative path")
+    out: dict[str, Any] = {
+        "name": HOME_FOLDER_CONTAINER, "image": container.get("image"),
+        "command": ["mkdir", "-p", "--", *folders], "workingDir": SHARE_MOUNT,
+        "volumeMounts": [{"name": volume, "mountPath": SHARE_MOUNT}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "terminationMessagePolicy": "FallbackToLogsOnError"}
+    for key in ("imagePullPolicy", "securityContext"):
+        if container.get(key):
+            out[key] = container[key]
+    return out
 
 
 def _expand(value: Any, namespace: str) -> Any:

@@ -7,12 +7,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED
-from gpu_spawner.hub.capacity import ClusterState, slot_noun
+from gpu_spawner.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED, HOME_FOLDER_CONTAINER
+from gpu_spawner.hub.capacity import MILLI, ClusterState, amount, milli, slot_noun
 from gpu_spawner.model.profiles import Profile
 from gpu_spawner.model.quantities import human_bytes
 
-INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+INSUFFICIENT = re.compile(r"Insufficient ([\w./-]*[\w/-])")  # "Insufficient cpu." is cpu, not "cpu."
 UNTOLERATED = re.compile(r"untolerated taint\(?s?\)? ?\{([^}]*)\}")
 GPU_HEALTH_PREFIX = "GPU check failed"
 
@@ -102,6 +102,10 @@ def explain_unschedulable(message: str, profile: Profile | None, state: ClusterS
         grow = " or for the pool to grow" if cap is None or cap.can_grow else ""
         waiting = f" ({cap.waiting} servers and jobs are waiting)" if cap and cap.waiting > 1 else ""
         return f"{total}{noun} are in use{waiting}; you are waiting for one to free up{grow}."
+    if short and profile is not None and state is not None and pool is not None and (
+            held := fits_only_empty(profile, state)):
+        return held + (" You are waiting for the pool to add a node." if state.profile_capacity(profile).can_grow
+                       else "")
     if short and profile is not None:
         what = " and ".join(sorted(set(short) & {"cpu", "memory"})) or ", ".join(short)
         return (f"The {pool.label if pool else 'CPU'} nodes have no {what} left for a server this size; you are "
@@ -136,6 +140,8 @@ def _never_fits_own(profile: Profile, state: ClusterState) -> str | None:
         return too_small  # the nodes a growing pool adds are the same size
     if cap.can_grow:
         return None
+    if held := fits_only_empty(profile, state):
+        return held + " The pool cannot grow, so it can never start: choose a smaller profile, or ask an admin."
     if cap.nodes == 0:
         return (f"The {pool.label} pool ({profile.pool}) has no nodes and cannot grow, so '{profile.display_name}' "
                 "can never start. Choose another profile, or ask an admin to add nodes to the pool.")
@@ -147,6 +153,29 @@ def _never_fits_own(profile: Profile, state: ClusterState) -> str | None:
                     f"offers is {biggest}), so '{profile.display_name}' can never start. The nodes may not match "
                     "the profiles file: ask an admin to run `gpuhub doctor`.")
     return None
+
+
+def fits_only_empty(profile: Profile, state: ClusterState) -> str | None:
+    """Why the profile fits the pool's nodes only when they are empty: each node is big enough, but pods that
+    stay there (not servers nor jobs: the hub's own, system daemons) hold too much of it; else None."""
+    pool = state.cfg.pool_of(profile)
+    nodes = {n.name: n for n in state.pool_nodes(profile.pool)} if pool is not None else {}
+    need = {"cpu": milli(str(profile.cpu)) or 0, "memory": int(profile.memory_limit) * MILLI}
+    if not nodes or not all(amount(n.alloc, r) >= v for n in nodes.values() for r, v in need.items()):
+        return None  # no nodes, or too small even when empty (`_nodes_too_small` says so)
+    held: dict[str, dict[str, int]] = {name: {} for name in nodes}
+    for pod in state.pods.values():
+        if pod.node in held and pod.profile is None:
+            for res, v in pod.requests:
+                held[pod.node][res] = held[pod.node].get(res, 0) + v
+    if any(all(amount(n.alloc, r) - held[name].get(r, 0) >= v for r, v in need.items()) for name, n in nodes.items()):
+        return None
+    name, node = max(nodes.items(), key=lambda kv: amount(kv[1].alloc, "cpu") - held[kv[0]].get("cpu", 0))
+    return (f"'{profile.display_name}' needs {float(profile.cpu):g} CPUs and {human_bytes(profile.memory_limit)}; "
+            f"the {pool.label} node {name} offers pods {amount(node.alloc, 'cpu') / MILLI:g} CPUs and "
+            f"{human_bytes(amount(node.alloc, 'memory') // MILLI)}, but pods that stay there (the hub's own, system "
+            f"daemons) hold {held[name].get('cpu', 0) / MILLI:g} CPUs and "
+            f"{human_bytes(held[name].get('memory', 0) // MILLI)} of it, so it fits only on an empty node.")
 
 
 def _nodes_too_small(profile: Profile, pool, nodes) -> str | None:
@@ -191,8 +220,12 @@ def container_failure(pod: dict[str, Any] | None) -> str | None:
         term = _terminated(cs)
         if term and term.get("exitCode") not in (0, None) and not gpu_check_failure(pod):
             msg = (term.get("message") or "").strip()[-500:]
-            return (f"The server's {cs.get('name')} step failed on {node} (exit code {term.get('exitCode')})"
+            said = (f"The server's {cs.get('name')} step failed on {node} (exit code {term.get('exitCode')})"
                     + (f": {msg}" if msg else "."))
+            if cs.get("name") == HOME_FOLDER_CONTAINER:
+                said += (" Your home folder could not be created on the home share: its top folder must be "
+                         "writable by the users (uid 1000, gid 100). Ask an admin (admin guide, storage step).")
+            return said
     for cs in status.get("containerStatuses") or []:
         term = _terminated(cs)
         if term and not cs.get("ready"):

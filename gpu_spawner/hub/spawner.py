@@ -23,6 +23,7 @@ from gpu_spawner.builders import pods as podspec
 from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
 from gpu_spawner.builders.identity import pod_identity, server_annotations
 from gpu_spawner.builders.kueue import server_queue_labels
+from gpu_spawner.builders.storage import home_folder_container
 from gpu_spawner.contract import ENV_PROFILE_OPTIONS
 from gpu_spawner.hub import metrics, picker
 from gpu_spawner.hub import progress as explain
@@ -134,6 +135,14 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
         Needs `gpuhub-singleuser` in every GPU profile's image (the singleuser image has it). False: no
         init container, and no failed check ever marks a node.
         """,
+    )
+    create_home_folders = Bool(
+        True,
+        config=True,
+        help="""Create the server's home folder on the share (its subPath) as the server's own user, in an init
+        container (`gpuhub-home-folder`), before the kubelet mounts it: a kubelet makes a missing subPath folder
+        owned by root, and a new user's server (uid 1000) then crash-loops on a home it cannot write. Needs the
+        share's top folder writable by the users (docs/admin-guide.md, step 6). Off: the admin creates homes.""",
     )
 
     pool_history_file = Unicode(
@@ -380,6 +389,7 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
         add_device_claim(self.profiles, getattr(self, "gpu_profile", None), pod)  # before the GPU check: it copies
         # the server's resources, and so its claim
         self.add_gpu_check(pod)
+        self.add_home_folder(pod)  # after the check: a server whose GPU is missing creates nothing
         self.add_queue_labels(pod)
         self.add_preemption_notice(pod)  # after the labels: a preemptible server's grace period and env
         self.add_team_identity(pod)
@@ -414,6 +424,18 @@ class GPUSpawner(QueuedSpawnMixin, PreemptionMixin, AvoidFailingGPUs, KubeSpawne
         server = self.api.api_client.sanitize_for_serialization(pod.spec.containers[0])
         check = get_k8s_model(V1Container, podspec.gpu_check_container(server))
         pod.spec.init_containers = [*(pod.spec.init_containers or []), check]
+
+    def add_home_folder(self, pod):
+        """A new user's home folder on the share, made as the server's user (builders/storage.py)."""
+        from kubernetes_asyncio.client import V1Container
+        from kubespawner.utils import get_k8s_model
+
+        if not self.create_home_folders:
+            return
+        sanitize = self.api.api_client.sanitize_for_serialization
+        made = home_folder_container(sanitize(pod.spec.containers[0]), sanitize(pod.spec.volumes or []))
+        if made is not None:
+            pod.spec.init_containers = [*(pod.spec.init_containers or []), get_k8s_model(V1Container, made)]
 
     def add_readiness_probe(self, pod):
         """Ready only once Jupyter answers: the GPU health check runs before it, so a pod whose GPU is

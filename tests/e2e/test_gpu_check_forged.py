@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.contract import GPU_CHECK_CONTAINER
+from gpu_spawner.contract import GPU_CHECK_CONTAINER, HOME_FOLDER_CONTAINER
 
 from .test_hub import cards
 
@@ -44,7 +44,8 @@ def test_a_gpu_check_failure_forged_by_the_users_jupyter_config_marks_no_node(hu
         assert r.status_code in (201, 202), r.text
         cluster.wait_bound("jhub", "jupyter-alice", timeout=90)
         pod = cluster.core.read_namespaced_pod("jupyter-alice", "jhub")
-        assert [c.name for c in pod.spec.init_containers or []] == [GPU_CHECK_CONTAINER]
+        names = [c.name for c in pod.spec.init_containers or []]  # the check first; then the home folder's step
+        assert names[0] == GPU_CHECK_CONTAINER and set(names[1:]) <= {HOME_FOLDER_CONTAINER}, names
         terms = (pod.spec.affinity and pod.spec.affinity.node_affinity and
                  pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution)
         assert not terms or not any(f.key == "metadata.name" for t in terms.node_selector_terms

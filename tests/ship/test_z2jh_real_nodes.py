@@ -34,6 +34,13 @@ def container_ids(pod: dict) -> list[str]:
     return [c.get("containerID", "") for c in statuses]
 
 
+def kube_client(installed):
+    """A CoreV1Api on the dev cluster's admin kubeconfig, as `kubectl` uses it."""
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(str(installed.cluster.kubeconfig)))
+
+
 def notebook(*sources: str) -> dict:
     cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]} if i == 0 else {}, "source": src,
               "outputs": [], "execution_count": None} for i, src in enumerate(sources)]
@@ -103,8 +110,9 @@ def test_gpu_server_is_a_restricted_container_on_the_gpu_node_with_its_home(gpu_
         kube.close()
     assert pod["spec"]["nodeName"] == installed.nodes["gpu"]["name"]
     assert all(cid.startswith("containerd://") for cid in container_ids(pod))
-    (check,) = pod["status"]["initContainerStatuses"]
+    check, home = pod["status"]["initContainerStatuses"]
     assert check["name"] == "gpuhub-gpu-check" and check["state"]["terminated"]["exitCode"] == 0
+    assert home["name"] == "gpuhub-home-folder" and home["state"]["terminated"]["exitCode"] == 0
     container = pod["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -120,6 +128,21 @@ def test_gpu_server_is_a_restricted_container_on_the_gpu_node_with_its_home(gpu_
     assert "Tesla T4" in smi or "T4" in smi, smi
     written = installed.homes / USER / "written-in-the-server.txt"  # the kubelet mounted the home claim
     assert written.read_text() == "hello" and written.stat().st_uid == 1000
+
+
+def test_kubectl_exec_and_logs_reach_the_real_nodes_kubelets(gpu_server):
+    """`kubectl exec` and `kubectl logs` go through the API server to the pod's kubelet: it must dial the node by
+    its InternalIP (nothing resolves a node's name) and be admitted by the kubelet's webhook authorisation."""
+    from kubernetes.stream import stream
+
+    installed, _, _ = gpu_server
+    core = kube_client(installed)
+    out = stream(core.connect_get_namespaced_pod_exec, f"jupyter-{USER}", "jhub", container="notebook",
+                 command=["sh", "-c", "id -u; test -w /home/jovyan && echo home-writable"], stdout=True, stderr=True,
+                 stdin=False, tty=False, _request_timeout=60)
+    assert out.split() == ["1000", "home-writable"], out
+    log = core.read_namespaced_pod_log(f"jupyter-{USER}", "jhub", container="notebook", tail_lines=200)
+    assert "jupyterhub" in log.lower() or "jupyter" in log.lower(), log[-2000:]
 
 
 def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigterm(gpu_server):
@@ -152,6 +175,16 @@ def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigte
         texts = wait(finished_output, 240, "the short job's finished output notebook in the server's home")
         assert "step 2" in texts  # the parameter reached the notebook
         (pod,) = kube.list("v1", "Pod", "team-ds", label_selector=f"job-name={name}")
+        # the API server reaches the GPU node's kubelet (by its InternalIP) for the log, as on AKS
+        core = kube_client(installed)
+
+        def runner_done():
+            log = core.read_namespaced_pod_log(pod["metadata"]["name"], "team-ds")
+            return log if "done; output notebook" in log else None
+
+        assert "step 2" in wait(runner_done, 120, "the runner's last line in the job pod's log, through the API")
+        logs = kernel.execute(f"%gpu_logs {name}", 120)  # gpu-jobs reads the same log through the API
+        assert logs.status == "ok" and "step 2" in logs.stdout, (logs.error, logs.stdout[-2000:])
         assert pod["spec"]["nodeName"] == installed.nodes["gpu"]["name"]
         assert "runner" in pod["status"]["containerStatuses"][0]["image"]
         assert all(cid.startswith("containerd://") for cid in container_ids(pod))
@@ -218,6 +251,45 @@ def test_a_kwok_pools_server_runs_under_the_dev_agent_and_answers_through_proxy_
     assert r.status_code == 200 and r.headers.get("Content-Type", "").startswith("application/json"), \
         f"{answered}:\n{r.text[:1500]}"
     assert "last_activity" in r.json(), answered
+
+
+def test_a_new_users_first_cpu_server_starts_on_a_home_nobody_prepared(z2jh_install):
+    """A user the hub has never seen, created through the API as an admin (or an SSO login) does: no folder of
+    theirs on the share. The kubelet alone would make it root's and the server would crash-loop on ~/.local; the
+    pod's home-folder step makes it theirs. The example's 2-CPU profile starts on this machine's real node."""
+    user = "first-login-user"
+    _, token = z2jh_install.login("admin")
+    h = {"Authorization": f"token {token}"}
+    assert not (z2jh_install.homes / user).exists()
+    assert requests.post(f"{z2jh_install.url}/hub/api/users/{user}", headers=h, timeout=60).status_code == 201
+    r = requests.post(f"{z2jh_install.url}/hub/api/groups/data-science/users", headers=h, json={"users": [user]},
+                      timeout=60)
+    assert r.status_code == 200, r.text
+    z2jh_install.start_server(user, token, "cpu")
+    home = z2jh_install.homes / user
+    assert home.is_dir() and (home.stat().st_uid, home.stat().st_gid) == (1000, 100)
+    assert (home / ".local").is_dir() or any(home.iterdir())  # the server wrote its own files there
+    kube = z2jh_install.kube()
+    try:
+        pod = kube.read("v1", "Pod", f"jupyter-{user}", "jhub")
+    finally:
+        kube.close()
+    assert pod["spec"]["nodeName"] == z2jh_install.nodes["system"]["name"]
+    assert all(c.get("restartCount", 0) == 0 for c in pod["status"]["containerStatuses"])
+    requests.delete(f"{z2jh_install.url}/hub/api/users/{user}/server", headers=h, timeout=60)
+
+
+def test_cluster_status_calls_the_running_install_healthy_not_leftovers(z2jh_install):
+    """While `gpuhub dev --z2jh` runs, its nodes' containerd shims are a live cluster's, not a crashed run's."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GPUHUB_CLUSTER_DIR=str(z2jh_install.cluster.root))
+    out = subprocess.run([str(Path(sys.executable).parent / "gpuhub"), "cluster", "status"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "left over" not in out.stdout and f"KUBECONFIG={z2jh_install.cluster.kubeconfig}" in out.stdout, out.stdout
 
 
 def test_ctrl_c_stops_every_container_mount_and_the_nodes_network(z2jh_install):

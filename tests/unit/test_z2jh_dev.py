@@ -257,3 +257,29 @@ def test_install_names_what_it_waited_for_when_the_hub_never_answers():
     finally:
         health.close()
     assert len(health.asked) >= 2
+
+
+def test_fit_profiles_lowers_what_a_2_cpu_machines_real_node_cannot_hold(tmp_path):
+    """Issue 50 item 14: the example's CPU profile asks 2 CPUs, the real system node of a 2-core machine reports 2
+    and the hub's own pods hold part of them; fitted, every profile on a real node's pool can start there."""
+    from decimal import Decimal
+
+    from gpu_spawner.model.profiles_file import load_profiles
+    from gpu_spawner.model.quantities import parse
+
+    text = open(EXAMPLE_PROFILES).read()
+    room = {"system": (Decimal(2) * z2jh_dev.REAL_NODE_SHARE, Decimal(24 * 2**30) * z2jh_dev.REAL_NODE_SHARE),
+            "gput4": (Decimal("1.5"), Decimal(18 * 2**30))}
+    fitted, said = z2jh_dev.fit_profiles(text, room)
+    assert said == ["profile 'cpu' asks 2 CPUs; the real system node here has room for 1500m: its servers here ask "
+                    "that"]
+    tmp = yaml.safe_load(fitted)
+    before = {p["slug"]: p for p in yaml.safe_load(text)["profiles"]}
+    for p in tmp["profiles"]:
+        if p["pool"] in room:
+            assert parse(p["cpu"]) <= room[p["pool"]][0], p
+        if p["slug"] != "cpu":
+            assert p == before[p["slug"]]  # the rest of the file as written
+    (path := tmp_path / "profiles.yaml").write_text(fitted)
+    assert load_profiles(path).profile("cpu").cpu == parse("1.5")  # still a valid profiles file
+    assert z2jh_dev.fit_profiles(text, {"system": (Decimal(8), Decimal(64 * 2**30))}) == (text, [])
