@@ -21,11 +21,11 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The JupyterLab extension (extension/labextension): its own npm tree, pinned by its package-lock.json,
+# The JupyterLab extension (labextension): its own npm tree, pinned by its package-lock.json,
 # compiled with tsc and bundled by @jupyterlab/builder against the venv's JupyterLab, then linked into the
-# venv (an editable install has no data_files) with the server routes it calls (extension/server.py).
+# venv (an editable install has no data_files) with the server routes it calls (jupyterhub_gpu/singleuser/server.py).
 # A wheel or image build ships the same files as data_files (setup.cfg); build this first.
-LAB := extension/labextension
+LAB := labextension
 LAB_OUT := $(LAB)/build/jupyterhub-gpu-labextension
 LAB_CORE = $$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')
 $(LAB)/node_modules/.installed: $(LAB)/package.json $(LAB)/package-lock.json
@@ -37,7 +37,7 @@ $(LAB_OUT)/package.json: $(VENV)/.installed $(LAB)/node_modules/.installed $(wil
 	rm -rf $(VENV)/share/jupyter/labextensions/jupyterhub-gpu-labextension
 	mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
 	ln -s $(abspath $(LAB_OUT)) $(VENV)/share/jupyter/labextensions/jupyterhub-gpu-labextension
-	cp extension/jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	cp jupyter-config/jupyter_server_config.d/jupyterhub_gpu.json $(VENV)/etc/jupyter/jupyter_server_config.d/
 	touch $@
 
 # JupyterLab's news prompt and update check off for the dev hub's servers too, as in the singleuser image.
@@ -62,13 +62,13 @@ install: $(VENV)/.installed node_modules/.installed labextension
 # ~/.cache/jupyterhub-gpu (a cold build takes a while on 2 cores; later runs reuse it).
 # `plan` first, before the installs: what a first run builds and about how long (silent once built).
 plan:
-	@python3 devcluster/binaries.py plan $(BINARIES_ARGS)
+	@python3 devcluster/jupyterhub_gpu_dev/binaries.py plan $(BINARIES_ARGS)
 
 binaries: plan install
-	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/binaries.py build $(BINARIES_ARGS)
+	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/jupyterhub_gpu_dev/binaries.py build $(BINARIES_ARGS)
 
 # `make test` builds what real nodes add too (`gpuhub dev --z2jh`, the ship tier): kubelet, kube-proxy, containerd 2
-# with its runc shim and ctr, CoreDNS, the pod sandbox and the simulated GPU device plugin (devcluster/go/); the
+# with its runc shim and ctr, CoreDNS, the pod sandbox and the simulated GPU device plugin (devcluster/jupyterhub_gpu_dev/go/); the
 # CNI plugins, iptables and runc come from Debian.
 node-deps:
 	@command -v iptables >/dev/null && command -v nsenter >/dev/null && [ -x /usr/lib/cni/bridge ] && command -v runc >/dev/null || \
@@ -81,7 +81,7 @@ image-deps:
 	@command -v buildah >/dev/null && command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah podman mmdebstrap runc; }
 images: image-deps
-	Z2JH="$(Z2JH)" python3 devcluster/images.py build
+	Z2JH="$(Z2JH)" python3 devcluster/jupyterhub_gpu_dev/images.py build
 
 # The test matrix's second JupyterHub: the pins of the zero-to-jupyterhub 4.4.0 hub image (JupyterHub 5.5.0,
 # KubeSpawner 7.0.0, ...; its requirements.txt in the z2jh folder beside the checkout) with this package on
@@ -114,7 +114,7 @@ test: plan
 # with the system python3 (binaries.py is standard library only) and the rest one after another (apt-get
 # allows one at a time). Warm, both are seconds.
 test-binaries:
-	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/binaries.py build --with-nodes
+	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/jupyterhub_gpu_dev/binaries.py build --with-nodes
 test-installs:
 	$(MAKE) --no-print-directory -j1 lint install node-deps test-deps matrix-venv images
 
@@ -133,7 +133,7 @@ dev: plan
 	$(MAKE) --no-print-directory -j2 dev-binaries install
 	$(VENV)/bin/gpuhub dev
 dev-binaries:
-	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/binaries.py build
+	GPUHUB_BUILD_PLAN_SAID=1 python3 devcluster/jupyterhub_gpu_dev/binaries.py build
 
 # Every benchmark with its defaults, one after another (each starts and stops what it needs); figures
 # go to bench/results/ and, by hand with the command, to docs/benchmarks.md. Tens of minutes on 2 cores.

@@ -5,9 +5,9 @@ their least-privilege roles. The profiles file is named by $GPUHUB_PROFILES (req
 is for `gpuhub dev` and the docs); a file with problems, or a KubeSpawner `profile_list` set as well, stops the
 hub with every problem listed. Services' settings come from
 GPUHUB_* env vars or `configure(c, options={"gpu-jobs": {"home-claim": ..., "max-timeout": "3d"}})`
-(`python -m gpu_spawner.services.jobs --help-all`, `python -m gpu_spawner.services.culler --help`).
+(`python -m jupyterhub_gpu.services.jobs --help-all`, `python -m jupyterhub_gpu.services.culler --help`).
 """
-from gpu_spawner.config import configure
+from jupyterhub_gpu.config import configure
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 

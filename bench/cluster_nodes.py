@@ -5,7 +5,7 @@
     python bench/cluster_nodes.py --running       # use the cluster `gpuhub cluster up` started
 
 Nodes are spread evenly over the GPU pools of the profiles file (default: the example), shaped
-exactly like the dev cluster's own (devcluster.nodes). Prints one JSON line and writes it to
+exactly like the dev cluster's own (jupyterhub_gpu_dev.nodes). Prints one JSON line and writes it to
 bench/results/cluster_nodes.json.
 """
 from __future__ import annotations
@@ -21,12 +21,12 @@ sys.path.insert(0, str(ROOT))
 
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 
-from devcluster import cluster as dc  # noqa: E402
-from devcluster.nodes import SIMULATED_LABEL, node_manifest  # noqa: E402
-from gpu_spawner.model.profiles_file import (
+from jupyterhub_gpu.model.profiles_file import (
     EXAMPLE_PROFILES,  # noqa: E402
     load_profiles,  # noqa: E402
 )
+from jupyterhub_gpu_dev import cluster as dc  # noqa: E402
+from jupyterhub_gpu_dev.nodes import SIMULATED_LABEL, node_manifest  # noqa: E402
 
 BENCH_LABEL = "gpuhub.io/bench"
 FIRST_INDEX = 100_000  # clear of the nodes `up` created

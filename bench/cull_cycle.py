@@ -59,8 +59,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.hub_seed import LOOPBACK_HUB, SeededServer, seed, stop_hub  # noqa: E402
-from devcluster.devhub import free_port, proxy_command  # noqa: E402
-from gpu_spawner.services.culler import culler_service  # noqa: E402
+from jupyterhub_gpu.services.culler import culler_service  # noqa: E402
+from jupyterhub_gpu_dev.devhub import free_port, proxy_command  # noqa: E402
 
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 PROFILES = {
@@ -213,7 +213,7 @@ def list_pages(hub: BenchHub, page_size: int) -> tuple[int, float]:
 def one_cycle(hub: BenchHub, profiles: Path, culler_args: list[str]) -> dict:
     before = hub_requests(hub.url)
     t1 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", f"--url={hub.api}",
+    p = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.services.culler", "--once", f"--url={hub.api}",
                         f"--profiles-file={profiles}", "--warn-before=3", "--timeout=3600", *culler_args],
                        capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, JUPYTERHUB_API_TOKEN=hub.culler_token), cwd=hub.state)

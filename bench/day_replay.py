@@ -5,24 +5,24 @@
                                [--faults SEED [--fault-kinds hub,kueue,...] [--fault-gap 30] [--plain-from JSON]]
     python bench/day_replay.py --quick [--provision-delay 240 480] [--startup-s 30]   # the trade-off, model only
 
-The trace (format: devcluster/replay/trace.py; the default is generated from --seed) is replayed in
+The trace (format: devcluster/jupyterhub_gpu_dev/replay/trace.py; the default is generated from --seed) is replayed in
 compressed time on a fresh dev cluster through the real hub (spawns/stops through its REST API, activity
 reports), gpu-jobs and Kueue (batch jobs), and the culler (timeouts divided by --speed) with a real
 Prometheus scraping SIMULATED DCGM series; GPU node pools follow an autoscaler MODEL
-(devcluster/replay/autoscaler.py), since no cluster autoscaler runs in the dev cluster. One GPU VM per
-user is costed on the same trace (devcluster/replay/accounting.py). Fails (exit 1) when the two did not
+(devcluster/jupyterhub_gpu_dev/replay/autoscaler.py), since no cluster autoscaler runs in the dev cluster. One GPU VM per
+user is costed on the same trace (devcluster/jupyterhub_gpu_dev/replay/accounting.py). Fails (exit 1) when the two did not
 complete the same work, or when --repeat runs differ beyond the stated tolerance.
 Writes bench/results/day_replay.json, day_replay_trace.yaml and day_replay.png (node count and GPU
-utilisation over the day). --levers: one more replay per lever switched off (devcluster/replay/levers.py).
---spread: the trace's users spread over four GPU pools (devcluster/replay/trace.py SPREAD). --warm: the pools'
-warm schedules (devcluster/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
-default and the spread trace through the autoscaler model alone (devcluster/replay/quick.py), for each
+utilisation over the day). --levers: one more replay per lever switched off (devcluster/jupyterhub_gpu_dev/replay/levers.py).
+--spread: the trace's users spread over four GPU pools (devcluster/jupyterhub_gpu_dev/replay/trace.py SPREAD). --warm: the pools'
+warm schedules (devcluster/jupyterhub_gpu_dev/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
+default and the spread trace through the autoscaler model alone (devcluster/jupyterhub_gpu_dev/replay/quick.py), for each
 --provision-delay; writes {name}_tradeoff.json, .md and .png (GPU node-hours against start-wait p90).
 --faults SEED: after the plain replay, the same trace again with faults at seeded times in its busiest hours
-(devcluster/replay/faults.py: the hub, its services, Kueue, JobSet, the API server killed and started again,
+(devcluster/jupyterhub_gpu_dev/replay/faults.py: the hub, its services, Kueue, JobSet, the API server killed and started again,
 etcd paused, the proxy killed, a GPU node deleted under its pods, gpu-jobs' API connections dropped), each
 with how long the piece took to be healthy again (`faulted.faults`), and what must hold checked on both
-(devcluster/replay/invariants.py: sessions served, jobs exactly once, outputs, checkpoints, showback,
+(devcluster/jupyterhub_gpu_dev/replay/invariants.py: sessions served, jobs exactly once, outputs, checkpoints, showback,
 node-hours within 5 %); exit 1 when one does not hold.
 """
 from __future__ import annotations
@@ -39,11 +39,11 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from devcluster.replay import accounting, faults, invariants, levers, tradeoff  # noqa: E402
-from devcluster.replay import trace as traces
-from devcluster.replay.driver import Replay  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
-from gpu_spawner.model.validation import parse_profiles  # noqa: E402
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
+from jupyterhub_gpu.model.validation import parse_profiles  # noqa: E402
+from jupyterhub_gpu_dev.replay import accounting, faults, invariants, levers, tradeoff  # noqa: E402
+from jupyterhub_gpu_dev.replay import trace as traces
+from jupyterhub_gpu_dev.replay.driver import Replay  # noqa: E402
 
 COLUMNS = [("gpu_node_hours", "GPU node-h"), ("dollars", "$"), ("mean_gpu_utilisation", "mean GPU util"),
            ("sessions_served", "sessions"), ("jobs_finished", "jobs"), ("useful_gpu_hours", "useful GPU-h"),

@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT))
 from jobs_submit import AdmissionWatch, Hub, dev_hub, pct  # noqa: E402  (bench/jobs_submit.py)
 from report import write_result  # noqa: E402
 
-from devcluster import cluster as dc  # noqa: E402
-from devcluster.dev import AgentProcess  # noqa: E402
-from gpu_spawner.contract import JOB_LABEL  # noqa: E402
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
+from jupyterhub_gpu.contract import JOB_LABEL  # noqa: E402
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES  # noqa: E402
+from jupyterhub_gpu_dev import cluster as dc  # noqa: E402
+from jupyterhub_gpu_dev.dev import AgentProcess  # noqa: E402
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                     "language": "python"}},

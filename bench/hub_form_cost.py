@@ -27,9 +27,9 @@ async def measure(users: int, rounds: int) -> None:
     from kubespawner import KubeSpawner
 
     from bench.hub_load import plain_profile_list, profile_groups
-    from gpu_spawner.hub.render_pod import Group, OfflineUser
-    from gpu_spawner.hub.spawner import GPUSpawner
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from jupyterhub_gpu.hub.render_pod import Group, OfflineUser
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
     path = str(EXAMPLE_PROFILES)
     plain, groups = plain_profile_list(path), [Group(g) for g in profile_groups(path)]

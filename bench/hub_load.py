@@ -128,7 +128,7 @@ def summarize(runs: list[dict], sizes: list[int]) -> dict:
 # ---------------------------------------------------------------------------------------------- profiles
 def profile_groups(path: str) -> list[str]:
     """Every group a profile names: the seeded users are in all of them, so both hubs list every profile."""
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.model.profiles_file import load_profiles
 
     return sorted({g for p in load_profiles(path).profiles for g in (p.groups or [])})
 
@@ -138,8 +138,8 @@ def plain_profile_list(path: str) -> list[dict]:
     `kubespawner_override` the pod settings GPUSpawner gives the same user (builders/pods.py
     `spawner_overrides`, env values that are not strings left out, as bench/spawn_bound.py does), so a
     spawn creates the same pod in both hubs."""
-    from gpu_spawner.builders import pods as podspec
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.builders import pods as podspec
+    from jupyterhub_gpu.model.profiles_file import load_profiles
 
     cfg, groups = load_profiles(path), profile_groups(path)
     out = []

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes_asyncio import client  # noqa: E402
 
-from gpu_spawner.contract import FINISHED, JOB_LABEL, PROFILE_LABEL, QUEUE_LABEL, USER_ANNOTATION  # noqa: E402
-from gpu_spawner.services.jobs.cache import JobsCache  # noqa: E402
-from gpu_spawner.services.jobs.kube import Kube  # noqa: E402
+from jupyterhub_gpu.contract import FINISHED, JOB_LABEL, PROFILE_LABEL, QUEUE_LABEL, USER_ANNOTATION  # noqa: E402
+from jupyterhub_gpu.services.jobs.cache import JobsCache  # noqa: E402
+from jupyterhub_gpu.services.jobs.kube import Kube  # noqa: E402
 
 TEAMS = ["team-a", "team-b", "team-c", "team-d"]
 PROFILES = ["t4-shared", "a100-mig-1g10gb", "h100-full"]

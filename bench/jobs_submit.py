@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT))
 
 from report import write_result  # noqa: E402  (bench/report.py, next to this script)
 
-from devcluster import cluster as dc  # noqa: E402
-from devcluster.devhub import DevHub, HubSettings, free_port  # noqa: E402
-from gpu_spawner.contract import JOBS_ACCESS_SCOPE  # noqa: E402
-from gpu_spawner.model.profiles_file import (
+from jupyterhub_gpu.contract import JOBS_ACCESS_SCOPE  # noqa: E402
+from jupyterhub_gpu.model.profiles_file import (
     EXAMPLE_PROFILES,  # noqa: E402
     load_profiles,  # noqa: E402
 )
+from jupyterhub_gpu_dev import cluster as dc  # noqa: E402
+from jupyterhub_gpu_dev.devhub import DevHub, HubSettings, free_port  # noqa: E402
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "source": "x = 1", "outputs": [],
@@ -114,8 +114,8 @@ def compare_cache(kubeconfig: Path, namespaces: list[str], user: str, rounds: in
 
     from kubernetes_asyncio import client, config
 
-    from gpu_spawner.services.jobs.cache import JobsCache
-    from gpu_spawner.services.jobs.kube import Kube
+    from jupyterhub_gpu.services.jobs.cache import JobsCache
+    from jupyterhub_gpu.services.jobs.kube import Kube
 
     async def run() -> dict:
         cfg = client.Configuration()

@@ -26,28 +26,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _capacity_module_from_argv() -> None:
     """`--capacity-module FILE`: measure another version of hub/capacity.py (e.g. the one before a change,
-    `git show REV:gpu_spawner/hub/capacity.py > FILE`) in its place; it must be imported first."""
+    `git show REV:jupyterhub_gpu/hub/capacity.py > FILE`) in its place; it must be imported first."""
     if "--capacity-module" not in sys.argv:
         return
     import importlib.util
     path = sys.argv[sys.argv.index("--capacity-module") + 1]
-    spec = importlib.util.spec_from_file_location("gpu_spawner.hub.capacity", path)
+    spec = importlib.util.spec_from_file_location("jupyterhub_gpu.hub.capacity", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_spawner.hub.capacity"] = module
+    sys.modules["jupyterhub_gpu.hub.capacity"] = module
     spec.loader.exec_module(module)
 
 
 _capacity_module_from_argv()
 
-from devcluster.nodes import build_nodes  # noqa: E402
-from gpu_spawner.hub.capacity import ClusterState  # noqa: E402
-from gpu_spawner.hub.informers import CapacityInformers  # noqa: E402
-from gpu_spawner.hub.render_pod import make_spawner  # noqa: E402
-from gpu_spawner.hub.spawner import GPUSpawner  # noqa: E402
-from gpu_spawner.model.profiles_file import (
+from jupyterhub_gpu.hub.capacity import ClusterState  # noqa: E402
+from jupyterhub_gpu.hub.informers import CapacityInformers  # noqa: E402
+from jupyterhub_gpu.hub.render_pod import make_spawner  # noqa: E402
+from jupyterhub_gpu.hub.spawner import GPUSpawner  # noqa: E402
+from jupyterhub_gpu.model.profiles_file import (
     EXAMPLE_PROFILES,  # noqa: E402
     load_profiles,  # noqa: E402
 )
+from jupyterhub_gpu_dev.nodes import build_nodes  # noqa: E402
 
 
 def rss_mib() -> float:

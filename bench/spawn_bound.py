@@ -83,10 +83,10 @@ async def run(args, kubeconfig: Path, profiles: Path) -> dict:
     kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(kubeconfig)  # read once at import; KubeSpawner uses it
     from kubespawner import KubeSpawner
 
-    from gpu_spawner.builders import pods as podspec
-    from gpu_spawner.hub.render_pod import Group, OfflineUser
-    from gpu_spawner.hub.spawner import GPUSpawner
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.builders import pods as podspec
+    from jupyterhub_gpu.hub.render_pod import Group, OfflineUser
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.model.profiles_file import load_profiles
 
     await config.load_kube_config(str(kubeconfig))
     api = client.ApiClient()
@@ -142,7 +142,7 @@ async def run(args, kubeconfig: Path, profiles: Path) -> dict:
 
 
 def main() -> None:
-    from devcluster import cluster
+    from jupyterhub_gpu_dev import cluster
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--servers", "--spawns", dest="servers", type=int, default=100, help="concurrent spawns per batch")

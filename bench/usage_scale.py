@@ -34,12 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import write_result  # noqa: E402
-from gpu_spawner.hub.usage_hints import StoreAndPrometheus  # noqa: E402
-from gpu_spawner.services.usage import accounting as acc  # noqa: E402
-from gpu_spawner.services.usage import collect  # noqa: E402
-from gpu_spawner.services.usage.live import UsageReader  # noqa: E402
-from gpu_spawner.services.usage.store import UsageStore, from_us  # noqa: E402
-from gpu_spawner.services.usage.web import usage_view  # noqa: E402
+from jupyterhub_gpu.hub.usage_hints import StoreAndPrometheus  # noqa: E402
+from jupyterhub_gpu.services.usage import accounting as acc  # noqa: E402
+from jupyterhub_gpu.services.usage import collect  # noqa: E402
+from jupyterhub_gpu.services.usage.live import UsageReader  # noqa: E402
+from jupyterhub_gpu.services.usage.store import UsageStore, from_us  # noqa: E402
+from jupyterhub_gpu.services.usage.web import usage_view  # noqa: E402
 
 PROFILES = (("h100-full", 1, 6.98), ("a100-mig-1g10gb", 1, 0.52), ("t4-shared", 1, 0.13))
 TEAM_SIZE = 25

@@ -1,4 +1,4 @@
-"""Benchmark: the wait estimator (gpu_spawner/model/wait_estimate.py) replayed over a queue's history.
+"""Benchmark: the wait estimator (jupyterhub_gpu/model/wait_estimate.py) replayed over a queue's history.
 
     python bench/wait_estimate.py [--jobs 3000] [--slots 4] [--load 0.9] [--seed 1] [--raw] [--json]
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_spawner.model import wait_estimate  # noqa: E402
-from gpu_spawner.model.wait_estimate import Admission, estimate  # noqa: E402
+from jupyterhub_gpu.model import wait_estimate  # noqa: E402
+from jupyterhub_gpu.model.wait_estimate import Admission, estimate  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from gpu_spawner.reports import ENV_PROGRESS_FILE, FIELDS, encode, validate
+from jupyterhub_gpu.reports import ENV_PROGRESS_FILE, FIELDS, encode, validate
 
 __all__ = ["report", "ProgressHandler"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from devcluster.replay import accounting
-from devcluster.replay.driver import Replay
-from devcluster.replay.trace import Trace
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu_dev.replay import accounting
+from jupyterhub_gpu_dev.replay.driver import Replay
+from jupyterhub_gpu_dev.replay.trace import Trace
 
 pytestmark = pytest.mark.cluster
 
@@ -67,7 +67,7 @@ def test_a_short_faulted_replay_keeps_the_queue_and_loses_nothing(scratch_root):
     """The hub killed while mlr3's server is queued (it keeps its place: the very pod that waited starts once
     mlr1 leaves), gpu-jobs killed and its API connections dropped while ds01's job runs (one Job, one output,
     each opted-in event delivered once); every fault recovered from."""
-    from devcluster.replay import faults, invariants
+    from jupyterhub_gpu_dev.replay import faults, invariants
 
     profiles = yaml.safe_load(EXAMPLE_PROFILES.read_text())
     trace = Trace.model_validate(QUEUED)

@@ -1,5 +1,5 @@
 """DRA on the dev cluster: a pool with `allocation: dra` gets its GPUs from the simulated NVIDIA DRA driver's
-ResourceSlices (devcluster/dra_driver.py), the real kube-scheduler (DynamicResources plugin, on by default in
+ResourceSlices (devcluster/jupyterhub_gpu_dev/dra_driver.py), the real kube-scheduler (DynamicResources plugin, on by default in
 1.36) allocates a device to the claim the real resourceclaim-controller made from the product's
 ResourceClaimTemplate, and the dev agent's process sees only that device, as the driver's CDI spec gives it (the
 product's GPU check passes on it); the scheduler and Kueue (deviceClassMappings) count the devices.
@@ -16,16 +16,16 @@ import time
 import pytest
 import yaml
 
-from devcluster import cluster as dc
-from devcluster.components import Layout
-from devcluster.nodes import AGENTPOOL
-from devcluster.simulator_keys import DEV_AGENT_LABEL
-from devcluster.testing import DevCluster, dev_agent, pod_outside_jhub
-from gpu_spawner.builders import dra
-from gpu_spawner.builders.hardening import harden
-from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, QUEUE_LABEL
-from gpu_spawner.model.profiles_file import load_profiles
+from jupyterhub_gpu.builders import dra
+from jupyterhub_gpu.builders.hardening import harden
+from jupyterhub_gpu.builders.kueue import local_queue_name
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER, QUEUE_LABEL
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu_dev import cluster as dc
+from jupyterhub_gpu_dev.components import Layout
+from jupyterhub_gpu_dev.nodes import AGENTPOOL
+from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_LABEL
+from jupyterhub_gpu_dev.testing import DevCluster, dev_agent, pod_outside_jhub
 
 pytestmark = pytest.mark.cluster
 

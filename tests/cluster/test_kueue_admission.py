@@ -8,10 +8,10 @@ import time
 import pytest
 import yaml
 
-from devcluster import cluster as dc
-from gpu_spawner.builders.hardening import harden
-from gpu_spawner.builders.kueue import local_queue_name
-from gpu_spawner.model.profiles_file import load_profiles
+from jupyterhub_gpu.builders.hardening import harden
+from jupyterhub_gpu.builders.kueue import local_queue_name
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu_dev import cluster as dc
 
 pytestmark = pytest.mark.cluster
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import cluster as dc
-from devcluster import procs
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev import cluster as dc
+from jupyterhub_gpu_dev import procs
 
 cluster_mark = pytest.mark.cluster
 
 
 def gpuhub(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 

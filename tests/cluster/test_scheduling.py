@@ -7,8 +7,8 @@ import time
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from devcluster.testing import pod_outside_jhub
-from gpu_spawner.model.profiles_file import load_profiles
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu_dev.testing import pod_outside_jhub
 
 pytestmark = pytest.mark.cluster
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpu_spawner.services.culler.banner import Announcement, write_warnings
+from jupyterhub_gpu.services.culler.banner import Announcement, write_warnings
 
 
 def test_each_user_sees_only_their_own_warnings_escaped(tmp_path):

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.cluster.dcgm import PROF_METRIC, UTIL_METRIC
-from gpu_spawner.cluster.rules import Rule, default_rule, rules_from_profiles
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.culler import SCOPES, culler_service
-from gpu_spawner.services.culler import decide as D
+from jupyterhub_gpu.cluster.dcgm import PROF_METRIC, UTIL_METRIC
+from jupyterhub_gpu.cluster.rules import Rule, default_rule, rules_from_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.culler import SCOPES, culler_service
+from jupyterhub_gpu.services.culler import decide as D
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)
@@ -57,7 +57,7 @@ def test_rules_come_from_the_profiles_file():
 
 
 def test_rule_cost_reuses_the_picker():
-    from gpu_spawner.cluster.prices import hourly_cost
+    from jupyterhub_gpu.cluster.prices import hourly_cost
     assert T4.hourly_cost == hourly_cost(CFG, CFG.profile("t4-shared")) > 0
     assert RULES["h100-full"].hourly_cost == pytest.approx(6.98)
 
@@ -333,7 +333,7 @@ def test_service_registration_has_exactly_the_least_scopes():
         ["list:users", "read:users:activity", "read:servers", "delete:servers",
          "access:services!service=gpu-jobs"])  # forwarding its warnings to gpu-jobs (services/notify)
     assert role["services"] == [service["name"]] == ["gpu-culler"]
-    assert service["command"][:3] == [sys.executable, "-m", "gpu_spawner.services.culler"]
+    assert service["command"][:3] == [sys.executable, "-m", "jupyterhub_gpu.services.culler"]
     assert "--profiles-file=/p.yaml" in service["command"] and "--gpu-idle-policy=gpu" in service["command"]
     assert service["url"] == "http://127.0.0.1:1234"
 
@@ -344,13 +344,13 @@ def test_hub_config_registers_the_culler(monkeypatch):
 
     from jupyterhub.app import JupyterHub
 
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
     monkeypatch.setenv("GPUHUB_PROFILES", str(EXAMPLE_PROFILES))
     app = JupyterHub()
     app.load_config_file(str(Path(__file__).resolve().parents[2] / "jupyterhub_config.py"))
     service = next(s for s in app.config.JupyterHub.services if s["name"] == "gpu-culler")
-    assert service["command"][1:3] == ["-m", "gpu_spawner.services.culler"]
+    assert service["command"][1:3] == ["-m", "jupyterhub_gpu.services.culler"]
     role = next(r for r in app.config.JupyterHub.load_roles if r.get("services") == ["gpu-culler"])
     assert sorted(role["scopes"]) == sorted(SCOPES)
 
@@ -358,8 +358,8 @@ def test_hub_config_registers_the_culler(monkeypatch):
 def test_configure_works_on_an_unset_config():
     from traitlets.config import Config
 
-    from gpu_spawner.config import configure
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from jupyterhub_gpu.config import configure
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
     c = Config()
     configure(c, str(EXAMPLE_PROFILES))
@@ -369,7 +369,7 @@ def test_configure_works_on_an_unset_config():
 
 
 def test_cli_help_lists_gpu_options():
-    out = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.services.culler", "--help"], capture_output=True,
                          text=True, timeout=60).stdout
     for opt in ("--gpu-idle-policy", "--prometheus-url", "--dry-run", "--warn-before", "--once"):
         assert opt in out

@@ -2,7 +2,7 @@
 
 Each test starts its own servers through the hub's REST API (user_options {"profile": slug}), lets them
 really sit idle (the test profiles time out after seconds), sets what the DCGM exporter reports, and
-runs one cull cycle (`python -m gpu_spawner.services.culler --once`) with the culler service's least-scope token.
+runs one cull cycle (`python -m jupyterhub_gpu.services.culler --once`) with the culler service's least-scope token.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import requests
 from security.stalls import StallMeter
 
-from devcluster.devhub import login
+from jupyterhub_gpu_dev.devhub import login
 
 from .fixtures import GPU_IDLE, SCRAPE
 
@@ -114,7 +114,7 @@ def test_prometheus_down_falls_back_to_activity_and_never_culls_on_missing_data(
     t0 = time.monotonic()
     idle_for(GPU_IDLE + 2, t0)
     hub.touch("down-active")
-    dead = f"http://127.0.0.1:{__import__('devcluster.devhub', fromlist=['x']).free_port()}"
+    dead = f"http://127.0.0.1:{__import__('jupyterhub_gpu_dev.devhub', fromlist=['x']).free_port()}"
     run = hub.cull("--gpu-idle-policy=gpu", prometheus=dead)
     assert any(e.get("event") == "gpu-evidence-unavailable" for e in run.events)
     assert "unavailable" in run.stderr

@@ -8,9 +8,9 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.cluster.dcgm import DEVICE, NO_GPU, NO_SERIES, SHARED_DEVICE, attribution
-from gpu_spawner.services.culler import decide as D
-from gpu_spawner.services.culler.service import _warning_text
+from jupyterhub_gpu.cluster.dcgm import DEVICE, NO_GPU, NO_SERIES, SHARED_DEVICE, attribution
+from jupyterhub_gpu.services.culler import decide as D
+from jupyterhub_gpu.services.culler.service import _warning_text
 
 from .test_decide import ACT, BOTH, GPU, NOW, RULES, SHARED_T4, T4, ev, server, view
 

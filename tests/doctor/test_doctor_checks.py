@@ -1,5 +1,5 @@
 """`gpuhub doctor`'s pure checks: a healthy snapshot built from the same pure builders the dev cluster
-uses (nodes from devcluster.nodes, Kueue objects from render_kueue), then one thing broken at a time."""
+uses (nodes from jupyterhub_gpu_dev.nodes, Kueue objects from render_kueue), then one thing broken at a time."""
 from __future__ import annotations
 
 import copy
@@ -7,11 +7,11 @@ import copy
 import pytest
 import yaml
 
-from devcluster.nodes import build_nodes
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.tools import doctor
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.tools import doctor
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
+from jupyterhub_gpu_dev.nodes import build_nodes
 
 HUB_NS = "jhub"
 
@@ -177,7 +177,7 @@ def test_pool_without_nodes_scales_from_zero_or_not(cfg):
     assert not [x for x in checks if x.section == "pool gpuh100" and x.name != "nodes"]
     data = yaml.safe_load(open(EXAMPLE_PROFILES))
     data["pools"]["gpuh100"].pop("max_nodes")
-    from gpu_spawner.model.validation import parse_profiles_text
+    from jupyterhub_gpu.model.validation import parse_profiles_text
     no_max = parse_profiles_text(yaml.safe_dump(data, sort_keys=False))
     c = row(run_checks(no_max, snap), "pool gpuh100", "nodes")
     assert c.status == FAIL and "max_nodes" in c.detail
@@ -300,7 +300,7 @@ def _doctor(*args, env=None):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "doctor", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "doctor", *args], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=120)
 
 

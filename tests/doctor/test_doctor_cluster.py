@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import cluster as dc
-from gpu_spawner.builders.deploy import render_rbac
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.deploy import render_rbac
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev import cluster as dc
 
 pytestmark = pytest.mark.cluster
 
@@ -22,7 +22,7 @@ GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100", "gput4mps")
 
 def doctor(kubeconfig: Path, profiles: Path | str = EXAMPLE_PROFILES, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-    return subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "doctor", str(profiles), *args],
+    return subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "doctor", str(profiles), *args],
                           capture_output=True, text=True, env=env, timeout=120)
 
 

@@ -1,4 +1,4 @@
-"""`gpuhub doctor` on a file with dra pools (the DRA example): a healthy real cluster (nodes from devcluster.nodes,
+"""`gpuhub doctor` on a file with dra pools (the DRA example): a healthy real cluster (nodes from jupyterhub_gpu_dev.nodes,
 the driver's ResourceSlices and DeviceClasses and Kueue's Configuration as plain dicts, gpuhub's objects from the
 same builders `render kueue` uses), then one thing broken at a time; and Kueue's waitForPodsReady as v0.19.2
 resolves it, for any file."""
@@ -11,18 +11,18 @@ import pytest
 import yaml
 from doctor.test_doctor_checks import failed, row
 
-from devcluster.nodes import build_nodes
-from gpu_spawner.builders import dra
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles
-from gpu_spawner.tools import doctor
-from gpu_spawner.tools import doctor_kueue_config as kc
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
-from gpu_spawner.tools.doctor_dra import devices_by_node
+from jupyterhub_gpu.builders import dra
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu.tools import doctor
+from jupyterhub_gpu.tools import doctor_kueue_config as kc
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, Snapshot, access_requests, run_checks
+from jupyterhub_gpu.tools.doctor_dra import devices_by_node
+from jupyterhub_gpu_dev.nodes import build_nodes
 
 HUB_NS = "jhub"
-DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles-dra.yaml"
 A100 = "NVIDIA A100 80GB PCIe"
 
 
@@ -170,7 +170,7 @@ def test_partitionable_devices_fail_and_the_picker_does_not_count_them(cfg):
     """Dynamic MIG (KEP-4815): the driver publishes a GPU and every slice it could be cut into, each consuming the
     GPU's shared counters. gpuhub counts a static layout only: doctor fails the pool, and capacity counts none
     of them rather than a GPU and its slices as separate devices."""
-    from gpu_spawner.cluster.dra_devices import slice_devices
+    from jupyterhub_gpu.cluster.dra_devices import slice_devices
 
     snap = healthy(cfg)
     node = "aks-dra-a100mig-00000001-vmss000000"
@@ -353,8 +353,8 @@ def test_blocking_admission_and_off_are_said():
     ("L4", "NVIDIA L4", True), ("L4", "NVIDIA L40S", False), ("T4", "Tesla T4", True),
 ])
 def test_product_matches_says_what_the_claims_selector_says(model, name, expected):
-    from gpu_spawner.model.dra import product_matches
-    from gpu_spawner.model.gpus import GPU_MODELS
+    from jupyterhub_gpu.model.dra import product_matches
+    from jupyterhub_gpu.model.gpus import GPU_MODELS
 
     assert product_matches(GPU_MODELS[model].product, name) is expected
 

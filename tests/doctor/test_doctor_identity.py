@@ -7,17 +7,17 @@ import copy
 import pytest
 import yaml
 
-from gpu_spawner.builders.identity import (
+from jupyterhub_gpu.builders.identity import (
     WEBHOOK_CONFIGURATION,
     WEBHOOK_DEPLOYMENT,
     WI_CLIENT_ID,
     WI_TENANT_ID,
     service_accounts,
 )
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, format_table, run_checks
-from gpu_spawner.tools.doctor_identity import check_identity, wanted
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, Snapshot, format_table, run_checks
+from jupyterhub_gpu.tools.doctor_identity import check_identity, wanted
 
 ACCOUNTS = [("jhub", "gpuhub-ml-research-identity"), ("team-mlr", "gpuhub-ml-research-identity")]
 WEBHOOK = {"metadata": {"name": WEBHOOK_CONFIGURATION}}

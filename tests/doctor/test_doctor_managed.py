@@ -6,11 +6,11 @@ import pytest
 import yaml
 from test_doctor_checks import HUB_NS, failed, healthy, row
 
-from gpu_spawner.model.gpu_stack import DCGM_CONDITION, DEVICE_PLUGIN_CONDITION, MANAGED_GPU_LABEL
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles_text
-from gpu_spawner.tools import doctor
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, run_checks
+from jupyterhub_gpu.model.gpu_stack import DCGM_CONDITION, DEVICE_PLUGIN_CONDITION, MANAGED_GPU_LABEL
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles_text
+from jupyterhub_gpu.tools import doctor
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, run_checks
 
 SEC = "pool managed"
 

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.tools.doctor import FAIL, OK, check_pool
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.tools.doctor import FAIL, OK, check_pool
 
 #: Standard_NC4as_T4_v3 in pool gput4, time-slicing with 4 replicas and renameByDefault: false (so the
 #: product label gets -SHARED and the resource stays nvidia.com/gpu, 1 GPU x 4 replicas).
@@ -108,7 +108,7 @@ def test_a_gpu_node_without_the_pool_taint_fails(cfg):
 def test_the_products_node_facts_agree_with_the_gpu_operator(cfg, pool, node):
     """What the dev cluster puts on its simulated nodes must be what a real node carries (gpu.memory
     aside: NVML reports a little less than the board's size, and it varies by driver)."""
-    from gpu_spawner.model.node_facts import gpu_labels
+    from jupyterhub_gpu.model.node_facts import gpu_labels
 
     facts = {k: v for k, v in gpu_labels(cfg.pools[pool]).items() if k != "nvidia.com/gpu.memory"}
     real = node["metadata"]["labels"]

@@ -6,9 +6,9 @@ import pytest
 import yaml
 from doctor.test_doctor_checks import failed, healthy, row
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles_text
-from gpu_spawner.tools.doctor import FAIL, OK, run_checks
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles_text
+from jupyterhub_gpu.tools.doctor import FAIL, OK, run_checks
 
 
 @pytest.fixture(scope="module")

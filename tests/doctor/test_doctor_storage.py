@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.tools.doctor import FAIL, OK
-from gpu_spawner.tools.doctor_storage import check_storage
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.tools.doctor import FAIL, OK
+from jupyterhub_gpu.tools.doctor_storage import check_storage
 
 NAMESPACES = ("jhub", "team-ds", "team-mlr")
 
@@ -73,7 +73,7 @@ def test_unreadable_claims_say_so(cfg):
 
 
 def test_render_storage_prints_bound_pairs_for_the_hub_and_every_team(capsys):
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     assert main(["render", "storage", str(EXAMPLE_PROFILES), "--nfs", "10.0.0.4:/homes"]) == 0
     objs = list(yaml.safe_load_all(capsys.readouterr().out))
@@ -94,7 +94,7 @@ def test_render_storage_prints_bound_pairs_for_the_hub_and_every_team(capsys):
                                          (["--azure-files", "rg/acct"], "RESOURCE_GROUP/STORAGE_ACCOUNT/SHARE"),
                                          (["--nfs", "h:/x", "--azure-files", "a/b/c"], "exactly one of")])
 def test_render_storage_refuses_an_unclear_share(args, needle, capsys):
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     assert main(["render", "storage", str(EXAMPLE_PROFILES), *args]) != 0
     assert needle in capsys.readouterr().err

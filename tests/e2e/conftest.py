@@ -12,10 +12,10 @@ import pytest
 import requests
 import yaml
 
-from devcluster.dev import AgentProcess
-from devcluster.devhub import DevHub, login, xsrf_token
-from devcluster.testing import hub_with_agent
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu_dev.dev import AgentProcess
+from jupyterhub_gpu_dev.devhub import DevHub, login, xsrf_token
+from jupyterhub_gpu_dev.testing import hub_with_agent
 
 GROUPS = {"alice": ["data-science"], "rita": ["ml-research"], "admin": ["data-science", "ml-research"]}
 #: The example file plus a pool that has no nodes and cannot grow, for the fail-fast test.

@@ -12,7 +12,7 @@ from jobs.lab_page import open_notebook
 USER = "widgetreader"
 DEMO = '''
 from IPython.display import HTML, display
-from extension.widgets import StatusWidget, note_html
+from jupyterhub_gpu.singleuser.widgets import StatusWidget, note_html
 
 QUEUED = {"name": "gpu-widgetreader-a-1", "state": "Queued", "queue": "data-science", "position": 1,
           "queue_length": 2, "eta_p50_s": 1200, "eta_p90_s": 2700, "preempted": 0, "profile": "t4-shared",

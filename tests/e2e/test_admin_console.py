@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster.devhub import DevHub, HubSettings, free_port
+from jupyterhub_gpu_dev.devhub import DevHub, HubSettings, free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

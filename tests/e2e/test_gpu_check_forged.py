@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, HOME_FOLDER_CONTAINER
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER, HOME_FOLDER_CONTAINER
 
 from .test_hub import cards
 

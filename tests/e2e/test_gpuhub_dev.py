@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from devcluster import procs
-from devcluster.devhub import free_port, login, xsrf_token
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev import procs
+from jupyterhub_gpu_dev.devhub import free_port, login, xsrf_token
 
 pytestmark = pytest.mark.cluster
 

@@ -149,7 +149,7 @@ def test_impossible_profile_fails_fast_with_a_clear_message(hub):
 
 
 def test_gpu_health_check_failure_says_it_shortly_and_the_retry_lands_on_another_node(hub, cluster):
-    from devcluster.simulator_keys import SIMULATE_GPU_ANNOTATION
+    from jupyterhub_gpu_dev.simulator_keys import SIMULATE_GPU_ANNOTATION
 
     t4 = sorted(n.metadata.name for n in cluster.core.list_node(
         label_selector="kubernetes.azure.com/agentpool=gput4").items)

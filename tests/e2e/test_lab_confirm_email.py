@@ -17,7 +17,7 @@ import requests
 from notify.jobs_app import Service
 from notify.receivers import SmtpSink
 
-from devcluster.devhub import free_port
+from jupyterhub_gpu_dev.devhub import free_port
 
 pytestmark = pytest.mark.services
 

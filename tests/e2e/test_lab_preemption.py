@@ -16,9 +16,9 @@ import time
 import pytest
 import requests
 
-from devcluster.devhub import free_port
-from extension.stopping import SAVE_WINDOW_S
-from gpu_spawner.contract import ENV_PREEMPTION_GRACE
+from jupyterhub_gpu.contract import ENV_PREEMPTION_GRACE
+from jupyterhub_gpu.singleuser.stopping import SAVE_WINDOW_S
+from jupyterhub_gpu_dev.devhub import free_port
 
 pytestmark = pytest.mark.services
 

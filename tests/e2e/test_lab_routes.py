@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from devcluster.devhub import free_port
+from jupyterhub_gpu_dev.devhub import free_port
 
 pytestmark = pytest.mark.services
 
@@ -94,7 +94,7 @@ def test_the_culling_route_never_sends_the_token_where_the_host_header_points(se
     import http.server
     import threading
 
-    from devcluster.devhub import free_port as another_port
+    from jupyterhub_gpu_dev.devhub import free_port as another_port
 
     seen: list[str] = []
 

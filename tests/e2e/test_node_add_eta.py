@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.nodes import node_manifest
-from devcluster.testing import wait_until
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev.nodes import node_manifest
+from jupyterhub_gpu_dev.testing import wait_until
 
 from .test_hub import cards
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from devcluster.testing import wait_until
+from jupyterhub_gpu_dev.testing import wait_until
 
 from .test_hub import SKU, cards, hog
 

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from kubernetes.client import ApiException
 
-from devcluster.devhub import free_port, login, loopback_lines, xsrf_token
+from jupyterhub_gpu_dev.devhub import free_port, login, loopback_lines, xsrf_token
 
 pytestmark = pytest.mark.cluster
 
@@ -30,7 +30,7 @@ def hub_config(tmp_path, port: int) -> str:
 {loopback_lines(tmp_path, port)}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
-c.JupyterHub.spawner_class = "gpu_spawner.hub.spawner.GPUSpawner"
+c.JupyterHub.spawner_class = "jupyterhub_gpu.hub.spawner.GPUSpawner"
 c.KubeSpawner.namespace = {NS!r}
 c.KubeSpawner.image = "example.org/admin-default:1"
 c.KubeSpawner.start_timeout = 60

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
       "cells": [{"cell_type": "code", "id": "a", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client, config
 
-from gpu_spawner.contract import JOB_LABEL, USER_ANNOTATION
-from gpu_spawner.services.jobs.cache import JobsCache
-from gpu_spawner.services.jobs.kube import Kube
+from jupyterhub_gpu.contract import JOB_LABEL, USER_ANNOTATION
+from jupyterhub_gpu.services.jobs.cache import JobsCache
+from jupyterhub_gpu.services.jobs.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

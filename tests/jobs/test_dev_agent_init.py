@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.testing import dev_agent, wait_until
-from gpu_spawner.contract import HOME_DIR
+from jupyterhub_gpu.contract import HOME_DIR
+from jupyterhub_gpu_dev.testing import dev_agent, wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from devcluster.agent import rewrite_paths
-from devcluster.volumes import MountError, attach_conflict, claim_folder, home_of
+from jupyterhub_gpu_dev.agent import rewrite_paths
+from jupyterhub_gpu_dev.volumes import MountError, attach_conflict, claim_folder, home_of
 
 
 def test_env_paths_follow_the_longest_mount():

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from extension.client import JobsError, current_notebook_path, read_notebook, saved_note, service_url
-from extension.magic import UsageError, parse_submit_args
-from extension.widgets import parse_params, view
-from gpu_spawner.services.jobs.status import derive_status
+from jupyterhub_gpu.services.jobs.status import derive_status
+from jupyterhub_gpu.singleuser.client import JobsError, current_notebook_path, read_notebook, saved_note, service_url
+from jupyterhub_gpu.singleuser.magic import UsageError, parse_submit_args
+from jupyterhub_gpu.singleuser.widgets import parse_params, view
 
 from .conftest import job, pod, workload
 
@@ -102,7 +102,7 @@ def test_load_ext_registers_the_magics():
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "extension")
+    shell.run_line_magic("load_ext", "jupyterhub_gpu.singleuser")
     for name in ("gpu_submit", "gpu_jobs", "gpu_logs", "gpu_cancel"):
         assert name in shell.magics_manager.magics["line"]
 
@@ -111,23 +111,23 @@ def test_a_running_job_never_resubmits_itself(monkeypatch):
     """The job's notebook still contains its `%gpu_submit` cell; in the job it must be a no-op."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from extension.magic import GPUMagics
+    from jupyterhub_gpu.singleuser.magic import GPUMagics
 
     said = []
     monkeypatch.setenv("GPUHUB_JOB", "gpu-alice-train-abc123")
     monkeypatch.setattr(GPUMagics, "client_factory", lambda self: pytest.fail("no client in a job"))
     monkeypatch.setattr(GPUMagics, "_say", lambda self, text, error=False: said.append(text))
     shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "extension")
+    shell.run_line_magic("load_ext", "jupyterhub_gpu.singleuser")
     assert shell.run_line_magic("gpu_submit", "--profile a100-mig-1g10gb") is None
     assert shell.run_line_magic("gpu_submit", "") is None
     assert said == ["%gpu_submit skipped: this notebook is running as GPU job gpu-alice-train-abc123"] * 2
 
 
 def test_widget_shows_plain_words_and_folds_kueues_text_in_theme_colours():
-    from extension.widgets import render_html
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-    from gpu_spawner.services.jobs.words import explain
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.services.jobs.words import explain
+    from jupyterhub_gpu.singleuser.widgets import render_html
 
     j = job()
     wl = workload(j["metadata"]["name"])
@@ -155,7 +155,7 @@ class _Recorder:
 
 
 def test_cancel_asks_first_and_keep_it_backs_out():
-    from extension.widgets import StatusWidget
+    from jupyterhub_gpu.singleuser.widgets import StatusWidget
 
     running = derive_status(job(suspend=False), workload("gpu-alice-nb-abc123", admitted=True), [pod("p1")])
     client = _Recorder()
@@ -175,7 +175,7 @@ def test_service_refusals_read_as_sentences_without_http_codes():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from extension.client import JobsClient
+    from jupyterhub_gpu.singleuser.client import JobsClient
 
     class Refuse(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -204,7 +204,7 @@ def test_the_client_sends_the_notebook_without_its_outputs():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from extension.client import JobsClient
+    from jupyterhub_gpu.singleuser.client import JobsClient
 
     got: list[dict] = []
 

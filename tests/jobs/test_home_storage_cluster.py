@@ -14,8 +14,8 @@ import pytest
 import requests
 from ship.lab_kernel import LabKernel
 
-from devcluster.storage import cluster_datasets
-from devcluster.testing import JobsHub, hub_with_agent
+from jupyterhub_gpu_dev.storage import cluster_datasets
+from jupyterhub_gpu_dev.testing import JobsHub, hub_with_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -244,7 +244,7 @@ def test_a_teams_servers_and_jobs_run_under_its_workload_identity_and_no_one_els
     namespace) and job (her team's) run under the team's ServiceAccount, annotated with its client id, and carry
     the label the AKS webhook looks for; alice's carry neither. No webhook on the dev cluster, so this is what
     the hub and gpu-jobs create, as the API server stored it."""
-    from gpu_spawner.builders.identity import WI_CLIENT_ID, WI_USE
+    from jupyterhub_gpu.builders.identity import WI_CLIENT_ID, WI_USE
 
     account, client_id = "gpuhub-ml-research-identity", "11111111-2222-3333-4444-555555555555"
     def stopped(user: str) -> bool:  # an earlier test's DELETE may still be stopping it

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extension.client import JobsClient, JobsError
-from gpu_spawner.builders.jobs import JobRequestError
-from gpu_spawner.contract import IDEMPOTENCY_KEY_HEADER, REQUEST_DIGEST_ANNOTATION, SUBMISSION_LABEL
-from gpu_spawner.services.jobs import idempotency
-from gpu_spawner.services.jobs.lifecycle import create_submission
-from gpu_spawner.services.jobs.planner import digest_raw, plan_raw
-from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
+from jupyterhub_gpu.builders.jobs import JobRequestError
+from jupyterhub_gpu.contract import IDEMPOTENCY_KEY_HEADER, REQUEST_DIGEST_ANNOTATION, SUBMISSION_LABEL
+from jupyterhub_gpu.services.jobs import idempotency
+from jupyterhub_gpu.services.jobs.lifecycle import create_submission
+from jupyterhub_gpu.services.jobs.planner import digest_raw, plan_raw
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings, plan_submission
+from jupyterhub_gpu.singleuser.client import JobsClient, JobsError
 
 from .conftest import NB
 
@@ -81,7 +81,7 @@ def test_a_keyed_plan_has_the_same_name_each_time_and_marks_both_objects(cfg):
 
 
 def test_a_keyed_multi_node_job_keeps_its_name_within_the_jobset_limit(cfg):
-    from gpu_spawner.builders.jobsets import JOBSET_NAME_LIMIT
+    from jupyterhub_gpu.builders.jobsets import JOBSET_NAME_LIMIT
 
     sid = idempotency.submission_id("rita", "r" * 30)
     js, cm = plan_submission(cfg, "rita", RITA, {"profile": "h100-full", "notebook": NB, "nodes": 2,

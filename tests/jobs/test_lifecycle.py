@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_spawner.services.jobs.lifecycle import plan_reconcile
+from jupyterhub_gpu.services.jobs.lifecycle import plan_reconcile
 
 from .conftest import job as job_obj
 

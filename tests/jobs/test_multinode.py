@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.jobs import JobRequestError, JobSettings, build_job
-from gpu_spawner.builders.jobsets import JOBSET_NAME_LIMIT, build_jobset, master_addr
-from gpu_spawner.contract import (
+from jupyterhub_gpu.builders.jobs import JobRequestError, JobSettings, build_job
+from jupyterhub_gpu.builders.jobsets import JOBSET_NAME_LIMIT, build_jobset, master_addr
+from jupyterhub_gpu.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_LOCAL_RANK,
     ENV_MASTER_ADDR,
@@ -25,10 +25,10 @@ from gpu_spawner.contract import (
     JOBSET_JOB_INDEX,
     QUEUE_LABEL,
 )
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
-from gpu_spawner.services.jobs.gang import check_rank, derive_gang_status
-from gpu_spawner.services.jobs.submission import plan_submission
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.services.jobs.gang import check_rank, derive_gang_status
+from jupyterhub_gpu.services.jobs.submission import plan_submission
 
 from .conftest import NB
 
@@ -185,7 +185,7 @@ def test_a_queued_gang_waits_for_its_nodes():
 
 
 def test_a_queued_gangs_plain_words_keep_its_nodes(cfg):
-    from gpu_spawner.services.jobs.words import explain
+    from jupyterhub_gpu.services.jobs.words import explain
 
     wl = {"metadata": {"name": "w", "namespace": "team-mlr"}, "status": {"conditions": [
         {"type": "QuotaReserved", "status": "False", "reason": "Pending",
@@ -239,7 +239,7 @@ def test_check_rank_refuses(value):
 @pytest.mark.parametrize("rank, expected",
                          [(None, "out/nb.ipynb"), ("0", "out/nb.ipynb"), ("1", "out/rank-1/nb.ipynb")])
 def test_rank_0_writes_the_output_notebook_the_others_beside_it(monkeypatch, rank, expected):
-    from runner.main import default_output
+    from jupyterhub_gpu.runner.main import default_output
 
     monkeypatch.setenv(ENV_OUTPUT_DIR, "out")
     if rank is None:
@@ -250,7 +250,7 @@ def test_rank_0_writes_the_output_notebook_the_others_beside_it(monkeypatch, ran
 
 
 def test_the_dev_agent_fills_the_rank_from_the_pods_annotation():
-    from devcluster.agent import container_env
+    from jupyterhub_gpu_dev.agent import container_env
 
     js, _ = build_jobset(load_profiles(EXAMPLE_PROFILES), load_profiles(EXAMPLE_PROFILES).profile("h100-full"),
                          "rita", RITA, "work/train.ipynb", NB, 2, name="gpu-x")
@@ -268,7 +268,7 @@ def test_the_dev_agents_pod_hostnames_resolve_with_the_pods_search_path(tmp_path
     import socket
     from pathlib import Path
 
-    from devcluster.pod_dns import PodHosts, pod_fqdn
+    from jupyterhub_gpu_dev.pod_dns import PodHosts, pod_fqdn
 
     hosts = PodHosts(tmp_path / "hosts.json")
     pod = {"metadata": {"namespace": "team-mlr"}, "spec": {"hostname": "gpu-x-node-0-0", "subdomain": "gpu-x"}}
@@ -295,7 +295,7 @@ def test_the_runners_kernel_sockets_are_private_to_the_run(monkeypatch, tmp_path
     """Ranks run in the same notebook folder of the shared home: their kernels' IPC socket files must not
     be jupyter_client's default `kernel-ipc-N` in the working directory (they would read each other's
     messages: "Invalid Signature")."""
-    from runner.main import ipc_kernel_manager
+    from jupyterhub_gpu.runner.main import ipc_kernel_manager
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     km = ipc_kernel_manager()()
@@ -305,7 +305,7 @@ def test_the_runners_kernel_sockets_are_private_to_the_run(monkeypatch, tmp_path
 def test_gpuhub_render_job_nodes_prints_the_jobset_or_says_why_not(tmp_path, monkeypatch, capsys):
     import json as _json
 
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.ipynb").write_text(_json.dumps(NB))
@@ -328,7 +328,7 @@ class _Profiles:
 
 
 def test_the_submit_forms_nodes_field_shows_only_for_a_multi_node_profile_and_is_sent():
-    from extension.widgets import SubmitForm
+    from jupyterhub_gpu.singleuser.widgets import SubmitForm
 
     sent = []
     form = SubmitForm(_Profiles(), lambda **kw: None, defaults={"profile": "a100-spot"})

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from devcluster.testing import JobsHub, jobs_hub, write_profiles
-from gpu_spawner.contract import JOB_LABEL, JOBSET_API, JOBSET_NAME_LABEL
+from jupyterhub_gpu.contract import JOB_LABEL, JOBSET_API, JOBSET_NAME_LABEL
+from jupyterhub_gpu_dev.testing import JobsHub, jobs_hub, write_profiles
 
 pytestmark = pytest.mark.cluster
 
@@ -213,10 +213,10 @@ async def test_a_jobset_left_without_its_networkpolicy_is_repaired_or_removed(cl
     from kubernetes import client as sync_client
     from kubernetes_asyncio import client, config
 
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.services.jobs.kube import Kube
-    from gpu_spawner.services.jobs.lifecycle import reconcile
-    from gpu_spawner.services.jobs.submission import plan_submission
+    from jupyterhub_gpu.model.profiles_file import load_profiles
+    from jupyterhub_gpu.services.jobs.kube import Kube
+    from jupyterhub_gpu.services.jobs.lifecycle import reconcile
+    from jupyterhub_gpu.services.jobs.submission import plan_submission
 
     cfg = load_profiles(write_profiles(cluster, tmp_path / "profiles.yaml", gang_team))
     group, version = JOBSET_API.split("/")

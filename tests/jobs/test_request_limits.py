@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from gpu_spawner.builders.jobs import JobRequestError
-from gpu_spawner.services.auth import TokenAuth, caller_from_model
-from gpu_spawner.services.jobs import limits
-from gpu_spawner.services.jobs.app import SubmitGate
-from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
-from gpu_spawner.services.web import check_query
+from jupyterhub_gpu.builders.jobs import JobRequestError
+from jupyterhub_gpu.services.auth import TokenAuth, caller_from_model
+from jupyterhub_gpu.services.jobs import limits
+from jupyterhub_gpu.services.jobs.app import SubmitGate
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings, plan_submission
+from jupyterhub_gpu.services.web import check_query
 
 from .conftest import NB
 
@@ -58,7 +58,7 @@ def test_the_count_of_json_values_is_bounded():
 def test_the_body_limit_is_what_a_snapshot_can_be():
     """A body over the limit could never become a job: its snapshot (gzipped, outputs stripped) would be
     over MAX_SNAPSHOT_BYTES unless it compressed better than code and markdown do."""
-    from gpu_spawner.builders.jobs import MAX_SNAPSHOT_BYTES
+    from jupyterhub_gpu.builders.jobs import MAX_SNAPSHOT_BYTES
 
     assert 3 * MAX_SNAPSHOT_BYTES < limits.MAX_BODY_BYTES <= 5 * MAX_SNAPSHOT_BYTES
 

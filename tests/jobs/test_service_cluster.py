@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from devcluster.testing import JobsHub, hub_with_agent, write_profiles
-from extension.widgets import view
+from jupyterhub_gpu.singleuser.widgets import view
+from jupyterhub_gpu_dev.testing import JobsHub, hub_with_agent, write_profiles
 
 from .conftest import NB
 from .lab_page import open_notebook
@@ -220,7 +220,7 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
     """`%gpu_submit` in a kernel-like IPython shell, with only the user's hub token in the environment."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from extension.widgets import wait_final
+    from jupyterhub_gpu.singleuser.widgets import wait_final
 
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "magic run.ipynb").write_text(json.dumps(RUN_NB))
@@ -230,7 +230,7 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
     monkeypatch.setenv("JPY_SESSION_NAME", "work/magic run.ipynb")
     monkeypatch.delenv("JUPYTERHUB_SERVICE_URL", raising=False)
     shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "extension")
+    shell.run_line_magic("load_ext", "jupyterhub_gpu.singleuser")
     magics = shell.magics_manager.registry["GPUMagics"]
     # displayed, not returned: a returned widget would show twice (once more as the cell's Out)
     assert shell.run_line_magic("gpu_submit", "--profile t4-shared --param steps=4 --timeout 10m") is None
@@ -262,9 +262,9 @@ def test_magics_submit_watch_logs_and_cancel_through_the_service(cluster, jobs_h
 
 def test_form_offers_the_users_gpu_profiles_with_capacity_and_submits(cluster, jobs_hub, clean_teams, tmp_path,
                                                                       monkeypatch):
-    from extension.client import JobsClient
-    from extension.magic import GPUMagics
-    from extension.widgets import SubmitForm
+    from jupyterhub_gpu.singleuser.client import JobsClient
+    from jupyterhub_gpu.singleuser.magic import GPUMagics
+    from jupyterhub_gpu.singleuser.widgets import SubmitForm
 
     (tmp_path / "nb.ipynb").write_text(json.dumps(RUN_NB))
     monkeypatch.chdir(tmp_path)
@@ -400,7 +400,7 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         done = form.locator("text=✔ Succeeded")
         done.wait_for(timeout=180_000)
         said = form.inner_text().replace("\xa0", " ")
-        # Run All fires as the page loads: the extension's save comm (extension/frontend.py) may not be open
+        # Run All fires as the page loads: the extension's save comm (jupyterhub_gpu/singleuser/frontend.py) may not be open
         # yet, and then the magic says it sends the saved copy (save-first itself: test_lab_extension_cluster)
         assert ("JupyterLab saved widget.ipynb; submitting it." in said or "as last saved" in said) \
             and "Job gpu-alice-widget-" in said, said

@@ -1,7 +1,7 @@
 """Status derivation (pure): Job + Kueue Workload + pods + log → the state users see."""
 from __future__ import annotations
 
-from gpu_spawner.services.jobs.status import current_cell, derive_status, queue_positions
+from jupyterhub_gpu.services.jobs.status import current_cell, derive_status, queue_positions
 
 from .conftest import job, pod, workload
 
@@ -119,8 +119,8 @@ def test_kueue_evictions_still_count_after_readmission():
 
 
 def test_queued_status_is_explained_in_plain_words_with_kueues_text_kept():
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-    from gpu_spawner.services.jobs.words import explain
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.services.jobs.words import explain
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     j = job()
@@ -164,8 +164,8 @@ async def test_one_jobs_unreadable_status_never_fails_the_list():
     import aiohttp
     from kubernetes_asyncio import client
 
-    from gpu_spawner.services.jobs.cache import JobsCache
-    from gpu_spawner.services.jobs.kube import Kube
+    from jupyterhub_gpu.services.jobs.cache import JobsCache
+    from jupyterhub_gpu.services.jobs.kube import Kube
 
     jobs = [job(name=n, suspend=False) for n in ("gpu-a-1", "gpu-a-2", "gpu-a-3")]
     pods = [pod(f"p{i}", job_name=j["metadata"]["name"]) for i, j in enumerate(jobs, 1)]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.builders.jobs import MAX_SNAPSHOT_BYTES, JobRequestError
-from gpu_spawner.services.jobs.submission import ServiceSettings, plan_submission
+from jupyterhub_gpu.builders.jobs import MAX_SNAPSHOT_BYTES, JobRequestError
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings, plan_submission
 
 from .conftest import NB
 
@@ -25,8 +25,8 @@ def test_plan_builds_job_and_configmap_and_creates_no_claim(cfg):
 
 
 def test_the_job_mounts_the_users_home_folder_of_the_team_share_and_runs_in_the_notebooks_folder(cfg):
-    from gpu_spawner.builders.jobs import JobSettings
-    from gpu_spawner.builders.storage import HomeStorage
+    from jupyterhub_gpu.builders.jobs import JobSettings
+    from jupyterhub_gpu.builders.storage import HomeStorage
 
     settings = ServiceSettings(job=JobSettings(home=HomeStorage(claim="homes", mount_path="/home/jovyan"),
                                                pod_labels={"cost-centre": "ds"}))
@@ -90,14 +90,14 @@ def test_oversize_notebook_names_the_limit(cfg):
 def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
     """An admin's `options=` in jupyterhub_config.py become the service's command line, and from there
     the Job builder's settings; a bad duration stops the service naming the option."""
-    from gpu_spawner.services.jobs.hub import jobs_service
-    from gpu_spawner.services.jobs.options import GPUJobs
+    from jupyterhub_gpu.services.jobs.hub import jobs_service
+    from jupyterhub_gpu.services.jobs.options import GPUJobs
 
     monkeypatch.delenv("GPUHUB_RUNNER_IMAGE", raising=False)
     service, _ = jobs_service("/p.yaml", options={"home-claim": "users-share", "max-timeout": "3d",
                                                   "termination-grace": "15m", "runner-image": "reg.example/runner:1"})
     command = service["command"]
-    assert command[1:3] == ["-m", "gpu_spawner.services.jobs"]
+    assert command[1:3] == ["-m", "jupyterhub_gpu.services.jobs"]
     app = GPUJobs()
     app.initialize(command[3:])
     s = app.job_settings()
@@ -110,11 +110,11 @@ def test_service_options_reach_the_job_builder_from_the_hub_config(monkeypatch):
     assert (d.home.claim, d.home.subpath, d.default_timeout, d.max_timeout, d.termination_grace_seconds) == \
         ("gpuhub-home", "{username}", 2 * 3600, 7 * 86400, 600)
     assert defaults.log_source_class.__name__ == "PodLogs" and defaults.orphan_grace_seconds() == 120
-    # the dev configuration plugs its own pieces in by import path (gpu_spawner never imports devcluster)
+    # the dev configuration plugs its own pieces in by import path (jupyterhub_gpu never imports devcluster)
     plugged = GPUJobs()
-    plugged.initialize(["--GPUJobs.log_source_class=devcluster.agent_logs.AgentLogs",
+    plugged.initialize(["--GPUJobs.log_source_class=jupyterhub_gpu_dev.agent_logs.AgentLogs",
                         "--GPUJobs.pod_labels=gpuhub.io/dev-agent=run"])
-    assert plugged.log_source_class.__module__ == "devcluster.agent_logs"
+    assert plugged.log_source_class.__module__ == "jupyterhub_gpu_dev.agent_logs"
     assert plugged.job_settings().pod_labels == {"gpuhub.io/dev-agent": "run"}
     bad = GPUJobs()
     bad.initialize(["--max-timeout=forever"])

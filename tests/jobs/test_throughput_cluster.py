@@ -11,9 +11,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from devcluster.devhub import free_port
-from devcluster.testing import JobsHub, hub_with_agent
-from extension.widgets import view
+from jupyterhub_gpu.singleuser.widgets import view
+from jupyterhub_gpu_dev.devhub import free_port
+from jupyterhub_gpu_dev.testing import JobsHub, hub_with_agent
 
 from .test_service_cluster import GROUPS, RUN_NB, TEAM_NS, clean_teams, jobs_profiles  # noqa: F401 - fixtures
 

@@ -9,8 +9,8 @@ import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_spawner.services.jobs import throughput_metrics
-from gpu_spawner.services.jobs.throughput_metrics import SERIES, ThroughputCollector, rows
+from jupyterhub_gpu.services.jobs import throughput_metrics
+from jupyterhub_gpu.services.jobs.throughput_metrics import SERIES, ThroughputCollector, rows
 
 SPEED = {"step": 60, "total_steps": 110, "samples": 1920, "loss": 0.5, "reported_at": 1010.0,
          "samples_per_s": 160.0, "step_s": 0.2, "eta_s": 10.0}

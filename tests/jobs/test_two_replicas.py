@@ -19,10 +19,10 @@ import pytest
 import requests
 from kubernetes.client.rest import ApiException
 
-from devcluster.devhub import free_port
-from devcluster.simulator_keys import DEV_AGENT_LABEL
-from devcluster.testing import PARAMETERS_NB, jobs_hub, write_profiles
-from gpu_spawner.kubeio.lease import lease_body, lease_name
+from jupyterhub_gpu.kubeio.lease import lease_body, lease_name
+from jupyterhub_gpu_dev.devhub import free_port
+from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_LABEL
+from jupyterhub_gpu_dev.testing import PARAMETERS_NB, jobs_hub, write_profiles
 
 pytestmark = pytest.mark.cluster
 
@@ -46,7 +46,7 @@ class Replica:
                "JUPYTERHUB_SERVICE_NAME": "gpu-jobs", "JUPYTERHUB_SERVICE_PREFIX": "/services/gpu-jobs/",
                "HOSTNAME": f"replica-{self.port}"}
         env.pop("POD_NAMESPACE", None)
-        self.cmd = [sys.executable, "-m", "gpu_spawner.services.jobs", "--profiles", str(profiles),
+        self.cmd = [sys.executable, "-m", "jupyterhub_gpu.services.jobs", "--profiles", str(profiles),
                     f"--url=http://127.0.0.1:{self.port}", *ARGS, f"--GPUJobs.pod_labels={DEV_AGENT_LABEL}=run"]
         self.env, self.cwd = env, state
 

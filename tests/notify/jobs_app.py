@@ -14,16 +14,16 @@ from kubernetes_asyncio import client
 from security.hub_user import hub_user_app
 from tornado.httpserver import HTTPServer
 
-from gpu_spawner.contract import FAILED, JOBS_ACCESS_SCOPE, RUNNING
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.jobs.app import make_app
-from gpu_spawner.services.jobs.cache import JobsCache
-from gpu_spawner.services.jobs.kube import Kube
-from gpu_spawner.services.jobs.submission import ServiceSettings
-from gpu_spawner.services.notify.events import job_events
-from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
-from gpu_spawner.services.notify.send import Notifier, Smtp
+from jupyterhub_gpu.contract import FAILED, JOBS_ACCESS_SCOPE, RUNNING
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.auth import TokenAuth
+from jupyterhub_gpu.services.jobs.app import make_app
+from jupyterhub_gpu.services.jobs.cache import JobsCache
+from jupyterhub_gpu.services.jobs.kube import Kube
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings
+from jupyterhub_gpu.services.notify.events import job_events
+from jupyterhub_gpu.services.notify.prefs import Channels, PreferenceStore
+from jupyterhub_gpu.services.notify.send import Notifier, Smtp
 
 from .receivers import SmtpSink
 from .test_events_payloads import status

@@ -1,5 +1,5 @@
 """Local receivers for notification tests: a real SMTP server (aiosmtpd) and an HTTP webhook endpoint
-(devcluster.webhook_sink, shared with the day replay), each in its own thread, recording what arrives."""
+(jupyterhub_gpu_dev.webhook_sink, shared with the day replay), each in its own thread, recording what arrives."""
 from __future__ import annotations
 
 import email
@@ -8,7 +8,7 @@ import socket
 
 from aiosmtpd.controller import Controller
 
-from devcluster.webhook_sink import WebhookSink  # noqa: F401 (the tests import it from here)
+from jupyterhub_gpu_dev.webhook_sink import WebhookSink  # noqa: F401 (the tests import it from here)
 
 
 class SmtpSink:

@@ -3,11 +3,11 @@ Only the channels a user opted into, for their own events; retried with backoff 
 first; a refusal is not retried."""
 from __future__ import annotations
 
-from gpu_spawner.contract import FAILED, RUNNING, SUCCEEDED
-from gpu_spawner.services.culler.forward import Forwarder, new_warnings
-from gpu_spawner.services.notify.events import cull_event, job_events
-from gpu_spawner.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
-from gpu_spawner.services.notify.send import Notifier, Smtp
+from jupyterhub_gpu.contract import FAILED, RUNNING, SUCCEEDED
+from jupyterhub_gpu.services.culler.forward import Forwarder, new_warnings
+from jupyterhub_gpu.services.notify.events import cull_event, job_events
+from jupyterhub_gpu.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
+from jupyterhub_gpu.services.notify.send import Notifier, Smtp
 
 from .receivers import SmtpSink, WebhookSink
 from .test_events_payloads import status
@@ -108,9 +108,9 @@ async def test_the_culler_posts_new_warnings_once_and_retries_the_next_cycle():
 
 async def test_a_users_sends_are_rate_limited_per_hour(tmp_path):
     """One user's flood of events (or confirmation requests) stops at the per-user limit; others still get theirs."""
-    from gpu_spawner.services.notify.events import Event
-    from gpu_spawner.services.notify.prefs import Channels, PreferenceStore
-    from gpu_spawner.services.notify.send import Notifier
+    from jupyterhub_gpu.services.notify.events import Event
+    from jupyterhub_gpu.services.notify.prefs import Channels, PreferenceStore
+    from jupyterhub_gpu.services.notify.send import Notifier
 
     store = PreferenceStore(str(tmp_path / "p.sqlite"))
     for user in ("mallory", "bob"):

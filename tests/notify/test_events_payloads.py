@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.contract import ADMITTED, FAILED, JOB_STATES, QUEUED, RESUMED, RUNNING, SUCCEEDED
-from gpu_spawner.services.notify.events import cull_event, job_events, job_kinds
-from gpu_spawner.services.notify.payloads import email_message, slack_payload, teams_payload, webhook_payload
-from gpu_spawner.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
-from gpu_spawner.services.notify.send import backoff_delays
+from jupyterhub_gpu.contract import ADMITTED, FAILED, JOB_STATES, QUEUED, RESUMED, RUNNING, SUCCEEDED
+from jupyterhub_gpu.services.notify.events import cull_event, job_events, job_kinds
+from jupyterhub_gpu.services.notify.payloads import email_message, slack_payload, teams_payload, webhook_payload
+from jupyterhub_gpu.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
+from jupyterhub_gpu.services.notify.send import backoff_delays
 
 
 def status(state, preempted=0, user="alice", **kw):
@@ -183,7 +183,7 @@ def test_backoff_doubles_up_to_the_cap_with_bounded_jitter():
 
 
 def test_only_the_cullers_token_model_may_post_warnings():
-    from gpu_spawner.services.notify.web import _is_culler
+    from jupyterhub_gpu.services.notify.web import _is_culler
 
     culler = {"kind": "service", "name": "gpu-culler", "scopes": ["access:services!service=gpu-jobs", "list:users"]}
     assert _is_culler(culler)

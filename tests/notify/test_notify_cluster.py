@@ -10,7 +10,7 @@ import secrets
 import pytest
 import requests
 
-from devcluster.testing import PARAMETERS_NB, JobsHub, hub_with_agent, wait_until
+from jupyterhub_gpu_dev.testing import PARAMETERS_NB, JobsHub, hub_with_agent, wait_until
 
 from .receivers import SmtpSink, WebhookSink
 

@@ -14,14 +14,14 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httpserver import HTTPServer
 
-from gpu_spawner.contract import CULLER_SERVICE, FAILED, JOBS_ACCESS_SCOPE, NOTIFY_CULL_PATH, RUNNING
-from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.notify import web as notify_web
-from gpu_spawner.services.notify.events import cull_event, job_events
-from gpu_spawner.services.notify.outbox import SENT, Outbox
-from gpu_spawner.services.notify.payloads import slack_payload
-from gpu_spawner.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
-from gpu_spawner.services.notify.send import Notifier
+from jupyterhub_gpu.contract import CULLER_SERVICE, FAILED, JOBS_ACCESS_SCOPE, NOTIFY_CULL_PATH, RUNNING
+from jupyterhub_gpu.services.auth import TokenAuth
+from jupyterhub_gpu.services.notify import web as notify_web
+from jupyterhub_gpu.services.notify.events import cull_event, job_events
+from jupyterhub_gpu.services.notify.outbox import SENT, Outbox
+from jupyterhub_gpu.services.notify.payloads import slack_payload
+from jupyterhub_gpu.services.notify.prefs import Channels, PreferencesError, PreferenceStore, parse_webhooks, validate
+from jupyterhub_gpu.services.notify.send import Notifier
 
 from .receivers import WebhookSink
 from .test_events_payloads import status
@@ -193,7 +193,7 @@ def test_teams_cards_carry_user_strings_as_plain_text_runs():
     """Teams reads TextBlock text and FactSet values as Markdown ([text](url) is a link): a notebook path or a
     hub name such as `[Sign in again](https://evil.example)` would be a link in a card the hub posted. User
     strings go in TextRuns (never Markdown); the only link is the hub's own button."""
-    from gpu_spawner.services.notify.payloads import teams_payload
+    from jupyterhub_gpu.services.notify.payloads import teams_payload
 
     hostile = "[Sign in again](https://evil.example/login) **now**"
     for ev in job_events(status(RUNNING, user=hostile), status(FAILED, user=hostile, message=hostile,

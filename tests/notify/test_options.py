@@ -7,10 +7,10 @@ import json
 import pytest
 from traitlets.config import Config
 
-from gpu_spawner.config import configure
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.jobs.app import configured
-from gpu_spawner.services.notify.options import Notifications
+from jupyterhub_gpu.config import configure
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services.jobs.app import configured
+from jupyterhub_gpu.services.notify.options import Notifications
 
 
 def settings(argv: list[str]) -> Notifications:

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from gpu_spawner.contract import ADMITTED, QUEUED, RUNNING, SUCCEEDED
-from gpu_spawner.services.notify.events import Event, cull_event, job_events
-from gpu_spawner.services.notify.outbox import DROPPED, FAILED, PENDING, SENT, Outbox, outbox_id
-from gpu_spawner.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
-from gpu_spawner.services.notify.send import Notifier
-from gpu_spawner.services.notify.watch import compare, watch_jobs
+from jupyterhub_gpu.contract import ADMITTED, QUEUED, RUNNING, SUCCEEDED
+from jupyterhub_gpu.services.notify.events import Event, cull_event, job_events
+from jupyterhub_gpu.services.notify.outbox import DROPPED, FAILED, PENDING, SENT, Outbox, outbox_id
+from jupyterhub_gpu.services.notify.prefs import Channels, PreferenceStore, parse_webhooks
+from jupyterhub_gpu.services.notify.send import Notifier
+from jupyterhub_gpu.services.notify.watch import compare, watch_jobs
 
 from .receivers import WebhookSink
 from .test_events_payloads import status
@@ -117,7 +117,7 @@ def test_statuses_and_their_events_are_written_together_or_not_at_all(tmp_path, 
     box = Outbox(str(tmp_path / "o.sqlite"))
     (ev,) = job_events(status(RUNNING), status(SUCCEEDED))
     box.record([], {("team-ds", "a"): {"state": RUNNING}})
-    import gpu_spawner.services.notify.outbox as outbox
+    import jupyterhub_gpu.services.notify.outbox as outbox
 
     real, calls = outbox._event_json, []
 
@@ -242,7 +242,7 @@ async def test_over_max_pending_rows_stay_pending_and_the_next_start_delivers_th
 
 
 def test_ended_rows_are_pruned_after_keep_done_s_at_most_once_an_hour(tmp_path):
-    from gpu_spawner.services.notify.outbox import KEEP_DONE_S, PRUNE_EVERY_S
+    from jupyterhub_gpu.services.notify.outbox import KEEP_DONE_S, PRUNE_EVERY_S
 
     now = [1000.0]
     box = Outbox(str(tmp_path / "o.sqlite"), clock=lambda: now[0])

@@ -18,16 +18,16 @@ import pytest
 import requests
 from cluster.test_dra_devcluster import allocation_of, custom
 
-from devcluster import cluster as dc
-from devcluster.devhub import NAMESPACE as HUB_NS
-from devcluster.testing import DevCluster, JobsHub, jobs_hub
-from gpu_spawner.builders import dra
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, JOB_LABEL
-from gpu_spawner.model.profiles_file import load_profiles
+from jupyterhub_gpu.builders import dra
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER, JOB_LABEL
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu_dev import cluster as dc
+from jupyterhub_gpu_dev.devhub import NAMESPACE as HUB_NS
+from jupyterhub_gpu_dev.testing import DevCluster, JobsHub, jobs_hub
 
 pytestmark = pytest.mark.cluster
 
-PROFILES = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+PROFILES = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles-dra.yaml"
 NODES = {"system": 1, "gput4": 1, "dra-a100": 2, "dra-a100mig": 1}  # 4 whole A100s, 2 x 3g.40gb
 TEAM_NS = "team-ds"
 USERS = ["ana", "ben", "cy", "dee", "eve"]
@@ -74,7 +74,7 @@ def picker_shows(hub: JobsHub, slug: str, numbers: tuple[int, int], what: str) -
 
 
 def hub_wait(check, timeout: float, what: str):
-    from devcluster.testing import wait_until
+    from jupyterhub_gpu_dev.testing import wait_until
 
     return wait_until(check, timeout, what, 0.5)
 

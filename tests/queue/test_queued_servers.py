@@ -16,12 +16,12 @@ import requests
 import yaml
 from cluster.test_kueue_admission import job
 
-from devcluster.devhub import NAMESPACE, login
-from devcluster.testing import hub_with_agent, wait_until
-from gpu_spawner.builders.kueue import cluster_queue, render_kueue
-from gpu_spawner.contract import KUEUE_ADMISSION_GATE, KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.model import quantities
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.kueue import cluster_queue, render_kueue
+from jupyterhub_gpu.contract import KUEUE_ADMISSION_GATE, KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
+from jupyterhub_gpu.model import quantities
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev.devhub import NAMESPACE, login
+from jupyterhub_gpu_dev.testing import hub_with_agent, wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -11,11 +11,11 @@ import yaml
 from cluster.test_kueue_admission import admitted, job
 from e2e.test_hub import cards
 
-from devcluster.devhub import NAMESPACE, login
-from devcluster.testing import hub_with_agent, wait_until
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.contract import KUEUE_GROUP, KUEUE_VERSION
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.contract import KUEUE_GROUP, KUEUE_VERSION
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev.devhub import NAMESPACE, login
+from jupyterhub_gpu_dev.testing import hub_with_agent, wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from devcluster.agent import IMAGE_IPYTHON_CONFIG
-from runner.main import EXIT_NOTEBOOK_FAILED, EXIT_OK, EXIT_TERMINATED
+from jupyterhub_gpu.runner.main import EXIT_NOTEBOOK_FAILED, EXIT_OK, EXIT_TERMINATED
+from jupyterhub_gpu_dev.agent import IMAGE_IPYTHON_CONFIG
 
 pytestmark = pytest.mark.kernel  # real kernels: ipykernel through papermill
 
@@ -167,8 +167,8 @@ def test_the_checkpoint_folder_is_made_and_relative_paths_are_the_working_direct
 def test_the_notebooks_reports_reach_the_log_as_report_lines_and_not_its_output(tmp_path):
     """`gpuhub.report()` in the kernel → the runner's relay → `[gpuhub-runner] ... report {...}` lines, from which
     gpu-jobs computes the job's throughput; the output notebook stays the user's own."""
-    from gpu_spawner.model.throughput import throughput
-    from gpu_spawner.reports import reports_in
+    from jupyterhub_gpu.model.throughput import throughput
+    from jupyterhub_gpu.reports import reports_in
 
     snap = snapshot(tmp_path, "import time, gpuhub\nfor step in range(1, steps + 1):\n    time.sleep(delay)\n"
                               "    gpuhub.report(step=step, samples=32 * step, loss=1 / step, total_steps=steps)\n"

@@ -8,8 +8,8 @@ from urllib.parse import quote
 
 import requests
 
-from devcluster.devhub import xsrf_token
-from devcluster.testing import JobsHub, jobs_hub, write_profiles  # noqa: F401 (write_profiles: for the tests)
+from jupyterhub_gpu_dev.devhub import xsrf_token
+from jupyterhub_gpu_dev.testing import JobsHub, jobs_hub, write_profiles  # noqa: F401 (write_profiles: for the tests)
 
 TEAM_NS = ("team-ds", "team-mlr")
 JOB_LABEL = "gpuhub.io/job"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from gpu_spawner.contract import JOBS_ACCESS_SCOPE
+from jupyterhub_gpu.contract import JOBS_ACCESS_SCOPE
 
 
 class HubUserAPI(web.RequestHandler):

@@ -1,4 +1,4 @@
-"""The test side of the loop-stall rule (gpu_spawner/services/loopguard.py): no single request holds a
+"""The test side of the loop-stall rule (jupyterhub_gpu/services/loopguard.py): no single request holds a
 service's event loop for more than 50 ms. A `StallMeter` reads a service's loop-guard metrics (its
 /metrics over HTTP, or a registry in this process) before and after each request and fails the test when
 the request brought a stall over the limit; it keeps the worst stall seen per endpoint for the report.

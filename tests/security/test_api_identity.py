@@ -17,7 +17,7 @@ import pytest
 import requests
 from jupyterhub.services.auth import HubAuth
 
-from gpu_spawner.services.auth import TokenAuth
+from jupyterhub_gpu.services.auth import TokenAuth
 
 from .api_hub import api_hub, clean_teams, write_profiles
 

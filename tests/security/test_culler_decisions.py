@@ -8,10 +8,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from gpu_spawner.cluster.dcgm import PROF_METRIC
-from gpu_spawner.cluster.rules import Rule
-from gpu_spawner.services.culler import decide as D
-from gpu_spawner.services.culler.service import user_url
+from jupyterhub_gpu.cluster.dcgm import PROF_METRIC
+from jupyterhub_gpu.cluster.rules import Rule
+from jupyterhub_gpu.services.culler import decide as D
+from jupyterhub_gpu.services.culler.service import user_url
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 T4 = Rule("t4", idle_timeout=1800, max_age=None, is_gpu=True, gpus=1, hourly_cost=0.5)
@@ -70,10 +70,10 @@ def test_a_pod_name_template_the_culler_cannot_fill_stops_it_at_start(tmp_path):
     import subprocess
     import sys
 
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
     env = dict(os.environ, JUPYTERHUB_API_TOKEN="x")
-    p = subprocess.run([sys.executable, "-m", "gpu_spawner.services.culler", "--once", "--url=http://127.0.0.1:9/hub/api",
+    p = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.services.culler", "--once", "--url=http://127.0.0.1:9/hub/api",
                         f"--profiles-file={EXAMPLE_PROFILES}", "--pod-name-template=jupyter-{userid}"],
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 2 and "pod-name-template" in p.stderr and "userid" in p.stderr, p.stderr[-2000:]

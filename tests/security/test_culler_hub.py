@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import requests
 from culler.fixtures import GPU_IDLE, SCRAPE, exporter, fresh, hub, prometheus  # noqa: F401 (fixtures)
 
-from gpu_spawner.cluster.dcgm import UTIL_METRIC
-from gpu_spawner.cluster.times import parse_time
+from jupyterhub_gpu.cluster.dcgm import UTIL_METRIC
+from jupyterhub_gpu.cluster.times import parse_time
 
 #: Hostile user names (the hub accepts these; it refuses "/" and names of only dots) and the users whose
 #: servers a badly built URL would reach instead (`a?b` → `a`, `x%2e%2e` → `x..`, `with space` → `with`).

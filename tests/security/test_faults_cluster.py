@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from devcluster.testing import JobsHub, hub_with_agent
+from jupyterhub_gpu_dev.testing import JobsHub, hub_with_agent
 
 pytestmark = pytest.mark.cluster
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_spawner.builders import deploy
-from gpu_spawner.builders.hardening import JOB_GID, JOB_UID, MAX_EPHEMERAL_STORAGE, harden
-from gpu_spawner.builders.jobs import JobSettings, build_job
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders import deploy
+from jupyterhub_gpu.builders.hardening import JOB_GID, JOB_UID, MAX_EPHEMERAL_STORAGE, harden
+from jupyterhub_gpu.builders.jobs import JobSettings, build_job
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
@@ -61,7 +61,7 @@ def test_job_pod_has_a_bounded_scratch_disk(cfg):
 
 
 def test_ephemeral_storage_is_a_service_setting_with_bounds():
-    from gpu_spawner.services.jobs.options import GPUJobs
+    from jupyterhub_gpu.services.jobs.options import GPUJobs
 
     assert GPUJobs.ephemeral_storage.help and GPUJobs.class_traits()["ephemeral_storage"].metadata.get("config")
     app = GPUJobs()
@@ -119,8 +119,8 @@ def test_kueue_quota_covers_the_scratch_disk_so_gpus_decide(cfg):
 
 # ---------------------------------------------------------------------------------------------- network
 def test_every_team_namespace_blocks_job_pod_ingress_and_metadata_egress(cfg):
-    from gpu_spawner.builders.network import METADATA_CIDRS, render_network_policies
-    from gpu_spawner.contract import JOB_LABEL
+    from jupyterhub_gpu.builders.network import METADATA_CIDRS, render_network_policies
+    from jupyterhub_gpu.contract import JOB_LABEL
 
     assert set(METADATA_CIDRS) == {"169.254.169.254/32", "168.63.129.16/32"}
     pols = [p for p in render_network_policies(cfg, "jhub") if p["metadata"]["name"] == "gpuhub-job-pods"]
@@ -159,7 +159,7 @@ def calls_in_code() -> set[tuple[str, str, str, str]]:
     """(group, resource, scope, verb) of every Kubernetes API call in services/jobs/; a list made by the
     watch-fed cache (cache.py, through an Informer) also watches."""
     found = set()
-    for path in sorted((ROOT / "gpu_spawner" / "services" / "jobs").glob("*.py")):
+    for path in sorted((ROOT / "jupyterhub_gpu" / "services" / "jobs").glob("*.py")):
         text = path.read_text()
         for verb, scope, kind, args in CALL.findall(text):
             if kind.endswith("custom_object"):
@@ -179,8 +179,8 @@ def calls_in_code() -> set[tuple[str, str, str, str]]:
 
 
 def test_gpu_jobs_account_has_exactly_the_verbs_its_code_uses(cfg):
-    from gpu_spawner.builders.deploy import jobs_permissions
-    from gpu_spawner.builders.names import JOBS_ACCOUNT
+    from jupyterhub_gpu.builders.deploy import jobs_permissions
+    from jupyterhub_gpu.builders.names import JOBS_ACCOUNT
 
     granted = {(p.group, p.resource, "cluster" if p.namespace is None else "team", v)
                for p in jobs_permissions(cfg) for v in p.verbs}
@@ -192,7 +192,7 @@ def test_gpu_jobs_account_has_exactly_the_verbs_its_code_uses(cfg):
 
 
 def test_gpu_jobs_runs_under_its_own_hardened_account():
-    from gpu_spawner.builders.workloads import render_gpu_jobs
+    from jupyterhub_gpu.builders.workloads import render_gpu_jobs
 
     objs = {o["kind"]: o for o in render_gpu_jobs("jhub")}
     pod = objs["Deployment"]["spec"]["template"]["spec"]
@@ -213,8 +213,8 @@ def test_gpu_jobs_runs_under_its_own_hardened_account():
 
 def test_gpu_operator_reaches_tainted_gpu_pools(cfg):
     """NFD's worker labels the NVIDIA PCI device the operator keys on: it must tolerate every GPU taint too."""
-    from gpu_spawner.builders.names import DEVICE_PLUGIN_CONFIG
-    from gpu_spawner.builders.workloads import render_gpu_operator_values
+    from jupyterhub_gpu.builders.names import DEVICE_PLUGIN_CONFIG
+    from jupyterhub_gpu.builders.workloads import render_gpu_operator_values
 
     values = render_gpu_operator_values(cfg)
     want = [t.toleration() for t in cfg.gpu_taints()]
@@ -250,7 +250,7 @@ PLAIN = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybo
     ("hostPath volume", {**harden(PLAIN, "1Gi"), "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}),
 ])
 def test_api_server_refuses_a_pod_breaking_restricted_in_a_team_namespace(cluster, what, spec):
-    from devcluster.kube import KubeError
+    from jupyterhub_gpu_dev.kube import KubeError
 
     labels = cluster.core.read_namespace("team-ds").metadata.labels
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -275,7 +275,7 @@ def test_api_server_admits_the_hardened_pod(cluster):
 def jobs_sa_kubeconfig(cluster, tmp_path_factory) -> Path:
     """A kubeconfig holding only a token of the ServiceAccount jhub/gpu-jobs, with the rights `render_rbac`
     gives that account (and nothing else)."""
-    from devcluster.kube import KubeError
+    from jupyterhub_gpu_dev.kube import KubeError
 
     cfg = load_profiles(cluster.profiles)
     kube = cluster.kube()
@@ -318,7 +318,7 @@ def hub_with_jobs_sa(cluster, jobs_sa_kubeconfig, tmp_path_factory):
     import requests
     from jobs.test_service_cluster import GROUPS, JobsHub
 
-    from devcluster.testing import hub_with_agent
+    from jupyterhub_gpu_dev.testing import hub_with_agent
 
     state = tmp_path_factory.mktemp("hardenedhub")
     token = secrets.token_hex(16)

@@ -18,15 +18,15 @@ from kubernetes_asyncio import client
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from gpu_spawner.contract import JOBS_ACCESS_SCOPE
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.auth import TokenAuth
-from gpu_spawner.services.jobs import limits
-from gpu_spawner.services.jobs.app import make_app
-from gpu_spawner.services.jobs.cache import JobsCache
-from gpu_spawner.services.jobs.kube import Kube
-from gpu_spawner.services.jobs.submission import ServiceSettings
-from gpu_spawner.services.loopguard import LoopGuard
+from jupyterhub_gpu.contract import JOBS_ACCESS_SCOPE
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.auth import TokenAuth
+from jupyterhub_gpu.services.jobs import limits
+from jupyterhub_gpu.services.jobs.app import make_app
+from jupyterhub_gpu.services.jobs.cache import JobsCache
+from jupyterhub_gpu.services.jobs.kube import Kube
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings
+from jupyterhub_gpu.services.loopguard import LoopGuard
 
 from .hub_user import hub_user_app
 from .stalls import StallMeter

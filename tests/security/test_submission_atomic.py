@@ -19,7 +19,7 @@ import pytest
 import requests
 from kubernetes.client.rest import ApiException
 
-from devcluster.testing import PARAMETERS_NB, JobsHub, hub_with_agent
+from jupyterhub_gpu_dev.testing import PARAMETERS_NB, JobsHub, hub_with_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -189,7 +189,7 @@ def test_a_lost_answer_and_its_retries_make_one_job(hub, cluster):
     """The answer to POST /jobs is never read; the same request is sent again, twice at once, under the same
     Idempotency-Key: one Job, each retry 200 with its name; the key with another body is a 422 and creates
     nothing; another user's identical key is that user's own submission."""
-    from gpu_spawner.services.jobs.idempotency import submission_id
+    from jupyterhub_gpu.services.jobs.idempotency import submission_id
 
     key = secrets.token_urlsafe(16)
     body = {"profile": "t4-shared", "notebook_path": "work/train.ipynb", "notebook": PARAMETERS_NB}

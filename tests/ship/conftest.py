@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from devcluster import binaries, cluster, devsetup, realnodes, z2jh
-from devcluster.kube import Kube
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev import binaries, cluster, devsetup, realnodes, z2jh
+from jupyterhub_gpu_dev.kube import Kube
 
 #: Where the ship tier's cluster lives: its nodes' containerd roots persist there, so an unchanged image is
 #: imported once, not on every run.

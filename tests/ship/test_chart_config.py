@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import z2jh
-from gpu_spawner.builders import pods as podspec
-from gpu_spawner.contract import ENV_CULLER_URL, ENV_HUB_API_URL, ENV_JOBS_URL
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.builders import pods as podspec
+from jupyterhub_gpu.contract import ENV_CULLER_URL, ENV_HUB_API_URL, ENV_JOBS_URL
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu_dev import z2jh
 
 #: Where the JupyterHub 5.5 interpreter of the test matrix is (`make matrix-venv`: the hub image's pins).
 MATRIX_ENV = "GPUHUB_JH55_PYTHON"
@@ -51,13 +51,13 @@ def interpreters() -> list:
 
 
 def inspect(python: str, hub_pod: z2jh.HubPod, user: str, groups: list[str]) -> dict:
-    """The chart's hub config, loaded by `python`, asked for this user's picker and pods (devcluster/z2jh_inspect.py).
+    """The chart's hub config, loaded by `python`, asked for this user's picker and pods (devcluster/jupyterhub_gpu_dev/z2jh_inspect.py).
     The profiles ConfigMap the values mount at /etc/gpuhub is the example file here."""
     if not Path(python).exists():
         pytest.skip(f"no JupyterHub 5.5 interpreter at {python}: `make matrix-venv` builds it (or set ${MATRIX_ENV})")
     env = {**os.environ, **hub_pod.env, "GPUHUB_PROFILES": str(EXAMPLE_PROFILES),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([python, "-m", "devcluster.z2jh_inspect", str(hub_pod.root), user, ",".join(groups),
+    out = subprocess.run([python, "-m", "jupyterhub_gpu_dev.z2jh_inspect", str(hub_pod.root), user, ",".join(groups),
                           *PROFILES], capture_output=True, text=True, env=env, cwd=hub_pod.root, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
@@ -78,7 +78,7 @@ def seen(request, hub_pod) -> dict:
 
 
 def test_the_chart_config_runs_gpuspawner_with_the_files_profiles(seen):
-    assert seen["spawner_class"] == "gpu_spawner.hub.spawner.GPUSpawner"
+    assert seen["spawner_class"] == "jupyterhub_gpu.hub.spawner.GPUSpawner"
     assert seen["errors"] == {}  # before: "No such profile: cpu. Options include:" and dict/str manifest errors
     assert seen["profile_list"] == PROFILES  # alice's group's profiles, not the chart's empty list
     assert seen["form_has_picker"]

@@ -1,4 +1,4 @@
-"""The images `make images` builds (devcluster/images.py, images/README.md): each is in the cache under the key of
+"""The images `make images` builds (devcluster/jupyterhub_gpu_dev/images.py, images/README.md): each is in the cache under the key of
 its current inputs, and a container of each really runs here with podman and runc, as uid 1000 (the chart's proxy
 stand-in as 65534, configurable-http-proxy of z2jh 4.4.0 serving its REST API). The hub's
 JupyterHub is the z2jh 4.4.0 hub's 5.5 and validates the example profiles file; the singleuser server's GPU
@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from devcluster import images
+from jupyterhub_gpu_dev import images
 
-EXAMPLE = "$(python3 -c 'from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES; print(EXAMPLE_PROFILES)')"
+EXAMPLE = "$(python3 -c 'from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES; print(EXAMPLE_PROFILES)')"
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_hub_image_runs_jupyterhub_5_5_and_validates_the_example_profiles(hub_im
     version = run(hub_image, "jupyterhub", "--version")
     assert version.returncode == 0 and version.stdout.strip().startswith("5.5."), version.stdout + version.stderr
     out = run(hub_image, "sh", "-c", f'gpuhub validate "{EXAMPLE}" && python3 -c "import kubespawner, '
-              'gpu_spawner.hub.spawner; print(kubespawner.__version__)"')
+              'jupyterhub_gpu.hub.spawner; print(kubespawner.__version__)"')
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1] == "7.0.0"  # z2jh 4.4.0's KubeSpawner, kept by the package
 
@@ -111,9 +111,9 @@ def test_runner_executes_a_notebook_in_a_kernel_inside_its_container(built_image
 
 
 def test_a_warm_make_images_builds_nothing(built_images):
-    """Everything cached: `python devcluster/images.py build` only checks keys (seconds, no build tool runs)."""
+    """Everything cached: `python devcluster/jupyterhub_gpu_dev/images.py build` only checks keys (seconds, no build tool runs)."""
     start = time.monotonic()
-    out = subprocess.run(["python3", str(images.ROOT / "devcluster" / "images.py"), "build"], capture_output=True,
+    out = subprocess.run(["python3", str(images.ROOT / "devcluster" / "jupyterhub_gpu_dev" / "images.py"), "build"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "building" not in out.stderr, out.stderr
     assert time.monotonic() - start < 30  # measured: under a second

@@ -220,7 +220,7 @@ def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigte
 
 
 def test_helm_upgrade_with_a_changed_profiles_file_reaches_the_running_hub(z2jh_install, tmp_path):
-    from devcluster import z2jh_dev
+    from jupyterhub_gpu_dev import z2jh_dev
 
     changed = tmp_path / "profiles.yaml"
     changed.write_text(z2jh_install.profiles.read_text().replace("Shared T4 (time-sliced)", "Shared T4 for class"))
@@ -297,7 +297,7 @@ def test_ctrl_c_stops_every_container_mount_and_the_nodes_network(z2jh_install):
     import signal
     import subprocess
 
-    from devcluster import realnodes
+    from jupyterhub_gpu_dev import realnodes
 
     nodes = realnodes.recorded(z2jh_install.cluster.layout)
     assert nodes, "the real nodes were not recorded"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = "gpu_spawner"
+PACKAGE = "jupyterhub_gpu"
 
 #: Layer of each top-level part, lowest first; an import may only go to the same layer or below.
 #: `kubeio` (informers, API clients, kube config) has its own layer between builders and services, not

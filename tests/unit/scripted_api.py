@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from gpu_spawner.kubeio.clients import TimeoutApiClient
+from jupyterhub_gpu.kubeio.clients import TimeoutApiClient
 
 
 @asynccontextmanager

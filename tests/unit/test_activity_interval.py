@@ -8,9 +8,9 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from gpu_spawner.config import configure
-from gpu_spawner.model.activity import hub_activity_interval, idle_timeout_problems
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.config import configure
+from jupyterhub_gpu.model.activity import hub_activity_interval, idle_timeout_problems
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 def short_file(tmp_path, idle="2m"):
@@ -47,18 +47,18 @@ def test_hub_config_refuses_to_start_and_validate_says_why(tmp_path, capsys):
     fast.JupyterHub.last_activity_interval = 60
     fast.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "60"}
     assert configure(fast, str(path))[0] == str(path)  # this hub sees activity every minute: accepted
-    r = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "validate", str(path)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "validate", str(path)], capture_output=True,
                        text=True)
     assert r.returncode != 0 and "shorter than JupyterHub's activity report interval" in r.stderr
-    ok = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "validate", str(path),
+    ok = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "validate", str(path),
                          "--activity-interval", "60"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
 
 
 def test_gpuhub_dev_activity_interval_sets_both_intervals_so_the_hub_accepts_a_short_idle_timeout(tmp_path):
-    """`gpuhub dev --activity-interval 30s`: the dev hub's config lines (devcluster/devhub.py) set the hub's poll
+    """`gpuhub dev --activity-interval 30s`: the dev hub's config lines (devcluster/jupyterhub_gpu_dev/devhub.py) set the hub's poll
     and the servers' report together, and the product's own check accepts a 1-minute idle_timeout under them."""
-    from devcluster.devhub import activity_lines
+    from jupyterhub_gpu_dev.devhub import activity_lines
 
     path = short_file(tmp_path, idle="1m")
     c = Config()
@@ -76,7 +76,7 @@ def test_gpuhub_dev_activity_interval_sets_both_intervals_so_the_hub_accepts_a_s
 def test_gpuhub_dev_refuses_a_short_idle_timeout_before_starting_anything_and_names_the_option(tmp_path):
     path = short_file(tmp_path, idle="1m")
     env_dir = tmp_path / "cluster"  # nothing may be started, so nothing may be written here
-    r = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "dev", "--profiles", str(path)],
+    r = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "dev", "--profiles", str(path)],
                        capture_output=True, text=True, timeout=60,
                        env={**__import__("os").environ, "GPUHUB_CLUSTER_DIR": str(env_dir)})
     assert r.returncode == 2 and r.stdout == ""
@@ -87,7 +87,7 @@ def test_gpuhub_dev_refuses_a_short_idle_timeout_before_starting_anything_and_na
 
 @pytest.mark.parametrize("value", ["0", "-5s", "10m", "1.5s", "abc", "1" * 70, "30s30s"])
 def test_gpuhub_dev_activity_interval_outside_one_to_300_whole_seconds_is_a_usage_error(value):
-    r = subprocess.run([sys.executable, "-m", "gpu_spawner.tools.cli", "dev", "--activity-interval", value],
+    r = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.cli", "dev", "--activity-interval", value],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert "argument --activity-interval" in r.stderr

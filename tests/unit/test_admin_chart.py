@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.services.admin.chart import BUCKET_S, MAX_BUCKETS, SPAN_S, Bucket, SlotHistory, slots_svg, summary
+from jupyterhub_gpu.services.admin.chart import BUCKET_S, MAX_BUCKETS, SPAN_S, Bucket, SlotHistory, slots_svg, summary
 
 NOW = 1_800_000_000.0 - 1_800_000_000.0 % BUCKET_S  # a bucket's start
 SVG = "{http://www.w3.org/2000/svg}"

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
-from gpu_spawner.services.admin.diff import EVERYONE, check_text, checksum, diff, offered, servers_losing_profile
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.services.admin.diff import EVERYONE, check_text, checksum, diff, offered, servers_losing_profile
 
 DATA = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 GROUPS = ["data-science", "ml-research", "teaching"]

@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.admin import render
-from gpu_spawner.services.admin.chart import Bucket
-from gpu_spawner.services.admin.live import (
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.admin import render
+from jupyterhub_gpu.services.admin.chart import Bucket
+from jupyterhub_gpu.services.admin.live import (
     LiveReader,
     LiveState,
     PoolState,

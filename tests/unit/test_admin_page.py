@@ -17,10 +17,10 @@ from tornado import httpclient, web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.admin import web as admin
-from gpu_spawner.services.admin.diff import checksum
-from gpu_spawner.services.admin.live import LiveReader, Read, pool_states
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services.admin import web as admin
+from jupyterhub_gpu.services.admin.diff import checksum
+from jupyterhub_gpu.services.admin.live import LiveReader, Read, pool_states
 
 PREFIX = "/services/gpu-admin/"
 SECRET = b"s" * 32
@@ -222,7 +222,7 @@ async def test_the_doctor_runs_at_most_once_a_minute_and_shows_each_fix(site):
 
 
 def test_pools_are_unknown_when_the_nodes_cannot_be_read():
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.model.profiles_file import load_profiles
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     assert all(p.ready is None and p.slots_total is None for p in pool_states(cfg, None, None).values())
@@ -234,8 +234,8 @@ def test_pools_are_unknown_when_the_nodes_cannot_be_read():
 def test_configure_runs_the_console_for_admins_only_and_turns_it_off(monkeypatch, tmp_path, off):
     from traitlets.config import Config
 
-    from gpu_spawner.config import configure
-    from gpu_spawner.services.admin.hub import ROLE, SCOPES, admin_enabled
+    from jupyterhub_gpu.config import configure
+    from jupyterhub_gpu.services.admin.hub import ROLE, SCOPES, admin_enabled
 
     monkeypatch.chdir(tmp_path)
     for var in ("GPUHUB_ADMIN_CONSOLE", "GPUHUB_ADMIN_URL", "GPUHUB_USAGE"):
@@ -246,7 +246,7 @@ def test_configure_runs_the_console_for_admins_only_and_turns_it_off(monkeypatch
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     page = services["gpu-admin"]
     assert page["url"] == "http://hub:10104" and page["oauth_no_confirm"]
-    assert page["command"][1:3] == ["-m", "gpu_spawner.services.admin.web"]
+    assert page["command"][1:3] == ["-m", "jupyterhub_gpu.services.admin.web"]
     assert f"--profiles-file={EXAMPLE_PROFILES}" in page["command"] and "--activity-interval=300" in page["command"]
     assert roles[ROLE] == {"name": ROLE, "scopes": SCOPES, "services": ["gpu-admin"]}
     # no role but JupyterHub's admin role (access:services) reaches it

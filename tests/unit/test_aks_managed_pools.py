@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from test_terraform import parse, script_pools, terraform_pools, with_pools
 
-from gpu_spawner.builders import terraform
-from gpu_spawner.builders.aks_pools import AGENTPOOL, DEVICE_PLUGIN_CONFIG_LABEL, aks_node_pools
-from gpu_spawner.builders.deploy import MANAGED_GPU_NOTE, render_aks_script, render_device_plugin_config
-from gpu_spawner.model.gpu_stack import MANAGED_GPU_LABEL, OPERATOR_OPERANDS_LABEL
-from gpu_spawner.model.node_facts import gpu_labels
-from gpu_spawner.model.profiles import Pool
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.builders import terraform
+from jupyterhub_gpu.builders.aks_pools import AGENTPOOL, DEVICE_PLUGIN_CONFIG_LABEL, aks_node_pools
+from jupyterhub_gpu.builders.deploy import MANAGED_GPU_NOTE, render_aks_script, render_device_plugin_config
+from jupyterhub_gpu.model.gpu_stack import MANAGED_GPU_LABEL, OPERATOR_OPERANDS_LABEL
+from jupyterhub_gpu.model.node_facts import gpu_labels
+from jupyterhub_gpu.model.profiles import Pool
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
 
 GPU = {"taints": [{"key": "sku", "value": "gpu"}], "instance_type": "Standard_NC40ads_H100_v5",
        "gpu": {"model": "H100-NVL-94GB"}}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("gpu_spawner", "gpuhub", "extension", "runner")
+PRODUCT = ("jupyterhub_gpu", "gpuhub", "extension", "runner")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -66,39 +66,39 @@ def test_gpuhub_reaches_the_simulator_only_through_its_entry_point():
     """`gpuhub dev` and `gpuhub cluster` come from the checkout's `gpuhub.commands` entry point (setup.cfg)."""
     from importlib.metadata import entry_points
 
-    from gpu_spawner.tools.cli import COMMANDS_GROUP, build_parser
+    from jupyterhub_gpu.tools.cli import COMMANDS_GROUP, build_parser
 
     assert {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)} == {
-        "devcluster": "devcluster.commands:add_commands"}
+        "devcluster": "jupyterhub_gpu_dev.commands:add_commands"}
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"validate", "render", "doctor", "report", "dev", "cluster"} <= set(commands)
 
 
 def test_a_declared_command_whose_module_is_absent_is_left_out(monkeypatch):
-    """The images install the package from gpu_spawner/, extension/ and runner/ alone: the entry point is
+    """The images install the package from jupyterhub_gpu/, jupyterhub_gpu/singleuser/ and jupyterhub_gpu/runner/ alone: the entry point is
     declared there, its module is not."""
     from importlib.metadata import EntryPoint
 
-    from gpu_spawner.tools import cli
+    from jupyterhub_gpu.tools import cli
 
     absent = EntryPoint("devcluster", "no_such_module_here.commands:add_commands", cli.COMMANDS_GROUP)
     monkeypatch.setattr(cli, "entry_points", lambda group: [absent])
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"validate", "render", "doctor", "report"} <= set(commands) and "dev" not in commands
-    assert cli.main(["validate", str(Path(__file__).resolve().parents[2] / "gpu_spawner/examples/profiles.yaml")]) == 0
+    assert cli.main(["validate", str(Path(__file__).resolve().parents[2] / "jupyterhub_gpu/examples/profiles.yaml")]) == 0
 
 
 def test_a_broken_command_plugin_is_said_and_the_products_commands_still_work(monkeypatch, capsys):
     from importlib.metadata import EntryPoint
 
-    from gpu_spawner.tools import cli
+    from jupyterhub_gpu.tools import cli
 
     def broken(sub):
         raise RuntimeError("a bug in the plugin")
 
     monkeypatch.setattr(cli, "entry_points", lambda group: [EntryPoint("x", "json:loads", cli.COMMANDS_GROUP)])
     monkeypatch.setattr(EntryPoint, "load", lambda self: broken)
-    example = str(Path(__file__).resolve().parents[2] / "gpu_spawner/examples/profiles.yaml")
+    example = str(Path(__file__).resolve().parents[2] / "jupyterhub_gpu/examples/profiles.yaml")
     assert cli.main(["validate", example]) == 0
     said = capsys.readouterr().err
     assert "warning: gpuhub commands from json:loads left out: RuntimeError: a bug in the plugin" in said

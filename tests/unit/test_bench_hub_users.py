@@ -15,8 +15,8 @@ from bench.hub_load import (
     spread,
     summarize,
 )
-from gpu_spawner.builders import pods as podspec
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders import pods as podspec
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 def args(**over):

@@ -1,4 +1,4 @@
-"""The cold Go build says what it builds and roughly how long is left (devcluster/build_progress.py)."""
+"""The cold Go build says what it builds and roughly how long is left (devcluster/jupyterhub_gpu_dev/build_progress.py)."""
 from __future__ import annotations
 
 import io
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import binaries
-from devcluster import build_progress as bp
+from jupyterhub_gpu_dev import binaries
+from jupyterhub_gpu_dev import build_progress as bp
 
 ORDER = list(binaries.CLUSTER_BINARIES)
 
@@ -162,7 +162,7 @@ def test_plan_says_what_a_fresh_machine_builds_and_nothing_once_it_is_built(tmp_
 
 
 def test_the_go_wrapper_modules_pin_the_versions_binaries_py_names():
-    """kwok and kueue are built from devcluster/go/controllers, the JobSet controller from devcluster/go/jobset:
+    """kwok and kueue are built from devcluster/jupyterhub_gpu_dev/go/controllers, the JobSet controller from devcluster/jupyterhub_gpu_dev/go/jobset:
     their go.mod files and binaries.py's constants (CRDs, stage files and the stamp are read from those) agree."""
     def pinned(module_dir: str, path: str) -> str:
         text = (binaries.GO_DIR / module_dir / "go.mod").read_text()

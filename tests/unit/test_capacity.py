@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.nodes import build_nodes
-from gpu_spawner.hub import picker
-from gpu_spawner.hub import progress as explain
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub import progress as explain
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev.nodes import build_nodes
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devcluster.nodes import build_nodes
-from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub.capacity import ClusterState, milli, pod_requests
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles_text
+from jupyterhub_gpu.contract import PROFILE_LABEL
+from jupyterhub_gpu.hub.capacity import ClusterState, milli, pod_requests
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles_text
+from jupyterhub_gpu_dev.nodes import build_nodes
 
 POOL_LABEL = "kubernetes.azure.com/agentpool"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from traitlets.config import Config
 
-from gpu_spawner.builders import pods as podspec
-from gpu_spawner.hub.render_pod import make_spawner, pod_manifest
-from gpu_spawner.hub.spawner import APPENDED_KEY_PREFIX, GPUSpawner, appended
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.builders import pods as podspec
+from jupyterhub_gpu.hub.render_pod import make_spawner, pod_manifest
+from jupyterhub_gpu.hub.spawner import APPENDED_KEY_PREFIX, GPUSpawner, appended
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 HOME = {"name": "home", "persistentVolumeClaim": {"claimName": "gpuhub-home"}}
 HOME_MOUNT = {"name": "home", "mountPath": "/home/jovyan", "subPath": "{username}"}

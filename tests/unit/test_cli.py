@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 EXAMPLE = str(EXAMPLE_PROFILES)
 BAD = """

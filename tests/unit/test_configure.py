@@ -1,4 +1,4 @@
-"""gpu_spawner.config.configure: the one wiring of spawner, gpu-jobs and culler that jupyterhub_config.py,
+"""jupyterhub_gpu.config.configure: the one wiring of spawner, gpu-jobs and culler that jupyterhub_config.py,
 z2jh's extraConfig and the dev hub all call."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config, PyFileConfigLoader
 
-from gpu_spawner.config import SERVER_TOKEN_SCOPES, SPAWNER_CLASS, configure
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services import culler
-from gpu_spawner.services.jobs import hub as jobs
+from jupyterhub_gpu.config import SERVER_TOKEN_SCOPES, SPAWNER_CLASS, configure
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services import culler
+from jupyterhub_gpu.services.jobs import hub as jobs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(EXAMPLE_PROFILES)
@@ -36,13 +36,13 @@ def test_wires_the_spawner_both_services_and_least_privilege_roles():
     c = Config()
     path, cfg = configure(c, EXAMPLE)
     assert path == EXAMPLE and cfg.by_slug  # the validated profiles
-    assert c.JupyterHub.spawner_class == SPAWNER_CLASS == "gpu_spawner.hub.spawner.GPUSpawner"
+    assert c.JupyterHub.spawner_class == SPAWNER_CLASS == "jupyterhub_gpu.hub.spawner.GPUSpawner"
     assert c.GPUSpawner.profiles_file == EXAMPLE
     assert (c.GPUSpawner.start_timeout, c.GPUSpawner.http_timeout) == (600, 120)
     services = by_name(c.JupyterHub.services)
     assert list(services) == ["gpu-jobs", "gpu-culler"]
     assert services["gpu-jobs"]["url"] == "http://127.0.0.1:10101"
-    assert services["gpu-jobs"]["command"] == [sys.executable, "-m", "gpu_spawner.services.jobs", "--profiles", EXAMPLE]
+    assert services["gpu-jobs"]["command"] == [sys.executable, "-m", "jupyterhub_gpu.services.jobs", "--profiles", EXAMPLE]
     assert services["gpu-culler"]["url"] == "http://127.0.0.1:10102"
     assert f"--profiles-file={EXAMPLE}" in services["gpu-culler"]["command"]
     assert "--warnings-file=" + str(Path.cwd() / "gpuhub-culler-warnings.json") in services["gpu-culler"]["command"]
@@ -176,7 +176,7 @@ def test_the_gpu_entry_point_and_the_dotted_path_name_the_same_spawner():
 
     from jupyterhub.app import JupyterHub
 
-    from gpu_spawner.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     (ep,) = entry_points(group="jupyterhub.spawners", name="gpu")
     assert ep.load() is GPUSpawner
@@ -186,7 +186,7 @@ def test_the_gpu_entry_point_and_the_dotted_path_name_the_same_spawner():
 
 def test_the_repo_config_and_the_dev_hub_config_load_the_same_roles(monkeypatch, tmp_path):
     """Both call configure: the same services and the same scopes (none spelled out in either file)."""
-    import devcluster.devhub as devhub
+    import jupyterhub_gpu_dev.devhub as devhub
 
     monkeypatch.setenv("GPUHUB_PROFILES", EXAMPLE)
     repo = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO)).load_config()

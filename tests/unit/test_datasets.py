@@ -11,18 +11,18 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.datasets import claim_name, dataset_objects, pod_datasets
-from gpu_spawner.builders.jobs import build_job
-from gpu_spawner.builders.jobsets import build_jobset
-from gpu_spawner.builders.pods import spawner_overrides
-from gpu_spawner.contract import DATASET_LABEL, ENV_DATASETS
-from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.datasets import NAME_MAX, datasets_for
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
-from gpu_spawner.tools.cli import main as gpuhub
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, run_checks
-from gpu_spawner.tools.doctor_datasets import check_datasets, wanted
+from jupyterhub_gpu.builders.datasets import claim_name, dataset_objects, pod_datasets
+from jupyterhub_gpu.builders.jobs import build_job
+from jupyterhub_gpu.builders.jobsets import build_jobset
+from jupyterhub_gpu.builders.pods import spawner_overrides
+from jupyterhub_gpu.contract import DATASET_LABEL, ENV_DATASETS
+from jupyterhub_gpu.hub.render_pod import pod_manifest
+from jupyterhub_gpu.model.datasets import NAME_MAX, datasets_for
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.tools.cli import main as gpuhub
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, Snapshot, run_checks
+from jupyterhub_gpu.tools.doctor_datasets import check_datasets, wanted
 
 EXAMPLE = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 NB = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
@@ -301,8 +301,8 @@ def test_the_dev_agent_mounts_readonly_claims_read_only_and_shows_the_datasets_f
     import os
     import subprocess
 
-    from devcluster.agent_env import mount_parents, read_only_command, read_only_mounts_work
-    from devcluster.volumes import read_only_folders
+    from jupyterhub_gpu_dev.agent_env import mount_parents, read_only_command, read_only_mounts_work
+    from jupyterhub_gpu_dev.volumes import read_only_folders
 
     data, home = tmp_path / "imagenet-mini", tmp_path / "home"
     data.mkdir()

@@ -1,4 +1,4 @@
-"""The day replay's pure parts (devcluster/replay): trace format and generator, the autoscaler MODEL,
+"""The day replay's pure parts (devcluster/jupyterhub_gpu_dev/replay): trace format and generator, the autoscaler MODEL,
 one-VM-per-user accounting, the same-work and determinism checks, and lever switching."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from devcluster.replay import accounting, levers
-from devcluster.replay import trace as traces
-from devcluster.replay.autoscaler import AutoscalerModel, PoolModel
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu_dev.replay import accounting, levers
+from jupyterhub_gpu_dev.replay import trace as traces
+from jupyterhub_gpu_dev.replay.autoscaler import AutoscalerModel, PoolModel
 
 
 @pytest.fixture(scope="module")

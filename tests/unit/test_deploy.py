@@ -1,6 +1,6 @@
 """deploy/: the z2jh values, RBAC, NetworkPolicies, AKS node pools and NVIDIA configs. The generated files
 must equal what the example profiles file renders now (regenerate:
-gpuhub render deploy gpu_spawner/examples/profiles.yaml)."""
+gpuhub render deploy jupyterhub_gpu/examples/profiles.yaml)."""
 from __future__ import annotations
 
 import shlex
@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_spawner.builders import deploy
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.culler import DEFAULT_PORT as CULLER_PORT
-from gpu_spawner.services.culler import SCOPES as CULLER_SCOPES
-from gpu_spawner.services.culler import SERVICE_NAME as CULLER
-from gpu_spawner.services.jobs import SERVICE_NAME as GPU_JOBS
-from gpu_spawner.services.jobs.hub import DEFAULT_PORT as JOBS_PORT
+from jupyterhub_gpu.builders import deploy
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.culler import DEFAULT_PORT as CULLER_PORT
+from jupyterhub_gpu.services.culler import SCOPES as CULLER_SCOPES
+from jupyterhub_gpu.services.culler import SERVICE_NAME as CULLER
+from jupyterhub_gpu.services.jobs import SERVICE_NAME as GPU_JOBS
+from jupyterhub_gpu.services.jobs.hub import DEFAULT_PORT as JOBS_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-EXAMPLE_REL = "gpu_spawner/examples/profiles.yaml"
+EXAMPLE_REL = "jupyterhub_gpu/examples/profiles.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def docs(name: str) -> list[dict]:
 def test_generated_files_are_current(cfg, name):
     want = deploy.generated_files(cfg, EXAMPLE_REL)[name]
     assert (DEPLOY / name).read_text() == want, \
-        f"deploy/{name} is stale: run gpuhub render deploy gpu_spawner/examples/profiles.yaml"
+        f"deploy/{name} is stale: run gpuhub render deploy jupyterhub_gpu/examples/profiles.yaml"
 
 
 @pytest.mark.parametrize("name", ["values.yaml", "rbac.yaml", "networkpolicy.yaml", "gpu-jobs.yaml",
@@ -141,7 +141,7 @@ def test_values_wire_gpuspawner_profiles_services_and_roles():
     config = hub["extraConfig"]["00-jupyterhub-gpu"]
     compile(config, "extraConfig", "exec")
     # the package's one configure() call; no role or scope is written here a second time
-    assert "from gpu_spawner.config import configure" in config and 'configure(c, services_host="hub")' in config
+    assert "from jupyterhub_gpu.config import configure" in config and 'configure(c, services_host="hub")' in config
     assert "loadRoles" not in hub and "scopes" not in config
     # the profiles file: a ConfigMap mounted read-only where $GPUHUB_PROFILES points
     vol = next(x for x in hub["extraVolumes"] if x["name"] == "gpuhub-profiles")
@@ -167,10 +167,10 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     both services reachable at the hub Service, their roles, and keep what z2jh set."""
     from traitlets.config import Config
 
-    from gpu_spawner.services.culler import ROLE as CULLER_ROLE
-    from gpu_spawner.services.jobs.hub import ACCESS
-    from gpu_spawner.services.jobs.hub import ROLE as JOBS_ROLE
-    from gpu_spawner.services.jobs.hub import SCOPES as JOBS_SCOPES
+    from jupyterhub_gpu.services.culler import ROLE as CULLER_ROLE
+    from jupyterhub_gpu.services.jobs.hub import ACCESS
+    from jupyterhub_gpu.services.jobs.hub import ROLE as JOBS_ROLE
+    from jupyterhub_gpu.services.jobs.hub import SCOPES as JOBS_SCOPES
 
     for var in ("GPUHUB_JOBS_SERVICE_URL", "GPUHUB_CULLER_URL", "GPUHUB_JOBS_PORT", "GPUHUB_CULLER_PORT"):
         monkeypatch.delenv(var, raising=False)
@@ -184,7 +184,7 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
     c.KubeSpawner.environment = {"FROM_SINGLEUSER_EXTRAENV": "1"}
     c.KubeSpawner.start_timeout = 300
     exec(docs("values.yaml")[0]["hub"]["extraConfig"]["00-jupyterhub-gpu"], {"c": c})
-    assert c.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
+    assert c.JupyterHub.spawner_class == "jupyterhub_gpu.hub.spawner.GPUSpawner"
     assert c.GPUSpawner.start_timeout == 600  # a GPU pool may have to scale from zero
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert set(services) == {"z2jh-service", GPU_JOBS, CULLER, "gpu-usage", "gpu-usage-collector", "gpu-admin"}
@@ -204,8 +204,8 @@ def test_values_extra_config_runs_against_a_real_config(tmp_path, monkeypatch):
 def test_services_listen_on_all_interfaces_behind_the_hub_service(monkeypatch):
     """z2jh: the proxy reaches the services at http://hub:PORT, so each listens on every interface (and on
     loopback only when the proxy shares the machine)."""
-    from gpu_spawner.services.culler.service import GPUCuller
-    from gpu_spawner.services.jobs.app import listen_address
+    from jupyterhub_gpu.services.culler.service import GPUCuller
+    from jupyterhub_gpu.services.jobs.app import listen_address
 
     monkeypatch.delenv("GPUHUB_JOBS_LISTEN_IP", raising=False)
     monkeypatch.delenv("GPUHUB_CULLER_IP", raising=False)
@@ -326,7 +326,7 @@ def test_custom_mig_layout_and_rename(cfg):
     data["pools"]["gpumig"]["sharing"]["layout"] = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
     data["pools"]["gput4"]["sharing"]["rename_by_default"] = True
     data["profiles"] = [p for p in data["profiles"] if p["slug"] != "a100-mig-1g10gb"]
-    from gpu_spawner.model.validation import parse_profiles_text
+    from jupyterhub_gpu.model.validation import parse_profiles_text
 
     other = parse_profiles_text(yaml.safe_dump(data, sort_keys=False))
     configs = deploy.mig_parted_configs(other)["mig-configs"]
@@ -338,24 +338,24 @@ def test_custom_mig_layout_and_rename(cfg):
 
 # ---------------------------------------------------------------------------------------------- docs
 def test_every_model_field_is_documented():
-    from gpu_spawner.tools import reference_docs as refdoc
+    from jupyterhub_gpu.tools import reference_docs as refdoc
 
     assert refdoc.undocumented() == []
 
 
 def test_profiles_reference_is_current():
-    from gpu_spawner.tools import reference_docs as refdoc
+    from jupyterhub_gpu.tools import reference_docs as refdoc
 
     docs = ROOT / "docs"
     assert (docs / "profiles-reference.md").read_text() == refdoc.standalone(), \
-        "docs/profiles-reference.md is stale: run python -m gpu_spawner.tools.reference_docs"
+        "docs/profiles-reference.md is stale: run python -m jupyterhub_gpu.tools.reference_docs"
     guide = (docs / "admin-guide.md").read_text()
     assert refdoc.splice(guide) == guide, \
-        "docs/admin-guide.md's reference is stale: run python -m gpu_spawner.tools.reference_docs"
+        "docs/admin-guide.md's reference is stale: run python -m jupyterhub_gpu.tools.reference_docs"
 
 
 def test_reference_names_every_field_with_type_and_default():
-    from gpu_spawner.tools import reference_docs as refdoc
+    from jupyterhub_gpu.tools import reference_docs as refdoc
 
     text = refdoc.reference()
     for _, model, _ in refdoc.SECTIONS:
@@ -397,7 +397,7 @@ def test_kernels_find_gpu_jobs_inside_the_cluster(monkeypatch, tmp_path):
     whose scheme (HTTPS) and address are the outside world's."""
     from traitlets.config import Config
 
-    from extension.client import service_url
+    from jupyterhub_gpu.singleuser.client import service_url
 
     hub = docs("values.yaml")[0]["hub"]
     for k, val in hub["extraEnv"].items():
@@ -411,7 +411,7 @@ def test_kernels_find_gpu_jobs_inside_the_cluster(monkeypatch, tmp_path):
 
 
 def test_render_deploy_writes_the_files_with_images_and_jobs_options(tmp_path, capsys):
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     out = tmp_path / "d"
     assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out), "--hub-namespace", "hub-prod",
@@ -451,7 +451,7 @@ def test_the_culler_calls_the_hub_on_localhost_not_through_the_hub_service(tmp_p
 def test_render_deploy_that_cannot_encode_a_file_writes_none_and_keeps_the_old_ones(tmp_path, capsys):
     """A lone surrogate (YAML's \\ud800 escape) in a VM size reaches the script: exit 2 and every file already
     in the folder as it was, none truncated."""
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     out = tmp_path / "deploy"
     assert main(["render", "deploy", str(EXAMPLE_PROFILES), "--out", str(out)]) == 0

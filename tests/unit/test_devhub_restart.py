@@ -9,7 +9,7 @@ def test_a_dev_hub_started_again_on_its_state_answers_on_the_same_ports(tmp_path
     import json
     import socket
 
-    from devcluster.devhub import stable_port
+    from jupyterhub_gpu_dev.devhub import stable_port
 
     first = {name: stable_port(tmp_path, name) for name in ("hub-api", "proxy-api", "gpu-jobs")}
     assert len(set(first.values())) == 3
@@ -24,7 +24,7 @@ def test_a_dev_hub_started_again_on_its_state_answers_on_the_same_ports(tmp_path
 
 
 def test_a_dev_hub_keeps_its_cookie_secret_across_starts(tmp_path):
-    from devcluster.devhub import DevHub, HubSettings
+    from jupyterhub_gpu_dev.devhub import DevHub, HubSettings
 
     hub = DevHub.__new__(DevHub)  # only the secret's part of start(): no cluster, no process
     hub.settings = HubSettings(state_dir=tmp_path, profiles=tmp_path / "p.yaml", kubeconfig=tmp_path / "k")

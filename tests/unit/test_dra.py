@@ -13,16 +13,16 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.builders import dra
-from gpu_spawner.builders.jobs import build_job
-from gpu_spawner.builders.jobsets import build_jobset
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.hub.render_pod import render_pod
-from gpu_spawner.model import dra as dra_model
-from gpu_spawner.model.gpus import GPU_MODELS
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.builders import dra
+from jupyterhub_gpu.builders.jobs import build_job
+from jupyterhub_gpu.builders.jobsets import build_jobset
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.hub.render_pod import render_pod
+from jupyterhub_gpu.model import dra as dra_model
+from jupyterhub_gpu.model.gpus import GPU_MODELS
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
 
-DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles-dra.yaml"
 NB = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -163,7 +163,7 @@ def test_device_classes_and_kueue_mappings_use_the_device_plugins_quota_names():
 
 
 def test_a_file_without_dra_pools_renders_no_dra_objects():
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     assert dra.claim_templates(cfg, "jhub") == dra.device_classes(cfg) == []

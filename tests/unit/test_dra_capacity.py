@@ -10,12 +10,18 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.cluster.dra_devices import claimed_devices, device_counts, pod_claim_names, quota_name, slice_devices
-from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub import progress
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.hub.gpu_faults import gpu_gone
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.cluster.dra_devices import (
+    claimed_devices,
+    device_counts,
+    pod_claim_names,
+    quota_name,
+    slice_devices,
+)
+from jupyterhub_gpu.contract import PROFILE_LABEL
+from jupyterhub_gpu.hub import progress
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.hub.gpu_faults import gpu_gone
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 CFG = load_profiles(EXAMPLE_PROFILES.with_name("profiles-dra.yaml"))
 POOL_LABEL = "kubernetes.azure.com/agentpool"
@@ -350,7 +356,7 @@ def test_a_pool_with_partitionable_devices_is_unknown_not_empty():
 
 
 def test_the_choice_a_claim_got_is_read_only_from_a_well_formed_request():
-    from gpu_spawner.cluster.dra_devices import chosen
+    from jupyterhub_gpu.cluster.dra_devices import chosen
 
     def got(request):
         c = claim("c", [("n", "gpu-0")])

@@ -1,5 +1,5 @@
-"""The simulated NVIDIA DRA driver (devcluster/dra_driver.py) and the dev agent's view of a claim
-(devcluster/agent_dra.py), the pure parts: each dra node's ResourceSlice with devices named and attributed as the
+"""The simulated NVIDIA DRA driver (devcluster/jupyterhub_gpu_dev/dra_driver.py) and the dev agent's view of a claim
+(devcluster/jupyterhub_gpu_dev/agent_dra.py), the pure parts: each dra node's ResourceSlice with devices named and attributed as the
 real driver does, MIG placements that fit one GPU, no device-plugin resources on dra nodes, and a container's
 devices from its claims' allocation results (CDI-like: only those, NVIDIA_VISIBLE_DEVICES=void).
 """
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import agent_dra, dra_driver, nodes
-from gpu_spawner.builders.dra import driver_device_classes
-from gpu_spawner.cluster.dra_devices import slice_devices
-from gpu_spawner.model import dra
-from gpu_spawner.model.gpus import GPU_COMPUTE_SLICES, GPU_MODELS, MIG_PROFILE_RE
-from gpu_spawner.model.validation import parse_profiles
-from gpu_spawner.tools.doctor_dra import devices_by_node, node_problems
+from jupyterhub_gpu.builders.dra import driver_device_classes
+from jupyterhub_gpu.cluster.dra_devices import slice_devices
+from jupyterhub_gpu.model import dra
+from jupyterhub_gpu.model.gpus import GPU_COMPUTE_SLICES, GPU_MODELS, MIG_PROFILE_RE
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu.tools.doctor_dra import devices_by_node, node_problems
+from jupyterhub_gpu_dev import agent_dra, dra_driver, nodes
 
-DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+DRA_EXAMPLE = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles-dra.yaml"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MIG_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")  # the driver's ToCanonicalName, parsed back
 

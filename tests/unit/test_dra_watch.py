@@ -12,9 +12,9 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from unit.scripted_api import scripted_api, until
 
-from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.kubeio.informer import WatchSettings
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.hub.informers import CapacityInformers
+from jupyterhub_gpu.kubeio.informer import WatchSettings
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from tests.unit.test_dra_capacity import CFG, FULL, claim, gpu, node, rslice
 
 FAST = WatchSettings(request_timeout=1, watch_seconds=30, silent_after=5, backoff_base=0.05, backoff_max=0.1)

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.jobs import JobRequestError
-from gpu_spawner.model import durations
-from gpu_spawner.model.profiles import duration_seconds
-from gpu_spawner.services.jobs.submission import parse_timeout
-from gpu_spawner.services.usage.__main__ import retention_of
-from gpu_spawner.tools.report import ReportError, since_of
+from jupyterhub_gpu.builders.jobs import JobRequestError
+from jupyterhub_gpu.model import durations
+from jupyterhub_gpu.model.profiles import duration_seconds
+from jupyterhub_gpu.services.jobs.submission import parse_timeout
+from jupyterhub_gpu.services.usage.__main__ import retention_of
+from jupyterhub_gpu.tools.report import ReportError, since_of
 
 
 @pytest.mark.parametrize("text,seconds", [

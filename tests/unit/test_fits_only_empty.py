@@ -3,9 +3,9 @@
 the pool cannot grow it never starts, and the spawn ends at once saying why."""
 from __future__ import annotations
 
-from gpu_spawner.hub import progress
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.validation import parse_profiles_text
+from jupyterhub_gpu.hub import progress
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.model.validation import parse_profiles_text
 
 PROFILES = """
 pools:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.jobsets import build_jobset
-from gpu_spawner.builders.network import NAME_LIMIT, jobset_ranks_policy, ranks_policy_name, render_network_policies
-from gpu_spawner.contract import JOBSET_API, JOBSET_NAME_LABEL
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.jobsets import build_jobset
+from jupyterhub_gpu.builders.network import NAME_LIMIT, jobset_ranks_policy, ranks_policy_name, render_network_policies
+from jupyterhub_gpu.contract import JOBSET_API, JOBSET_NAME_LABEL
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 NB = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

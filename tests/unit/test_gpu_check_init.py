@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED, GPU_CHECK_ONLY
-from gpu_spawner.hub.render_pod import make_spawner, pod_manifest
-from gpu_spawner.hub.spawner import GPUSpawner, SpawnImpossible
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER, GPU_CHECK_FAILED, GPU_CHECK_ONLY
+from jupyterhub_gpu.hub.render_pod import make_spawner, pod_manifest
+from jupyterhub_gpu.hub.spawner import GPUSpawner, SpawnImpossible
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 CHECK_WORDS = "GPU check failed on node aks-gput4-0: this server was given 1 x nvidia.com/gpu, but ..."
 
@@ -88,10 +88,10 @@ async def test_the_nodes_own_signal_confirms_one_users_report_for_everyone():
     offers none of it: allocatable 0); a healthy node's single report stays that user's."""
     import copy
 
-    from devcluster.nodes import build_nodes
-    from gpu_spawner.hub.capacity import ClusterState
-    from gpu_spawner.hub.gpu_faults import GPUFaults, gpu_gone
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.hub.capacity import ClusterState
+    from jupyterhub_gpu.hub.gpu_faults import GPUFaults, gpu_gone
+    from jupyterhub_gpu.model.profiles_file import load_profiles
+    from jupyterhub_gpu_dev.nodes import build_nodes
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     state = ClusterState(cfg)
@@ -125,10 +125,10 @@ async def test_a_dra_servers_check_gets_its_claim_and_what_the_claim_may_hold():
     names it) and reads $GPUHUB_DRA_DEVICES: the server's choices in order; a job's claim takes its own GPUs only."""
     from pathlib import Path
 
-    from gpu_spawner.builders.jobs import build_job
-    from gpu_spawner.model.profiles_file import load_profiles
+    from jupyterhub_gpu.builders.jobs import build_job
+    from jupyterhub_gpu.model.profiles_file import load_profiles
 
-    dra_file = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles-dra.yaml"
+    dra_file = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles-dra.yaml"
     pod = await pod_manifest(dra_file, "a100-any", "alice", ["data-science"])
     (check,) = [c for c in pod["spec"]["initContainers"] if c["name"] == GPU_CHECK_CONTAINER]
     env = {e["name"]: e.get("value") for e in check["env"]}

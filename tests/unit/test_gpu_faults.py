@@ -12,7 +12,7 @@ from kubernetes_asyncio.client import (
     V1PodSpec,
 )
 
-from gpu_spawner.hub.gpu_faults import GPUFaults, avoid_nodes, degraded_note, failure_message
+from jupyterhub_gpu.hub.gpu_faults import GPUFaults, avoid_nodes, degraded_note, failure_message
 
 DETAILS = ("GPU check failed on node aks-gput4-0: this server was given 1 x nvidia.com/gpu, but /dev/nvidiactl "
            "does not exist (no NVIDIA driver device files).")
@@ -53,9 +53,9 @@ def test_one_users_report_changes_only_what_that_user_sees_until_another_user_co
 
 
 async def test_a_forged_report_through_the_spawner_never_shows_others_a_degraded_pool():
-    from gpu_spawner.hub.render_pod import make_spawner
-    from gpu_spawner.hub.spawner import GPUSpawner
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+    from jupyterhub_gpu.hub.render_pod import make_spawner
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
     GPUSpawner._gpu_faults = None  # a fresh hub process
     spawners = {u: make_spawner(EXAMPLE_PROFILES, u, ["ml-research"]) for u in ("mallory", "bob", "carol")}
@@ -120,7 +120,7 @@ def test_everyone_else_prefers_other_nodes():
 def test_the_readme_tells_to_annotate_with_the_key_the_dev_agent_reads():
     from pathlib import Path
 
-    from devcluster.simulator_keys import SIMULATE_GPU_ANNOTATION
+    from jupyterhub_gpu_dev.simulator_keys import SIMULATE_GPU_ANNOTATION
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert f"kubectl annotate node NODE {SIMULATE_GPU_ANNOTATION}=missing" in readme

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from extension import gpucheck
+from jupyterhub_gpu.singleuser import gpucheck
 
 MIG_LIST = """GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-sim-0)
   MIG 1g.10gb     Device  0: (UUID: MIG-sim-0)

@@ -8,11 +8,11 @@ import signal
 import pytest
 from jupyterhub.app import JupyterHub
 
-from devcluster import devsetup, stopping
-from devcluster.devauth import DevAuthenticator, NotLoopbackError
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles_text
-from gpu_spawner.tools.cli import main as gpuhub
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles_text
+from jupyterhub_gpu.tools.cli import main as gpuhub
+from jupyterhub_gpu_dev import devsetup, stopping
+from jupyterhub_gpu_dev.devauth import DevAuthenticator, NotLoopbackError
 
 OWN_FILE = """
 pools:

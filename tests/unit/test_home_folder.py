@@ -7,12 +7,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.jobs import build_job
-from gpu_spawner.builders.storage import SHARE_MOUNT, HomeStorage, home_folder_container, spawner_settings
-from gpu_spawner.contract import GPU_CHECK_CONTAINER, HOME_FOLDER_CONTAINER
-from gpu_spawner.hub.progress import container_failure
-from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.jobs import build_job
+from jupyterhub_gpu.builders.storage import SHARE_MOUNT, HomeStorage, home_folder_container, spawner_settings
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER, HOME_FOLDER_CONTAINER
+from jupyterhub_gpu.hub.progress import container_failure
+from jupyterhub_gpu.hub.render_pod import pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 from tests.unit.test_server_security_context import restricted_violations
 
 NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}

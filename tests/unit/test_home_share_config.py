@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from gpu_spawner.builders.jobs import JobSettings
-from gpu_spawner.builders.storage import spawner_settings
-from gpu_spawner.services.jobs.options import GPUJobs
+from jupyterhub_gpu.builders.jobs import JobSettings
+from jupyterhub_gpu.builders.storage import spawner_settings
+from jupyterhub_gpu.services.jobs.options import GPUJobs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,10 +25,10 @@ def test_bad_profiles_file_stops_the_hub(tmp_path):
 
 
 def test_config_wires_gpuspawner_to_the_named_file(tmp_path, monkeypatch):
-    example = REPO / "gpu_spawner" / "examples" / "profiles.yaml"
+    example = REPO / "jupyterhub_gpu" / "examples" / "profiles.yaml"
     copy = tmp_path / "p.yaml"
     copy.write_text(example.read_text())
     monkeypatch.setenv("GPUHUB_PROFILES", str(copy))
     cfg = PyFileConfigLoader("jupyterhub_config.py", path=str(REPO)).load_config()
-    assert cfg.JupyterHub.spawner_class == "gpu_spawner.hub.spawner.GPUSpawner"
+    assert cfg.JupyterHub.spawner_class == "jupyterhub_gpu.hub.spawner.GPUSpawner"
     assert cfg.GPUSpawner.profiles_file == str(copy)

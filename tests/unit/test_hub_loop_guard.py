@@ -11,10 +11,10 @@ from prometheus_client import REGISTRY, generate_latest
 from security.stalls import StallMeter
 from traitlets.config import Config
 
-from gpu_spawner.config import configure
-from gpu_spawner.hub import metrics
-from gpu_spawner.hub.render_pod import make_spawner
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.config import configure
+from jupyterhub_gpu.hub import metrics
+from jupyterhub_gpu.hub.render_pod import make_spawner
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 
 def _guarded_here() -> bool:

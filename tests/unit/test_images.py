@@ -97,10 +97,10 @@ def test_singleuser_autoloads_the_extension():
     ns = {"get_config": Config}
     exec((IMAGES / "singleuser" / "ipython_config.py").read_text(), ns)
     extensions = ns["c"].InteractiveShellApp.extensions
-    assert extensions == ["extension"]
-    import extension
+    assert extensions == ["jupyterhub_gpu.singleuser"]
+    import jupyterhub_gpu.singleuser
 
-    assert callable(extension.load_ipython_extension)
+    assert callable(jupyterhub_gpu.singleuser.load_ipython_extension)
     ins = instructions(IMAGES / "singleuser" / "Dockerfile")
     assert ("COPY", "images/singleuser/ipython_config.py /etc/ipython/ipython_config.py") in ins
     run = " ".join(rest for i, rest in ins if i == "RUN")
@@ -118,7 +118,7 @@ def test_hub_image_is_z2jh_plus_the_package():
 
 def test_hub_image_base_is_the_chart_release_the_values_are_for():
     """z2jh has no 5.0.0 release: the base is the chart version that is installed (and tested) with the values."""
-    from devcluster import z2jh
+    from jupyterhub_gpu_dev import z2jh
 
     tag = args_of(IMAGES / "hub" / "Dockerfile")["BASE_IMAGE"].split(":", 1)[1].split("@")[0]
     assert tag == z2jh.CHART_VERSION
@@ -198,7 +198,7 @@ def test_lock_pins_every_dependency_of_setup_cfg_with_hashes():
 def test_python_environment_belongs_to_the_user_and_installs_only_the_lock(name, user, uid, gid):
     """`pip install` works in a notebook (the venv is the user's, as in z2jh's images), and nothing but the
     lock's hashed packages and the package itself (no dependency resolution) goes in."""
-    from gpu_spawner.builders.hardening import JOB_GID, JOB_UID
+    from jupyterhub_gpu.builders.hardening import JOB_GID, JOB_UID
 
     path = IMAGES / name / "Dockerfile"
     args, ins = args_of(path), final_stage(path)
@@ -218,7 +218,7 @@ def test_python_the_dockerfiles_run_imports_what_exists():
     import importlib
 
     for path in DOCKERFILES:
-        for module, name in re.findall(r"from (gpu_spawner[\w.]*) import (\w+)", path.read_text()):
+        for module, name in re.findall(r"from (jupyterhub_gpu[\w.]*) import (\w+)", path.read_text()):
             assert hasattr(importlib.import_module(module), name), f"{path}: {module}.{name} does not exist"
 
 
@@ -232,7 +232,7 @@ def test_every_image_reference_is_one_the_docs_build():
     assert ("runner", "0.1.0-cuda") in built and ("singleuser", "0.1.0-cpu") in built
     refs = set()
     for path in [*sorted((ROOT / "deploy").glob("*.yaml")), ROOT / "docs" / "admin-guide.md",
-                 ROOT / "gpu_spawner" / "examples" / "profiles.yaml"]:
+                 ROOT / "jupyterhub_gpu" / "examples" / "profiles.yaml"]:
         text = path.read_text()
         refs |= {(m[0], m[1], path.name)
                  for m in re.findall(r"myregistry\.azurecr\.io/jupyterhub-gpu/(\w+):([\w.-]+)", text)}

@@ -12,7 +12,7 @@ import pytest
 KNOWN_CYCLES: list[list[str]] = []
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 #: gpu-jobs hosts the notification service: its composition root (services/jobs/app.py) may wire it in.
-COMPOSITION_ROOTS = {("gpu_spawner.services.jobs.app", "notify")}
+COMPOSITION_ROOTS = {("jupyterhub_gpu.services.jobs.app", "notify")}
 #: What several services share (services/web.py: the handler base; services/auth.py: TokenAuth) is no service.
 KNOWN_SERVICE_TO_SERVICE: set[tuple[str, str]] = set()
 KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
@@ -27,8 +27,8 @@ def test_the_reader_sees_the_imports_it_should():
     """The reader itself: module- and function-level imports, relative ones, `from pkg import module`."""
     edges = ig.graph()
     pairs = {(e.source, e.target) for e in edges}
-    assert ("gpu_spawner.hub.spawner", "gpu_spawner.builders.pods") in pairs  # `from gpu_spawner.builders import pods`
-    assert any(s == "gpu_spawner.tools.cli" and t.startswith("gpu_spawner.builders.") for s, t in pairs)  # in functions
+    assert ("jupyterhub_gpu.hub.spawner", "jupyterhub_gpu.builders.pods") in pairs  # `from jupyterhub_gpu.builders import pods`
+    assert any(s == "jupyterhub_gpu.tools.cli" and t.startswith("jupyterhub_gpu.builders.") for s, t in pairs)  # in functions
     assert ig.cycles([ig.Import("a", "b"), ig.Import("b", "c"), ig.Import("c", "a"), ig.Import("c", "d")]) == \
         [["a", "b", "c"]]
 

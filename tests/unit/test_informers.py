@@ -13,12 +13,12 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from unit.scripted_api import scripted_api, until
 
-from gpu_spawner.hub import picker
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.kubeio.clients import TimeoutApiClient
-from gpu_spawner.kubeio.informer import Informer, WatchSettings
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.hub.informers import CapacityInformers
+from jupyterhub_gpu.kubeio.clients import TimeoutApiClient
+from jupyterhub_gpu.kubeio.informer import Informer, WatchSettings
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 FAST = WatchSettings(request_timeout=1, watch_seconds=30, silent_after=0.6, backoff_base=0.05, backoff_max=0.1)
 
@@ -215,7 +215,7 @@ def test_backoff_grows_is_capped_and_jittered():
 # ---------------------------------------------------------------------------------------------- hub side
 async def test_kubespawner_reflector_view_has_kubespawner_selection_and_no_watch_of_its_own(api):
     """The pod informer feeds capacity (all pods) and KubeSpawner's view (its namespace and label only)."""
-    from gpu_spawner.hub.pod_reflector import SharedPodReflector
+    from jupyterhub_gpu.hub.pod_reflector import SharedPodReflector
 
     server = {"component": "singleuser-server"}
     api.items = [pod("jupyter-ann", labels=server), pod("other-ns", ns="team", labels=server), pod("job-x")]
@@ -248,7 +248,7 @@ async def test_kubespawner_reflector_view_has_kubespawner_selection_and_no_watch
 async def test_view_that_cannot_load_raises_and_leaves_nothing_behind(api):
     from kubespawner import KubeSpawner
 
-    from gpu_spawner.hub.pod_reflector import SharedPodReflector
+    from jupyterhub_gpu.hub.pod_reflector import SharedPodReflector
 
     api.list_answer = (403, json.dumps({"message": "pods is forbidden"}))
     informers = CapacityInformers(load_profiles(EXAMPLE_PROFILES), api.core, FAST)
@@ -267,8 +267,8 @@ async def test_view_that_cannot_load_raises_and_leaves_nothing_behind(api):
 def test_stale_capacity_is_unknown_in_the_picker_not_zero():
     from jinja2 import Environment, FileSystemLoader
 
-    import gpu_spawner.hub
-    from gpu_spawner.hub import progress as explain
+    import jupyterhub_gpu.hub
+    from jupyterhub_gpu.hub import progress as explain
 
     cfg = load_profiles(EXAMPLE_PROFILES)
     state = ClusterState(cfg)
@@ -281,7 +281,7 @@ def test_stale_capacity_is_unknown_in_the_picker_not_zero():
     assert "free" not in entry["gpuhub"]
     # and an unknown state never turns a spawn away as "can never start"
     assert explain.never_fits(prof, state) is None
-    html = Environment(loader=FileSystemLoader(str(Path(gpu_spawner.hub.__file__).parent / "templates")),
+    html = Environment(loader=FileSystemLoader(str(Path(jupyterhub_gpu.hub.__file__).parent / "templates")),
                        autoescape=True).get_template("form.html").render(profile_list=[entry], user_options={})
     assert 'class="gpuhub-cap unknown"' in html and "capacity not available right now" in html
     assert "data-free" not in html
@@ -289,8 +289,8 @@ def test_stale_capacity_is_unknown_in_the_picker_not_zero():
 
 # ---------------------------------------------------------------------------------------------- gpu-jobs side
 async def test_gpu_jobs_says_503_when_the_cluster_does_not_answer_and_keeps_real_refusals(api):
-    from gpu_spawner.services.jobs.cache import ClusterUnavailable
-    from gpu_spawner.services.jobs.kube import api_json
+    from jupyterhub_gpu.services.jobs.cache import ClusterUnavailable
+    from jupyterhub_gpu.services.jobs.kube import api_json
 
     dead = client.Configuration()
     dead.host = "http://127.0.0.1:9"  # nothing listens: connection refused

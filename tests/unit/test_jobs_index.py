@@ -4,10 +4,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.contract import USER_ANNOTATION
-from gpu_spawner.services.jobs.cache import NamespaceStore
-from gpu_spawner.services.jobs.index import INDEX_KEYS, ByKey, QueueIndex
-from gpu_spawner.services.jobs.status import queue_positions, workload_owner
+from jupyterhub_gpu.contract import USER_ANNOTATION
+from jupyterhub_gpu.services.jobs.cache import NamespaceStore
+from jupyterhub_gpu.services.jobs.index import INDEX_KEYS, ByKey, QueueIndex
+from jupyterhub_gpu.services.jobs.status import queue_positions, workload_owner
 
 NS = "team-a"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.kueue import render_kueue, server_queue_labels
-from gpu_spawner.contract import PRIORITY_LABEL
-from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.kueue import render_kueue, server_queue_labels
+from jupyterhub_gpu.contract import PRIORITY_LABEL
+from jupyterhub_gpu.model.profiles import ProfilesConfig
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 
 def objects(kind):

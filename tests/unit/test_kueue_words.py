@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.model.kueue_words import QueueContext, context_for, plain_reason, slot_noun
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.kueue_words import QueueContext, context_for, plain_reason, slot_noun
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 CFG = load_profiles(EXAMPLE_PROFILES)
 T4 = context_for(CFG, "team-ds", "t4-shared", position=1, of=2)
@@ -91,7 +91,7 @@ def test_any_message_gives_a_short_sentence_without_raw_kueue_terms(raw):
 
 
 def test_gpu_amount_says_a_share_or_a_slice_never_one_gpu():
-    from gpu_spawner.model.gpu_amount import gpu_amount
+    from jupyterhub_gpu.model.gpu_amount import gpu_amount
 
     said = {p.slug: gpu_amount(CFG, p) for p in CFG.profiles}
     assert said["t4-shared"] == "¼ T4 (time-sliced)"
@@ -117,7 +117,7 @@ def test_a_cpu_bound_wait_names_cpu_and_the_pool_never_the_gpus():
 def test_with_the_live_queue_the_wait_says_what_is_used_and_what_is_free():
     from dataclasses import replace
 
-    from gpu_spawner.model.kueue_words import flavor_usage
+    from jupyterhub_gpu.model.kueue_words import flavor_usage
 
     queue = {"spec": {"resourceGroups": [{"flavors": [
                 {"name": "gput4", "resources": [{"name": "cpu", "nominalQuota": 8}]},
@@ -148,9 +148,9 @@ def test_more_cpu_than_the_queue_can_ever_give_says_cpu():
 
 def test_the_widget_and_gpu_jobs_say_cpu_for_a_cpu_bound_job():
     """gpu-jobs' `message` (what the widget, %gpu_jobs and the lab panel show) comes from the same words."""
-    from extension.widgets import render_html, view
-    from gpu_spawner.contract import QUEUED
-    from gpu_spawner.services.jobs.words import explain
+    from jupyterhub_gpu.contract import QUEUED
+    from jupyterhub_gpu.services.jobs.words import explain
+    from jupyterhub_gpu.singleuser.widgets import render_html, view
 
     status = explain(CFG, {"state": QUEUED, "namespace": "team-mlr", "profile": "a100-mig-1g10gb", "position": 1,
                            "queue_length": 2, "queue": "ml-research", "message": CPU_BOUND,

@@ -1,5 +1,5 @@
-"""The single-user server's gpuhub routes (extension/server.py) and the kernel's save request
-(extension/frontend.py), in their pure parts: request checking, where the culler is, what a job's output
+"""The single-user server's gpuhub routes (jupyterhub_gpu/singleuser/server.py) and the kernel's save request
+(jupyterhub_gpu/singleuser/frontend.py), in their pure parts: request checking, where the culler is, what a job's output
 path is, the activity report, and the save handshake's timing."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from extension import frontend
-from extension.client import JobsError
-from extension.server import activity_body, culler_url, for_lab, output_path, submit_request
-from gpu_spawner.builders.jobs import JobRequestError
+from jupyterhub_gpu.builders.jobs import JobRequestError
+from jupyterhub_gpu.singleuser import frontend
+from jupyterhub_gpu.singleuser.client import JobsError
+from jupyterhub_gpu.singleuser.server import activity_body, culler_url, for_lab, output_path, submit_request
 
 
 def body(**kw) -> bytes:

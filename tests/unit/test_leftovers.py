@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from devcluster import cluster, leftovers, procs
-from devcluster.components import Layout
+from jupyterhub_gpu_dev import cluster, leftovers, procs
+from jupyterhub_gpu_dev.components import Layout
 
 LISTEN = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
           "time.sleep(600)")
@@ -107,7 +107,7 @@ def test_up_refuses_while_an_earlier_runs_processes_live(tmp_path, started):
 def test_a_live_real_nodes_containerd_shims_are_not_leftovers_until_the_run_is_gone(tmp_path, started):
     """`gpuhub dev --z2jh` running: its nodes' shims carry the owner mark (containerd passed it on) and re-parent
     to init, yet they are a live node's containers, not leftovers; once the run is gone they are."""
-    from devcluster import realnodes
+    from jupyterhub_gpu_dev import realnodes
 
     root = tmp_path / "cluster"
     layout = Layout(root)

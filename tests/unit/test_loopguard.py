@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from security.stalls import StallMeter
 
-from gpu_spawner.services.loopguard import LoopGuard
+from jupyterhub_gpu.services.loopguard import LoopGuard
 
 
 def spin(seconds: float) -> None:
@@ -112,7 +112,7 @@ async def test_the_heap_is_frozen_only_once_the_process_is_ready(unfrozen):
 
 def test_the_collectors_time_is_cpu_time_of_the_collecting_thread():
     """The same clock as a stall's "computing" share, so "N ms of it collecting garbage" is a part of it."""
-    from gpu_spawner.services.loopguard import collector_seconds
+    from jupyterhub_gpu.services.loopguard import collector_seconds
 
     collector_seconds()
     garbage = [_Cyclic() for _ in range(200_000)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GO_BUILD = "devcluster/binaries.py build"
+GO_BUILD = "devcluster/jupyterhub_gpu_dev/binaries.py build"
 TEST_ONLY = ("install -y -qq chromium", "install -y -qq prometheus")
 
 
@@ -50,7 +50,7 @@ def test_make_test_still_installs_chromium_and_prometheus_before_pytest():
 def test_dev_and_test_say_the_build_plan_first_before_any_install_and_the_build_does_not_repeat_it():
     for target in ("dev", "test"):
         lines = recipes(target).splitlines()
-        assert lines[0].startswith("python3 devcluster/binaries.py plan"), lines[:3]
+        assert lines[0].startswith("python3 devcluster/jupyterhub_gpu_dev/binaries.py plan"), lines[:3]
         (build,) = [line for line in lines if GO_BUILD in line]
         assert build.startswith("GPUHUB_BUILD_PLAN_SAID=1 ")
 

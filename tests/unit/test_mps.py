@@ -11,20 +11,20 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devcluster.nodes import SIMULATED_LABEL, build_nodes
-from gpu_spawner.builders.deploy import device_plugin_entry, render_device_plugin_config
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.hub.capacity_text import slot_noun
-from gpu_spawner.hub.picker import gpu_line
-from gpu_spawner.model.gpu_amount import gpu_amount
-from gpu_spawner.model.gpus import GPU_MODELS
-from gpu_spawner.model.kueue_words import slot_noun as quota_noun
-from gpu_spawner.model.node_facts import MPS_CAPABLE_LABEL, gpu_labels
-from gpu_spawner.model.profiles import MPSSharing
-from gpu_spawner.model.sharing_rules import mps_max_replicas
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
-from gpu_spawner.services.usage.rightsize import capacity
-from gpu_spawner.tools.doctor import FAIL, OK, SIMULATED, Snapshot, check_mps, run_checks
+from jupyterhub_gpu.builders.deploy import device_plugin_entry, render_device_plugin_config
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.hub.capacity_text import slot_noun
+from jupyterhub_gpu.hub.picker import gpu_line
+from jupyterhub_gpu.model.gpu_amount import gpu_amount
+from jupyterhub_gpu.model.gpus import GPU_MODELS
+from jupyterhub_gpu.model.kueue_words import slot_noun as quota_noun
+from jupyterhub_gpu.model.node_facts import MPS_CAPABLE_LABEL, gpu_labels
+from jupyterhub_gpu.model.profiles import MPSSharing
+from jupyterhub_gpu.model.sharing_rules import mps_max_replicas
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.services.usage.rightsize import capacity
+from jupyterhub_gpu.tools.doctor import FAIL, OK, SIMULATED, Snapshot, check_mps, run_checks
+from jupyterhub_gpu_dev.nodes import SIMULATED_LABEL, build_nodes
 
 SKU = [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]
 
@@ -218,9 +218,9 @@ def test_rightsize_never_promises_an_mps_share():
 
 
 def test_an_mps_pod_mounts_no_dev_shm_of_its_own():
-    from gpu_spawner.builders import pods as podspec
-    from gpu_spawner.builders.jobs import build_job
-    from gpu_spawner.hub.picker import size_line
+    from jupyterhub_gpu.builders import pods as podspec
+    from jupyterhub_gpu.builders.jobs import build_job
+    from jupyterhub_gpu.hub.picker import size_line
 
     c = cfg()
     mps, mig = c.profile("t4-mps"), c.profile("mig")
@@ -352,7 +352,7 @@ def test_doctor_mps_fix_turns_mig_off_on_mig_capable_gpus():
 
 # ---------------------------------------------------------------------------------------------- the example
 def test_the_example_file_has_an_mps_pool_for_its_teaching_group():
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     example = load_profiles(EXAMPLE_PROFILES)
     pool = example.pools["gput4mps"]
@@ -367,7 +367,7 @@ def test_the_example_file_has_an_mps_pool_for_its_teaching_group():
 
 
 def test_aks_labels_turn_mig_off_for_mps_on_mig_capable_gpus():
-    from gpu_spawner.builders.aks_pools import node_labels_for_aks
+    from jupyterhub_gpu.builders.aks_pools import node_labels_for_aks
 
     c = cfg()
     assert node_labels_for_aks("a100mps", c.pools["a100mps"])["nvidia.com/mig.config"] == "all-disabled"

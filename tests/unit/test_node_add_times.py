@@ -11,11 +11,11 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.hub import progress as explain
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.hub.capacity_text import node_add_countdown
-from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.hub.node_add_times import (
+from jupyterhub_gpu.hub import progress as explain
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.hub.capacity_text import node_add_countdown
+from jupyterhub_gpu.hub.informers import CapacityInformers
+from jupyterhub_gpu.hub.node_add_times import (
     MAX_SAMPLE_S,
     NodeAddTimes,
     asked_at,
@@ -25,9 +25,9 @@ from gpu_spawner.hub.node_add_times import (
     watch,
     with_sample,
 )
-from gpu_spawner.hub.pool_history_file import HistoryFile, dump, load_into
-from gpu_spawner.hub.pool_wait_estimate import PoolHistory
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.hub.pool_history_file import HistoryFile, dump, load_into
+from jupyterhub_gpu.hub.pool_wait_estimate import PoolHistory
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 CFG = load_profiles(EXAMPLE_PROFILES)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)

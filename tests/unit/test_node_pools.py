@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.node_pools import in_pool, label_selector, nodes_in_pool, pool_of
-from gpu_spawner.model.profiles import Pool
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.tools.doctor import pool_nodes
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.model.node_pools import in_pool, label_selector, nodes_in_pool, pool_of
+from jupyterhub_gpu.model.profiles import Pool
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.tools.doctor import pool_nodes
 
 AGENTPOOL = "kubernetes.azure.com/agentpool"
 

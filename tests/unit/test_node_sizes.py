@@ -8,15 +8,15 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from devcluster.nodes import build_nodes
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.cluster.prices import hourly_cost
-from gpu_spawner.hub import progress
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.fit import fit_warnings
-from gpu_spawner.model.validation import parse_profiles_text
-from gpu_spawner.model.vm_sizes import GIB, allocatable, allocatable_of, reserved_cpu_millis
-from gpu_spawner.tools import doctor
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.cluster.prices import hourly_cost
+from jupyterhub_gpu.hub import progress
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.model.fit import fit_warnings
+from jupyterhub_gpu.model.validation import parse_profiles_text
+from jupyterhub_gpu.model.vm_sizes import GIB, allocatable, allocatable_of, reserved_cpu_millis
+from jupyterhub_gpu.tools import doctor
+from jupyterhub_gpu_dev.nodes import build_nodes
 
 UNKNOWN = """
 pools:
@@ -86,7 +86,7 @@ def test_known_vm_sizes_count_as_aks_allocates_them():
 
 
 def test_the_example_file_fits_its_nodes():
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     assert fit_warnings(load_profiles(EXAMPLE_PROFILES)) == []
 
@@ -112,7 +112,7 @@ def test_spawn_check_uses_the_real_allocatable(unknown):
 
 
 def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unknown):
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     nodes = [ready(n) for n in build_nodes(unknown, {"big": 1})]
     nodes[0]["status"]["allocatable"].update(cpu="95", memory=str(950 * 2**30))
@@ -131,7 +131,7 @@ def test_doctor_compares_the_file_and_the_profiles_with_the_real_allocatable(unk
 
 
 def test_a_mixed_mig_pool_that_would_scale_from_zero_is_warned_about():
-    from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
     data = yaml.safe_load(open(EXAMPLE_PROFILES).read())
     assert data["pools"]["gpumig"]["min_nodes"] == 1  # the example follows the advice

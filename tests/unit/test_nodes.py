@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster.nodes import KWOK_ANNOTATION, SIMULATED_LABEL, build_nodes, gpu_labels, with_system_pool
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu_dev.nodes import KWOK_ANNOTATION, SIMULATED_LABEL, build_nodes, gpu_labels, with_system_pool
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.parameters import format_value, parse_assignment, parse_assignments, parse_value, split_assignments
+from jupyterhub_gpu.parameters import format_value, parse_assignment, parse_assignments, parse_value, split_assignments
 
 # JSON values: what a parameter may be (the service refuses anything else)
 json_values = st.recursive(
@@ -71,9 +71,9 @@ def test_form_round_trip(params):
 
 
 def test_cli_and_magic_read_parameters_alike():
-    from extension.magic import parse_submit_args
-    from extension.widgets import parse_params
-    from gpu_spawner.tools.cli import parse_params as cli_params
+    from jupyterhub_gpu.singleuser.magic import parse_submit_args
+    from jupyterhub_gpu.singleuser.widgets import parse_params
+    from jupyterhub_gpu.tools.cli import parse_params as cli_params
 
     items = ["flag=yes", "n=3", "on=True", "tags=[1, 2]", "name='run 1'", "empty="]
     want = {"flag": "yes", "n": 3, "on": True, "tags": [1, 2], "name": "run 1", "empty": ""}

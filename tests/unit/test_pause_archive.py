@@ -1,4 +1,4 @@
-"""devcluster.realnodes.pause_archive: the pod sandbox image as a docker-archive made here from the gpuhub-pause
+"""jupyterhub_gpu_dev.realnodes.pause_archive: the pod sandbox image as a docker-archive made here from the gpuhub-pause
 binary (no registry serves one to the dev cluster). Pure file work in a tmp folder: no root, no containerd."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from devcluster.realnode_config import PAUSE_IMAGE
-from devcluster.realnodes import pause_archive
+from jupyterhub_gpu_dev.realnode_config import PAUSE_IMAGE
+from jupyterhub_gpu_dev.realnodes import pause_archive
 
 BINARY = b"\x7fELF fake pause binary\x00" + bytes(range(256))
 

@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 from jinja2 import Environment, FileSystemLoader
 from test_picker_markup import TEMPLATES, Walk  # same folder (rootdir-less test modules)
 
-from gpu_spawner.hub import picker
-from gpu_spawner.hub.usage_hints import PickerHints, StoreAndPrometheus, picker_hints
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub.usage_hints import PickerHints, StoreAndPrometheus, picker_hints
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.store import UsageStore
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 UNTIL = T0 + timedelta(days=7)
@@ -168,8 +168,8 @@ def test_the_card_describes_the_hint_escaped_and_the_radio_name_stays_short():
 
 async def test_the_spawners_picker_shows_the_logged_in_users_hint(monkeypatch):
     """Through KubeSpawner's own form render: alice's card has her hint, bob's picker has none."""
-    from gpu_spawner.hub.render_pod import make_spawner
-    from gpu_spawner.hub.spawner import GPUSpawner
+    from jupyterhub_gpu.hub.render_pod import make_spawner
+    from jupyterhub_gpu.hub.spawner import GPUSpawner
 
     lts, used = sessions("alice", "h100-full", 4, 7 * 1024, 0.10)
     read = Reads(lts, used)

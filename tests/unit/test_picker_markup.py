@@ -8,13 +8,13 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
 
-import gpu_spawner.hub
-from gpu_spawner.hub import picker
-from gpu_spawner.hub.capacity import ClusterState
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+import jupyterhub_gpu.hub
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub.capacity import ClusterState
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 CFG = load_profiles(EXAMPLE_PROFILES)
-TEMPLATES = Path(gpu_spawner.hub.__file__).parent / "templates"
+TEMPLATES = Path(jupyterhub_gpu.hub.__file__).parent / "templates"
 BLOCK = {"address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset", "figure", "footer", "form",
          "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section",
          "table", "ul"}

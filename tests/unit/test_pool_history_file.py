@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_wait_estimate import CFG, T0, history_of_waits, pod  # tests/unit is on the path (no package)
 
-from gpu_spawner.hub.pool_history_file import MAX_FILE_BYTES, HistoryFile, dump, load_into
-from gpu_spawner.hub.pool_wait_estimate import MAX_HISTORY, PoolHistory
+from jupyterhub_gpu.hub.pool_history_file import MAX_FILE_BYTES, HistoryFile, dump, load_into
+from jupyterhub_gpu.hub.pool_wait_estimate import MAX_HISTORY, PoolHistory
 
 KEY = ("gpuh100", "nvidia.com/gpu")
 
@@ -89,7 +89,7 @@ def test_a_failed_save_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monk
     def broken(*_):
         raise OSError("disk full")
 
-    monkeypatch.setattr("gpu_spawner.hub.pool_history_file.os.replace", broken)
+    monkeypatch.setattr("jupyterhub_gpu.hub.pool_history_file.os.replace", broken)
     HistoryFile(path).save(b"{}")
     assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["h.json"]
 
@@ -141,7 +141,7 @@ def test_the_hub_loads_the_file_off_its_event_loop(tmp_path, monkeypatch):
     loaded machine would make up."""
     import threading
 
-    import gpu_spawner.hub.pool_history_file as module
+    import jupyterhub_gpu.hub.pool_history_file as module
 
     pools = [{"pool": f"pool{k}", "resource": KEY[1], "bindings": [
         [f"u{i}", (T0 + timedelta(minutes=i)).isoformat(), (T0 + timedelta(minutes=i + 5)).isoformat()]
@@ -164,9 +164,9 @@ def test_the_hub_loads_the_file_off_its_event_loop(tmp_path, monkeypatch):
 def test_a_save_is_on_disk_before_the_rename(tmp_path, monkeypatch):
     path, order = tmp_path / "h.json", []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr("gpu_spawner.hub.pool_history_file.os.fsync",
+    monkeypatch.setattr("jupyterhub_gpu.hub.pool_history_file.os.fsync",
                         lambda fd: (order.append(("fsync", os.fstat(fd).st_size)), real_fsync(fd)))
-    monkeypatch.setattr("gpu_spawner.hub.pool_history_file.os.replace",
+    monkeypatch.setattr("jupyterhub_gpu.hub.pool_history_file.os.replace",
                         lambda a, b: (order.append(("replace", None)), real_replace(a, b)))
     HistoryFile(path).save(b'{"version":1,"pools":[]}')
     assert order == [("fsync", 24), ("replace", None)] and path.read_bytes() == b'{"version":1,"pools":[]}'

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_spawner.contract import PROFILE_LABEL
-from gpu_spawner.hub.capacity import ProfileCapacity
-from gpu_spawner.hub.picker import profile_entry
-from gpu_spawner.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.wait_estimate import ETA, frees_text
+from jupyterhub_gpu.contract import PROFILE_LABEL
+from jupyterhub_gpu.hub.capacity import ProfileCapacity
+from jupyterhub_gpu.hub.picker import profile_entry
+from jupyterhub_gpu.hub.pool_wait_estimate import PoolHistory, pod_key, progress_line
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.wait_estimate import ETA, frees_text
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)

@@ -1,6 +1,6 @@
 """Preemptible interactive sessions, the pure parts: the profile key and its rule, the Kueue classes below every
 job's, the server pod's labels, grace period and env (through KubeSpawner's real code), the picker's line, Kueue's
-reason read off a stopped pod, the home page's "stopped" record, and the server's own end (extension/stopping.py).
+reason read off a stopped pod, the home page's "stopped" record, and the server's own end (jupyterhub_gpu/singleuser/stopping.py).
 """
 from __future__ import annotations
 
@@ -12,21 +12,21 @@ import pytest
 import yaml
 from jinja2 import Environment, FileSystemLoader
 
-from extension import stopping
-from gpu_spawner.builders.kueue import (
+from jupyterhub_gpu.builders.kueue import (
     preemptible_priority_values,
     render_kueue,
     server_priority_values,
     server_queue_labels,
 )
-from gpu_spawner.cluster.evictions import KueueStop, kueue_stop
-from gpu_spawner.config import HUB_PAGES
-from gpu_spawner.contract import ENV_PREEMPTION_GRACE, PREEMPTIBLE_LABEL, PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.hub import picker, wait_messages
-from gpu_spawner.hub.preemption import PreemptionMixin, StopReasons, stopped_message
-from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.cluster.evictions import KueueStop, kueue_stop
+from jupyterhub_gpu.config import HUB_PAGES
+from jupyterhub_gpu.contract import ENV_PREEMPTION_GRACE, PREEMPTIBLE_LABEL, PRIORITY_LABEL, QUEUE_LABEL
+from jupyterhub_gpu.hub import picker, wait_messages
+from jupyterhub_gpu.hub.preemption import PreemptionMixin, StopReasons, stopped_message
+from jupyterhub_gpu.hub.render_pod import pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.singleuser import stopping
 
 KUEUE_MESSAGE = ("Preempted to accommodate a workload (UID: 1f2e, JobUID: 9a8b) due to prioritization in the "
                  "ClusterQueue; preemptor path: /team-data-science; preemptee path: /team-data-science")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_spawner.builders.pods import spawner_overrides
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.builders.pods import spawner_overrides
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
 
 
 def example(**top) -> dict:

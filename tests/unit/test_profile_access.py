@@ -9,10 +9,10 @@ import json
 import pytest
 import yaml
 
-from gpu_spawner.builders.jobs import JobRequestError, build_job
-from gpu_spawner.model.choices import ChoiceError, choose, choose_profile
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.jobs.submission import plan_submission
+from jupyterhub_gpu.builders.jobs import JobRequestError, build_job
+from jupyterhub_gpu.model.choices import ChoiceError, choose, choose_profile
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.jobs.submission import plan_submission
 
 RAW = {p["slug"]: p for p in yaml.safe_load(EXAMPLE_PROFILES.read_text())["profiles"]}
 GROUP_SETS = [[], ["data-science"], ["ml-research"], ["data-science", "ml-research"], ["someone-else"]]
@@ -59,7 +59,7 @@ def test_every_caller_gives_the_same_answer(cfg, gi, slug, tmp_path, capsys):
         assert gpu_ok and "not available" not in answers["jobs"] and "no GPU" not in answers["jobs"]
     if not gpu_ok:
         assert answers["jobs"] != "ok" and answers.get("builder", answers["jobs"]) == answers["jobs"]
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.tools.cli import main
 
     nb = tmp_path / "a.ipynb"
     nb.write_text(json.dumps(NB))

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-import gpu_spawner
-from gpu_spawner.model.gpus import GPU_MODELS, mig_layout_problems
-from gpu_spawner.model.profiles import SPOT_TAINT
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.model.validation import parse_profiles_text
+import jupyterhub_gpu
+from jupyterhub_gpu.model.gpus import GPU_MODELS, mig_layout_problems
+from jupyterhub_gpu.model.profiles import SPOT_TAINT
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles_text
 
-EXAMPLE = Path(gpu_spawner.__file__).parent / "examples" / "profiles.yaml"
+EXAMPLE = Path(jupyterhub_gpu.__file__).parent / "examples" / "profiles.yaml"
 SKU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 
 # NVIDIA's MIG user guide, supported profiles per GPU model: slices per GPU, typed here literally.

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.model.quantities import GI, MI, cpu, human_bytes, memory, parse, parse_or_none
+from jupyterhub_gpu.model.quantities import GI, MI, cpu, human_bytes, memory, parse, parse_or_none
 
 
 @pytest.mark.parametrize("text, value", [("500m", Decimal("0.5")), ("2", 2), (2, 2), ("8Gi", 8 * GI),

@@ -14,10 +14,10 @@ import pytest
 from jupyterhub import orm
 from kubernetes_asyncio.client import ApiException
 
-from gpu_spawner.contract import KUEUE_ADMISSION_GATE, REQUEST_DIGEST_ANNOTATION
-from gpu_spawner.hub import queued_pod
-from gpu_spawner.hub.render_pod import make_spawner, pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.contract import KUEUE_ADMISSION_GATE, REQUEST_DIGEST_ANNOTATION
+from jupyterhub_gpu.hub import queued_pod
+from jupyterhub_gpu.hub.render_pod import make_spawner, pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 ALICE = ["data-science"]
 
@@ -202,7 +202,7 @@ SPAWN_BEGAN = datetime(2026, 12, 5, 6, 0)  # the queued spawn's start, hours bef
 
 async def _url_after_restart(steps: list[dict | None], monkeypatch, **traits) -> tuple[str, int, datetime]:
     """(the URL get_url answers, the looks it took, the server's last_activity afterwards)."""
-    from gpu_spawner.hub import queued_spawn
+    from jupyterhub_gpu.hub import queued_spawn
 
     monkeypatch.setattr(queued_spawn, "RESUME_POLL_S", 0.001)
     spawner = make_spawner(EXAMPLE_PROFILES, "alice", ALICE, **traits)

@@ -1,4 +1,4 @@
-"""devcluster/realnode_config.py: what a real dev node is made of, as data (addresses, labels, taints, the files its
+"""devcluster/jupyterhub_gpu_dev/realnode_config.py: what a real dev node is made of, as data (addresses, labels, taints, the files its
 containerd, kubelet, kube-proxy and CoreDNS read, the kube-dns and RBAC objects). Pure: no root, no cluster."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import pki
-from devcluster import realnode_config as rc
-from devcluster.nodes import AGENTPOOL, with_system_pool
-from gpu_spawner.contract import SIMULATED_NODE_LABEL
-from gpu_spawner.model.node_facts import gpu_labels
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.contract import SIMULATED_NODE_LABEL
+from jupyterhub_gpu.model.node_facts import gpu_labels
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu_dev import pki
+from jupyterhub_gpu_dev import realnode_config as rc
+from jupyterhub_gpu_dev.nodes import AGENTPOOL, with_system_pool
 
 GPU_POOLS = ("gput4", "gpumig", "gpuh100", "spota100", "gput4mps")
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devcluster.replay import faults, invariants, notified
-from devcluster.replay import trace as traces
-from devcluster.replay.trace import HOUR
+from jupyterhub_gpu_dev.replay import faults, invariants, notified
+from jupyterhub_gpu_dev.replay import trace as traces
+from jupyterhub_gpu_dev.replay.trace import HOUR
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_the_usage_collectors_cycle_is_compressed_like_the_cullers():
     import argparse
     import types
 
-    from devcluster.replay.stack import collector_cycle_config
+    from jupyterhub_gpu_dev.replay.stack import collector_cycle_config
 
     for speed, every in ((120, 1.0), (30, 2.0), (1, 60.0)):
         c = types.SimpleNamespace(JupyterHub=types.SimpleNamespace(services=[
@@ -131,8 +131,8 @@ def test_the_usage_collectors_cycle_is_compressed_like_the_cullers():
 # ---------------------------------------------------------------------- notifications and queued servers
 def _posts(*events):
     """What gpu-jobs posts to a Slack-shaped hook for each (kind, status): the product's own payloads."""
-    from gpu_spawner.services.notify.events import job_event
-    from gpu_spawner.services.notify.payloads import webhook_payload
+    from jupyterhub_gpu.services.notify.events import job_event
+    from jupyterhub_gpu.services.notify.payloads import webhook_payload
 
     return [(notified.HOOK_PATH, webhook_payload("slack", job_event(kind, status))) for kind, status in events]
 
@@ -166,8 +166,8 @@ def test_gpu_jobs_notification_settings_name_the_replays_hook_and_outbox(tmp_pat
     import json
     import types
 
-    from devcluster.replay.stack import notify_config
-    from gpu_spawner.services.notify.prefs import parse_webhooks
+    from jupyterhub_gpu.services.notify.prefs import parse_webhooks
+    from jupyterhub_gpu_dev.replay.stack import notify_config
 
     c = types.SimpleNamespace(JupyterHub=types.SimpleNamespace(services=[
         {"name": "gpu-jobs", "command": ["x"], "environment": {"A": "1"}}, {"name": "gpu-culler", "command": ["y"]}]))

@@ -1,7 +1,7 @@
 """The runner's log and progress lines (pure): the user's cell numbers, no papermill boilerplate."""
 from __future__ import annotations
 
-from runner.main import injected_at, log_line, user_cell
+from jupyterhub_gpu.runner.main import injected_at, log_line, user_cell
 
 TAGGED = [{"cell_type": "markdown"}, {"cell_type": "code", "metadata": {"tags": ["parameters"]}},
           {"cell_type": "code"}, {"cell_type": "code"}]

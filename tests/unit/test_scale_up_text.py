@@ -8,9 +8,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.hub.capacity_text import describe, node_add_countdown, node_add_seconds, scale_up_text
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.hub.capacity_text import describe, node_add_countdown, node_add_seconds, scale_up_text
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles
 
 DATA = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 CFG = parse_profiles(DATA)

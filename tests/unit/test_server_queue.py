@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.kueue import queues_servers, server_queue, server_queue_labels
-from gpu_spawner.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LABEL
-from gpu_spawner.hub import wait_messages
-from gpu_spawner.hub.queued_spawn import QueuedSpawnMixin, SpawnFailed, is_patience, merged
-from gpu_spawner.model.kueue_words import context_for
-from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.builders.kueue import queues_servers, server_queue, server_queue_labels
+from jupyterhub_gpu.contract import KUEUE_ADMISSION_GATE, PRIORITY_LABEL, QUEUE_LABEL
+from jupyterhub_gpu.hub import wait_messages
+from jupyterhub_gpu.hub.queued_spawn import QueuedSpawnMixin, SpawnFailed, is_patience, merged
+from jupyterhub_gpu.model.kueue_words import context_for
+from jupyterhub_gpu.model.profiles import ProfilesConfig
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 
@@ -211,7 +211,7 @@ class Clock:
 @pytest.fixture
 def spawn(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("gpu_spawner.hub.queued_spawn.time.monotonic", clock)
+    monkeypatch.setattr("jupyterhub_gpu.hub.queued_spawn.time.monotonic", clock)
     s = QueuedSpawnMixin(queue_wait_limit=300)
     s._base_start_timeout, s._spawn_began, s._queue = 60, clock.now, ("data-science", None)
     return s, clock
@@ -297,7 +297,7 @@ def test_last_failure_banner_is_escaped_and_only_for_a_stopped_server():
 
     from jinja2 import Environment, FileSystemLoader
 
-    from gpu_spawner.config import HUB_PAGES
+    from jupyterhub_gpu.config import HUB_PAGES
 
     banner = Environment(loader=FileSystemLoader(HUB_PAGES), autoescape=True).get_template(
         "gpuhub_last_failure.html")

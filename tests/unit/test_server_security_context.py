@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_spawner.builders.hardening import server_container_security_context, server_pod_security_context
-from gpu_spawner.contract import GPU_CHECK_CONTAINER
-from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.builders.hardening import server_container_security_context, server_pod_security_context
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER
+from jupyterhub_gpu.hub.render_pod import pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 ALL_GROUPS = ["data-science", "ml-research"]
 GPU_PROFILES = ["t4-shared", "a100-mig-1g10gb", "h100-full", "a100-spot"]

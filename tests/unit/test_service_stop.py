@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 #: Loaded into the service's interpreter: an atexit handler that writes a file, which only a full
 #: interpreter teardown runs.
@@ -43,8 +43,8 @@ def _service_env(tmp_path: Path, port: int) -> dict:
 
 
 SERVICES = {
-    "gpu-usage": lambda tmp: ["-m", "gpu_spawner.services.usage.web", f"--store={tmp / 'store'}"],
-    "gpu-culler": lambda tmp: ["-m", "gpu_spawner.services.culler", f"--profiles-file={EXAMPLE_PROFILES}",
+    "gpu-usage": lambda tmp: ["-m", "jupyterhub_gpu.services.usage.web", f"--store={tmp / 'store'}"],
+    "gpu-culler": lambda tmp: ["-m", "jupyterhub_gpu.services.culler", f"--profiles-file={EXAMPLE_PROFILES}",
                                f"--warnings-file={tmp / 'warnings.json'}"],
 }
 
@@ -106,9 +106,9 @@ def test_gpu_jobs_planner_stop_now_leaves_no_worker_process():
 
     import psutil
 
-    from gpu_spawner.model.profiles_file import cached_profiles
-    from gpu_spawner.services.jobs.planner import Planner
-    from gpu_spawner.services.jobs.submission import ServiceSettings
+    from jupyterhub_gpu.model.profiles_file import cached_profiles
+    from jupyterhub_gpu.services.jobs.planner import Planner
+    from jupyterhub_gpu.services.jobs.submission import ServiceSettings
 
     planner = Planner(cached_profiles(str(EXAMPLE_PROFILES)), ServiceSettings())
     asyncio.run(planner.warm())

@@ -6,9 +6,9 @@ import textwrap
 import pytest
 from tornado import web
 
-from gpu_spawner.builders import pods as podspec
-from gpu_spawner.hub.render_pod import make_spawner, pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.builders import pods as podspec
+from jupyterhub_gpu.hub.render_pod import make_spawner, pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
 
 SKU = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
 SPOT = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}

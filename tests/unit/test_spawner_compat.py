@@ -1,6 +1,6 @@
 """GPUSpawner is a KubeSpawner: without a profiles file it is exactly one; with a file, an admin's own
 `profile_list` stops the hub instead of being shown and then refused. (KubeSpawner's own test suite with
-GPUSpawner in its place: tools/kubespawner_compat.py, results in docs/compatibility.md.)"""
+GPUSpawner in its place: devcluster/jupyterhub_gpu_dev/kubespawner_compat.py, results in docs/compatibility.md.)"""
 from __future__ import annotations
 
 import logging
@@ -14,11 +14,11 @@ from kubernetes_asyncio.client import ApiClient
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
-from gpu_spawner.config import exit_on_conflicts
-from gpu_spawner.hub import spawner as spawner_module
-from gpu_spawner.hub.render_pod import OfflineUser, _ensure_kubeconfig
-from gpu_spawner.hub.spawner import GPUSpawner
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, profiles_path
+from jupyterhub_gpu.config import exit_on_conflicts
+from jupyterhub_gpu.hub import spawner as spawner_module
+from jupyterhub_gpu.hub.render_pod import OfflineUser, _ensure_kubeconfig
+from jupyterhub_gpu.hub.spawner import GPUSpawner
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, profiles_path
 
 REPO = Path(__file__).resolve().parents[2]
 KS_PROFILES = [
@@ -144,7 +144,7 @@ def test_the_real_hub_refuses_to_start_with_both(tmp_path):
 
 def test_gpu_jobs_without_a_profiles_file_says_so_and_never_uses_the_example():
     env = {k: v for k, v in os.environ.items() if k != "GPUHUB_PROFILES"}
-    r = subprocess.run([sys.executable, "-m", "gpu_spawner.services.jobs"], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.services.jobs"], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 1
     assert "gpu-jobs: no profiles file; pass --profiles FILE or set $GPUHUB_PROFILES" in r.stderr

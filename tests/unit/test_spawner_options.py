@@ -8,11 +8,11 @@ from urllib.parse import parse_qsl
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from gpu_spawner.hub.render_pod import make_spawner
-from gpu_spawner.hub.spawner import ProfileNotAllowed
-from gpu_spawner.model.choices import ChoiceError, choose
-from gpu_spawner.model.profiles_file import cached_profiles
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.hub.render_pod import make_spawner
+from jupyterhub_gpu.hub.spawner import ProfileNotAllowed
+from jupyterhub_gpu.model.choices import ChoiceError, choose
+from jupyterhub_gpu.model.profiles_file import cached_profiles
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
 
 PROFILES = """
 pools:
@@ -358,7 +358,7 @@ NB = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
 def job_image(cfg, user, groups, options):
-    from gpu_spawner.services.jobs.submission import plan_submission
+    from jupyterhub_gpu.services.jobs.submission import plan_submission
 
     body = {"profile": "t4", "notebook_path": "nb.ipynb", "notebook": NB}
     if options is not None:
@@ -368,7 +368,7 @@ def job_image(cfg, user, groups, options):
 
 
 def test_jobs_run_in_the_image_the_server_runs_unless_another_allowed_one_is_picked(profiles_file):
-    from gpu_spawner.builders.jobs import JobRequestError
+    from jupyterhub_gpu.builders.jobs import JobRequestError
 
     cfg = cached_profiles(profiles_file)
     assert job_image(cfg, "alice", [], None) == "reg.example/pytorch:2.4"  # the profile's default choice
@@ -383,7 +383,7 @@ def test_jobs_run_in_the_image_the_server_runs_unless_another_allowed_one_is_pic
 
 
 def test_the_kernel_sends_the_servers_own_choices(monkeypatch):
-    from extension.client import job_options
+    from jupyterhub_gpu.singleuser.client import job_options
 
     env = {"GPUHUB_PROFILE": "t4", "GPUHUB_PROFILE_OPTIONS": "image--unlisted-choice=reg.example%2Fmine%3A4"}
     assert job_options("t4", None, env) == {"image--unlisted-choice": "reg.example/mine:4"}
@@ -393,7 +393,7 @@ def test_the_kernel_sends_the_servers_own_choices(monkeypatch):
 
 
 def test_gpu_submit_option_flag():
-    from extension.magic import UsageError, parse_submit_args
+    from jupyterhub_gpu.singleuser.magic import UsageError, parse_submit_args
 
     assert parse_submit_args("--profile t4 -o image=tensorflow")["options"] == {"image": "tensorflow"}
     assert parse_submit_args("--profile t4")["options"] == {}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from kubespawner import KubeSpawner
 
-from gpu_spawner.builders.storage import (
+from jupyterhub_gpu.builders.storage import (
     HomeStorage,
     StorageError,
     home_subpath,

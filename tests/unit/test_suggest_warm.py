@@ -10,9 +10,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles
-from gpu_spawner.tools.suggest_warm import suggest, text
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu.tools.suggest_warm import suggest, text
 
 DATA = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 CFG = parse_profiles(DATA)  # gput4: Europe/Berlin, min 0, max 4
@@ -61,9 +61,9 @@ def test_any_history_gives_an_adoptable_schedule(times, weeks, min_starts, lead)
 
 def test_gpuhub_report_suggest_warm_reads_the_stores_server_starts(tmp_path, capsys):
     """`gpuhub report --suggest-warm` end to end: the real store on disk, read only, and the CLI's contract."""
-    from gpu_spawner.services.usage.accounting import Lifetime
-    from gpu_spawner.services.usage.store import UsageStore
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.services.usage.accounting import Lifetime
+    from jupyterhub_gpu.services.usage.store import UsageStore
+    from jupyterhub_gpu.tools.cli import main
 
     now = datetime.now(timezone.utc)
     berlin_nine = (now - timedelta(days=7)).astimezone(zoneinfo.ZoneInfo("Europe/Berlin")).replace(
@@ -91,9 +91,9 @@ def test_gpuhub_report_suggest_warm_reads_the_stores_server_starts(tmp_path, cap
 
 def test_the_mean_divides_by_the_weeks_the_store_covers_not_the_weeks_asked_for(tmp_path, capsys):
     """A store one week old asked for --since 28d: its starts are one week's, not a quarter of four weeks'."""
-    from gpu_spawner.services.usage.accounting import Lifetime
-    from gpu_spawner.services.usage.store import UsageStore
-    from gpu_spawner.tools.cli import main
+    from jupyterhub_gpu.services.usage.accounting import Lifetime
+    from jupyterhub_gpu.services.usage.store import UsageStore
+    from jupyterhub_gpu.tools.cli import main
 
     now = datetime.now(timezone.utc)
     monday = (now - timedelta(days=7)).astimezone(zoneinfo.ZoneInfo("Europe/Berlin"))

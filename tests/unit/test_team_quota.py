@@ -9,11 +9,11 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.model import quota
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.quantities import GI, parse
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.model import quota
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.quantities import GI, parse
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
 
 #: The issue's file: two A100-40GB 1g.5gb slices for team analytics on 12-CPU / 100 GiB nodes (7 slices
 #: each, so a slice's share is 1.71 CPUs / 14.3 GiB), and a profile asking 2 CPUs / 20 GiB + 1 GiB shm.

@@ -8,13 +8,13 @@ import copy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.hub import picker
-from gpu_spawner.hub.capacity import ProfileCapacity
-from gpu_spawner.hub.capacity_text import STARTS_NOW, team_line, team_outlook
-from gpu_spawner.hub.team_quota import TeamView
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.team_room import Quota, queue_facts, room, team_room
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub.capacity import ProfileCapacity
+from jupyterhub_gpu.hub.capacity_text import STARTS_NOW, team_line, team_outlook
+from jupyterhub_gpu.hub.team_quota import TeamView
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.team_room import Quota, queue_facts, room, team_room
 
 CFG = load_profiles(EXAMPLE_PROFILES)
 GPU = "nvidia.com/gpu"

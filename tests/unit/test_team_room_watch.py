@@ -13,13 +13,13 @@ from jinja2 import Environment, FileSystemLoader
 from kubernetes_asyncio import client
 from unit.scripted_api import scripted_api, until
 
-import gpu_spawner.hub
-from gpu_spawner.hub import picker
-from gpu_spawner.hub.capacity import ProfileCapacity
-from gpu_spawner.hub.capacity_text import STARTS_NOW
-from gpu_spawner.hub.informers import CapacityInformers
-from gpu_spawner.hub.team_quota import TeamQuotas
-from gpu_spawner.kubeio.informer import WatchSettings
+import jupyterhub_gpu.hub
+from jupyterhub_gpu.hub import picker
+from jupyterhub_gpu.hub.capacity import ProfileCapacity
+from jupyterhub_gpu.hub.capacity_text import STARTS_NOW
+from jupyterhub_gpu.hub.informers import CapacityInformers
+from jupyterhub_gpu.hub.team_quota import TeamQuotas
+from jupyterhub_gpu.kubeio.informer import WatchSettings
 from tests.unit.test_team_room import CFG, GPU, live
 
 FAST = WatchSettings(request_timeout=1, watch_seconds=30, silent_after=5, backoff_base=0.05, backoff_max=0.1)
@@ -131,7 +131,7 @@ def test_the_form_shows_the_team_line_and_marks_the_limit():
     teams = TeamQuotas.__new__(TeamQuotas)
     teams.queues, teams.version, teams._memo = queues(data_science={("gput4", GPU): 8}), 1, {}
     teams.informer = type("Synced", (), {"stale": False})()
-    html = Environment(loader=FileSystemLoader(str(Path(gpu_spawner.hub.__file__).parent / "templates")),
+    html = Environment(loader=FileSystemLoader(str(Path(jupyterhub_gpu.hub.__file__).parent / "templates")),
                        autoescape=True).get_template("form.html").render(profile_list=[card(teams)], user_options={})
     assert 'id="profile-team-t4-shared" data-team-limit="true"' in html
     assert "your team (data-science): 0 of 8 T4 time-slices free in quota" in html

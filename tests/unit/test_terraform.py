@@ -19,19 +19,19 @@ from hcl2.utils import SerializationOptions
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders import terraform
-from gpu_spawner.builders.aks_pools import (
+from jupyterhub_gpu.builders import terraform
+from jupyterhub_gpu.builders.aks_pools import (
     AGENTPOOL,
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
     aks_node_pool,
     aks_node_pools,
 )
-from gpu_spawner.builders.deploy import render_aks_script
-from gpu_spawner.model.profiles import SPOT_TAINT
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
-from gpu_spawner.tools import cli
+from jupyterhub_gpu.builders.deploy import render_aks_script
+from jupyterhub_gpu.model.profiles import SPOT_TAINT
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.tools import cli
 
 SPOT_KEY = SPOT_TAINT["key"]
 SPOT_TAINT_TEXT = f"{SPOT_KEY}={SPOT_TAINT['value']}:{SPOT_TAINT['effect']}"

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpuhub
-from extension.widgets import throughput_text, view
-from gpu_spawner.contract import ENV_PROGRESS_FILE, progress_line
-from gpu_spawner.model.throughput import throughput
-from gpu_spawner.reports import FIELDS, REPORT_MAX_BYTES, encode, parse, report_message, reports_in, validate
-from runner.main import ReportRelay
+from jupyterhub_gpu.contract import ENV_PROGRESS_FILE, progress_line
+from jupyterhub_gpu.model.throughput import throughput
+from jupyterhub_gpu.reports import FIELDS, REPORT_MAX_BYTES, encode, parse, report_message, reports_in, validate
+from jupyterhub_gpu.runner.main import ReportRelay
+from jupyterhub_gpu.singleuser.widgets import throughput_text, view
 
 
 def line(report: dict, clock: str = "10:00:00") -> str:

@@ -5,10 +5,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.contract import JOB_LABEL, PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.contract import JOB_LABEL, PROFILE_LABEL, USER_ANNOTATION
+from jupyterhub_gpu.model.profiles import ProfilesConfig
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.store import UsageStore
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}

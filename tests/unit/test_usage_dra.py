@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
-from gpu_spawner.contract import PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage import collect
-from gpu_spawner.services.usage.live import UsageReader
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.contract import PROFILE_LABEL, USER_ANNOTATION
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage import collect
+from jupyterhub_gpu.services.usage.live import UsageReader
+from jupyterhub_gpu.services.usage.store import UsageStore
 from tests.unit.test_dra_capacity import CFG, claim
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
@@ -171,7 +171,7 @@ def test_a_refused_claims_list_costs_only_the_devices(api):
 
 
 def test_the_picker_says_what_each_choice_costs():
-    from gpu_spawner.hub.picker import price_line
+    from jupyterhub_gpu.hub.picker import price_line
 
     pools = {"dra-a100": CFG.pools["dra-a100"].model_copy(update={"cost_per_node_hour": 16.0}),
              "dra-a100mig": CFG.pools["dra-a100mig"].model_copy(update={"cost_per_node_hour": 8.0})}

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-from gpu_spawner.config import configure
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.usage.hub import usage_enabled
+from jupyterhub_gpu.config import configure
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services.usage.hub import usage_enabled
 
 EXAMPLE = str(EXAMPLE_PROFILES)
 
@@ -36,14 +36,14 @@ def test_a_real_install_runs_the_collector_and_the_page():
     s = services(c)
     store = str(Path.cwd() / "gpuhub-usage")  # the hub's working directory: z2jh's /srv/jupyterhub volume
     assert s["gpu-usage-collector"]["command"] == [
-        sys.executable, "-m", "gpu_spawner.services.usage", f"--profiles-file={EXAMPLE}", f"--store={store}",
+        sys.executable, "-m", "jupyterhub_gpu.services.usage", f"--profiles-file={EXAMPLE}", f"--store={store}",
         "--hub-namespace=jhub", "--port=9402"]
     assert "url" not in s["gpu-usage-collector"]  # a process, no page: the proxy routes nothing to it
     # managed services get a clean environment: the API server's address is passed on
     assert s["gpu-usage-collector"]["environment"] == {"KUBERNETES_SERVICE_HOST": "10.0.0.1",
                                                       "KUBERNETES_SERVICE_PORT": "443"}
     assert s["gpu-usage"]["url"] == "http://127.0.0.1:10103" and s["gpu-usage"]["oauth_no_confirm"]
-    assert s["gpu-usage"]["command"] == [sys.executable, "-m", "gpu_spawner.services.usage.web", f"--store={store}"]
+    assert s["gpu-usage"]["command"] == [sys.executable, "-m", "jupyterhub_gpu.services.usage.web", f"--store={store}"]
     user = next(r for r in c.JupyterHub.load_roles if r["name"] == "user")
     assert "access:services!service=gpu-usage" in user["scopes"]
     assert not any("gpu-usage" in r.get("services", []) for r in c.JupyterHub.load_roles)  # no hub API scope

@@ -5,8 +5,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.services.usage.accounting import Lifetime
-from gpu_spawner.services.usage.metrics import UsageMetrics
+from jupyterhub_gpu.services.usage.accounting import Lifetime
+from jupyterhub_gpu.services.usage.metrics import UsageMetrics
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 

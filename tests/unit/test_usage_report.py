@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.collect import report
-from gpu_spawner.tools.cli import main
-from gpu_spawner.tools.report import ReportError, render, since_of
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.collect import report
+from jupyterhub_gpu.tools.cli import main
+from jupyterhub_gpu.tools.report import ReportError, render, since_of
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -49,7 +49,7 @@ def test_since_refuses_bad_durations(text):
 def test_cli_bad_input_exits_2_with_nothing_on_stdout(capsys, tmp_path):
     from pathlib import Path
 
-    example = Path(__file__).resolve().parents[2] / "gpu_spawner" / "examples" / "profiles.yaml"
+    example = Path(__file__).resolve().parents[2] / "jupyterhub_gpu" / "examples" / "profiles.yaml"
     assert main(["report", str(example), "--since", "forever"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "--since" in out.err
@@ -58,7 +58,7 @@ def test_cli_bad_input_exits_2_with_nothing_on_stdout(capsys, tmp_path):
 
 
 def test_usage_page_svg_and_html_escape_hostile_names():
-    from gpu_spawner.services.usage.web import bar_chart_svg, page
+    from jupyterhub_gpu.services.usage.web import bar_chart_svg, page
 
     rows = [{"key": "<script>alert(1)</script>", "gpu_hours_held": 3.0, "cost": 1.0, "pods": 1},
             {"key": "b&b", "gpu_hours_held": 1.5, "cost": 0.5, "pods": 2}]
@@ -71,7 +71,7 @@ def test_usage_page_svg_and_html_escape_hostile_names():
 
 
 def test_usage_page_hints_and_note_are_escaped():
-    from gpu_spawner.services.usage.web import page
+    from jupyterhub_gpu.services.usage.web import page
 
     html = page("t", [], T0, T0, hints=["a <b> hint"], note="hints unavailable: <x>")
     assert "<ul class='hints'><li>a &lt;b&gt; hint</li></ul>" in html and "hints unavailable: &lt;x&gt;" in html
@@ -80,7 +80,7 @@ def test_usage_page_hints_and_note_are_escaped():
 
 @given(st.text(max_size=300))
 def test_user_and_team_names_are_bounded_and_printable(text):
-    from gpu_spawner.tools.report import MAX_NAME, name_of
+    from jupyterhub_gpu.tools.report import MAX_NAME, name_of
 
     if 0 < len(text) <= MAX_NAME and text.isprintable():
         assert name_of("--team", text) == text
@@ -91,9 +91,9 @@ def test_user_and_team_names_are_bounded_and_printable(text):
 
 
 def test_a_ranged_report_reads_the_stores_rows_of_the_range_user_and_team(tmp_path):
-    from gpu_spawner.services.usage.collect import all_lifetimes
-    from gpu_spawner.services.usage.live import UsageReader
-    from gpu_spawner.services.usage.store import UsageStore
+    from jupyterhub_gpu.services.usage.collect import all_lifetimes
+    from jupyterhub_gpu.services.usage.live import UsageReader
+    from jupyterhub_gpu.services.usage.store import UsageStore
 
     def lt(uid, user, team, days_ago):
         end = T0 - timedelta(days=days_ago)
@@ -112,8 +112,8 @@ def test_a_ranged_report_reads_the_stores_rows_of_the_range_user_and_team(tmp_pa
 
 
 def test_a_store_not_yet_upgraded_is_named_not_read_as_empty(tmp_path):
-    from gpu_spawner.services.usage.live import UsageReader
-    from gpu_spawner.services.usage.store import UsageStore
+    from jupyterhub_gpu.services.usage.live import UsageReader
+    from jupyterhub_gpu.services.usage.store import UsageStore
 
     (tmp_path / "finished.jsonl").write_text("{}\n")
     assert UsageReader(tmp_path).unimported()  # gpuhub report --store says so (exit 2), never "no usage"

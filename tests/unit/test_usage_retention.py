@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.services.usage.__main__ import main, retention_of
-from gpu_spawner.services.usage.accounting import Lifetime
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.services.usage.__main__ import main, retention_of
+from jupyterhub_gpu.services.usage.accounting import Lifetime
+from jupyterhub_gpu.services.usage.store import UsageStore
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.collect import report
-from gpu_spawner.services.usage.rightsize import capacity, hints
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.collect import report
+from jupyterhub_gpu.services.usage.rightsize import capacity, hints
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 CFG = load_profiles(EXAMPLE_PROFILES)

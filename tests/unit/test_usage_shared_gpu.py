@@ -11,11 +11,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.collect import report
-from gpu_spawner.services.usage.rightsize import hints
-from gpu_spawner.tools.report import render
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.collect import report
+from jupyterhub_gpu.services.usage.rightsize import hints
+from jupyterhub_gpu.tools.report import render
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 UNTIL = T0 + timedelta(days=1)

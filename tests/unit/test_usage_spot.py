@@ -6,12 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 from prometheus_client import generate_latest
 
-from gpu_spawner.contract import PROFILE_LABEL, USER_ANNOTATION
-from gpu_spawner.model.profiles import ProfilesConfig
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage.collect import report
-from gpu_spawner.services.usage.metrics import UsageMetrics
-from gpu_spawner.tools.report import render
+from jupyterhub_gpu.contract import PROFILE_LABEL, USER_ANNOTATION
+from jupyterhub_gpu.model.profiles import ProfilesConfig
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage.collect import report
+from jupyterhub_gpu.services.usage.metrics import UsageMetrics
+from jupyterhub_gpu.tools.report import render
 
 T0 = datetime(2026, 2, 2, 8, 0, tzinfo=timezone.utc)
 TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}

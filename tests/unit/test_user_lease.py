@@ -1,4 +1,4 @@
-"""The per-user submit lock across gpu-jobs replicas (gpu_spawner/kubeio/lease.py): the pure parts (names,
+"""The per-user submit lock across gpu-jobs replicas (jupyterhub_gpu/kubeio/lease.py): the pure parts (names,
 bodies, the expiry decision) with hypothesis over adversarial user names, and Leases against an in-memory
 coordination API that does what the API server does (create 409 when present, replace/delete 409 on a stale
 resourceVersion), so two "replicas" racing for one user's lock never hold it together."""
@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
-from gpu_spawner.builders.workloads import render_gpu_jobs
-from gpu_spawner.contract import USER_ANNOTATION
-from gpu_spawner.kubeio import lease as L
+from jupyterhub_gpu.builders.workloads import render_gpu_jobs
+from jupyterhub_gpu.contract import USER_ANNOTATION
+from jupyterhub_gpu.kubeio import lease as L
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 T0 = datetime(2026, 12, 3, 7, 0, tzinfo=timezone.utc)
@@ -250,8 +250,8 @@ async def test_only_one_replica_leads_and_the_lead_moves_when_the_leader_stops()
 
 # ------------------------------------------------------------------------------ gpu-jobs' SubmitGate
 async def test_the_gate_takes_the_process_lock_then_the_lease_and_answers_busy_or_unavailable():
-    from gpu_spawner.services.jobs.app import Busy, SubmitGate
-    from gpu_spawner.services.jobs.cache import ClusterUnavailable
+    from jupyterhub_gpu.services.jobs.app import Busy, SubmitGate
+    from jupyterhub_gpu.services.jobs.cache import ClusterUnavailable
 
     api = FakeCoordination()
     mine, other = SubmitGate(leases=replica(api, "mine", wait=0.1)), replica(api, "other")
@@ -318,7 +318,7 @@ async def test_every_lease_call_is_bounded_to_a_third_of_the_duration():
 
 
 async def test_a_hung_renew_loses_the_lock_and_the_gate_answers_busy_instead_of_creating():
-    from gpu_spawner.services.jobs.app import Busy, SubmitGate
+    from jupyterhub_gpu.services.jobs.app import Busy, SubmitGate
 
     api = FakeCoordination()
     gate = SubmitGate(leases=replica(api, "mine", duration=1))

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from gpu_spawner.model.validation import ProfilesError, parse_profiles_text
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles_text
 
 BASE = """\
 pools:

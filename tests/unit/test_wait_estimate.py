@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
-from extension.widgets import eta_text, view
-from gpu_spawner.model.wait_estimate import MIN_SPANS, Admission, estimate
-from gpu_spawner.services.jobs.status import derive_status, queue_positions
+from jupyterhub_gpu.model.wait_estimate import MIN_SPANS, Admission, estimate
+from jupyterhub_gpu.services.jobs.status import derive_status, queue_positions
+from jupyterhub_gpu.singleuser.widgets import eta_text, view
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -71,7 +71,7 @@ def test_status_and_widget_show_position_and_eta():
 
 
 def test_calibrated_p90_covers_the_queues_own_past_waits():
-    from gpu_spawner.model.wait_estimate import CALIBRATION, LEVEL, MIN_CALIBRATION, QUEUED_S
+    from jupyterhub_gpu.model.wait_estimate import CALIBRATION, LEVEL, MIN_CALIBRATION, QUEUED_S
 
     # one GPU, first come first served: arrivals ~10 min apart, log-normal run times (some run for hours)
     rng, t, free, hist = random.Random(4), 0.0, 0.0, []

@@ -7,11 +7,11 @@ import re
 
 import yaml
 
-from gpu_spawner.builders import deploy
-from gpu_spawner.builders import warm_capacity as WC
-from gpu_spawner.model import warm_schedule as W
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.builders import deploy
+from jupyterhub_gpu.builders import warm_capacity as WC
+from jupyterhub_gpu.model import warm_schedule as W
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.model.validation import parse_profiles
 
 BASE = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 

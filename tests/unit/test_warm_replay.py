@@ -1,5 +1,5 @@
 """Warm capacity in the day replay (pure): the autoscaler MODEL follows a pool's warm schedule as AKS enforces a
-changed min-count, the spread trace, and the model-only replay (devcluster/replay/quick.py, tradeoff.py) whose
+changed min-count, the spread trace, and the model-only replay (devcluster/jupyterhub_gpu_dev/replay/quick.py, tradeoff.py) whose
 start waits split into quota, node and start-up."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import copy
 import pytest
 import yaml
 
-from devcluster.replay import quick, tradeoff
-from devcluster.replay import trace as traces
-from devcluster.replay.autoscaler import AutoscalerModel, PoolModel, pool_models
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import parse_profiles
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import parse_profiles
+from jupyterhub_gpu_dev.replay import quick, tradeoff
+from jupyterhub_gpu_dev.replay import trace as traces
+from jupyterhub_gpu_dev.replay.autoscaler import AutoscalerModel, PoolModel, pool_models
 
 H = 3600
 

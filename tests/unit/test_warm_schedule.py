@@ -10,9 +10,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.model import warm_schedule as W
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles, parse_profiles_text
+from jupyterhub_gpu.model import warm_schedule as W
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles, parse_profiles_text
 
 BASE = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 
@@ -155,7 +155,7 @@ def test_a_huge_warm_list_is_one_problem_found_fast():
     """100k windows (a generated file gone wrong): one problem, at once; not O(n²) overlap problems."""
     import time
 
-    from gpu_spawner.model.profiles import Pool
+    from jupyterhub_gpu.model.profiles import Pool
 
     assert Pool.model_fields["warm"].metadata[0].max_length == W.MAX_WINDOWS
     t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""The gpu-jobs wire contract (gpu_spawner/wire.py): the service's real statuses fit its models exactly, and
+"""The gpu-jobs wire contract (jupyterhub_gpu/wire.py): the service's real statuses fit its models exactly, and
 the JupyterLab extension's wire.ts is what the generator writes from them now (so a field renamed in Python
 without regenerating fails here, and regenerating fails tsc where the TypeScript still uses the old name)."""
 from __future__ import annotations
@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from extension.server import for_lab
-from gpu_spawner import wire
-from gpu_spawner.contract import JOB_LABEL, JOB_STATES, JOBSET_JOB_INDEX, JobState
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES, load_profiles
-from gpu_spawner.services.jobs.app import profiles_answer
-from gpu_spawner.services.jobs.gang import derive_gang_status
-from gpu_spawner.services.jobs.status import derive_status, queue_positions, unreadable
-from gpu_spawner.services.jobs.submission import ServiceSettings
-from gpu_spawner.services.jobs.words import explain
-from gpu_spawner.tools import wire_types
+from jupyterhub_gpu import wire
+from jupyterhub_gpu.contract import JOB_LABEL, JOB_STATES, JOBSET_JOB_INDEX, JobState
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+from jupyterhub_gpu.services.jobs.app import profiles_answer
+from jupyterhub_gpu.services.jobs.gang import derive_gang_status
+from jupyterhub_gpu.services.jobs.status import derive_status, queue_positions, unreadable
+from jupyterhub_gpu.services.jobs.submission import ServiceSettings
+from jupyterhub_gpu.services.jobs.words import explain
+from jupyterhub_gpu.singleuser.server import for_lab
+from jupyterhub_gpu.tools import wire_types
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = "2026-01-01T10:00:00Z"
@@ -156,14 +156,14 @@ def _imports(path: Path) -> set[str]:
 def test_the_contract_layer_stays_light():
     """contract.py: the standard library only (the runner imports it); wire.py: that, pydantic and contract."""
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert {m.split(".")[0] for m in _imports(ROOT / "gpu_spawner" / "contract.py")} <= stdlib
-    wire_imports = _imports(ROOT / "gpu_spawner" / "wire.py")
-    assert {m for m in wire_imports if m.split(".")[0] not in stdlib} <= {"pydantic", "gpu_spawner.contract"}
+    assert {m.split(".")[0] for m in _imports(ROOT / "jupyterhub_gpu" / "contract.py")} <= stdlib
+    wire_imports = _imports(ROOT / "jupyterhub_gpu" / "wire.py")
+    assert {m for m in wire_imports if m.split(".")[0] not in stdlib} <= {"pydantic", "jupyterhub_gpu.contract"}
 
 
 def test_the_committed_wire_ts_is_what_the_generator_writes():
-    committed = (ROOT / "extension" / "labextension" / "src" / "wire.ts").read_text()
-    assert committed == wire_types.render(), "wire.ts is behind gpu_spawner/wire.py: run " + wire_types.COMMAND
+    committed = (ROOT / "labextension" / "src" / "wire.ts").read_text()
+    assert committed == wire_types.render(), "wire.ts is behind jupyterhub_gpu/wire.py: run " + wire_types.COMMAND
 
 
 def test_the_generated_types_name_every_field_and_state():

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.builders import deploy
-from gpu_spawner.builders.identity import (
+from jupyterhub_gpu.builders import deploy
+from jupyterhub_gpu.builders.identity import (
     WI_CLIENT_ID,
     WI_SKIP_CONTAINERS,
     WI_TENANT_ID,
@@ -23,13 +23,13 @@ from gpu_spawner.builders.identity import (
     pod_identity,
     service_accounts,
 )
-from gpu_spawner.builders.jobs import build_job
-from gpu_spawner.builders.jobsets import build_jobset
-from gpu_spawner.builders.kueue import render_kueue
-from gpu_spawner.contract import GPU_CHECK_CONTAINER
-from gpu_spawner.hub.render_pod import pod_manifest
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.model.validation import ProfilesError, parse_profiles
+from jupyterhub_gpu.builders.jobs import build_job
+from jupyterhub_gpu.builders.jobsets import build_jobset
+from jupyterhub_gpu.builders.kueue import render_kueue
+from jupyterhub_gpu.contract import GPU_CHECK_CONTAINER
+from jupyterhub_gpu.hub.render_pod import pod_manifest
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.validation import ProfilesError, parse_profiles
 
 EXAMPLE = yaml.safe_load(EXAMPLE_PROFILES.read_text())
 MLR_ID = "11111111-2222-3333-4444-555555555555"

@@ -1,4 +1,4 @@
-"""devcluster/z2jh_dev.py, the pure parts of `gpuhub dev --z2jh`: the explained dev overlay on deploy/values.yaml, the
+"""devcluster/jupyterhub_gpu_dev/z2jh_dev.py, the pure parts of `gpuhub dev --z2jh`: the explained dev overlay on deploy/values.yaml, the
 hub database's static volume, and the image names the deploy files pull (no cluster, no helm)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devcluster import z2jh, z2jh_dev
-from devcluster.simulator_keys import DEV_AGENT_LABEL
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu_dev import z2jh, z2jh_dev
+from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_LABEL
 
 USERS = {"alice": ["data-science"], "bob": ["ml-research", "data-science"], "carol": []}
 
@@ -264,8 +264,8 @@ def test_fit_profiles_lowers_what_a_2_cpu_machines_real_node_cannot_hold(tmp_pat
     and the hub's own pods hold part of them; fitted, every profile on a real node's pool can start there."""
     from decimal import Decimal
 
-    from gpu_spawner.model.profiles_file import load_profiles
-    from gpu_spawner.model.quantities import parse
+    from jupyterhub_gpu.model.profiles_file import load_profiles
+    from jupyterhub_gpu.model.quantities import parse
 
     text = open(EXAMPLE_PROFILES).read()
     room = {"system": (Decimal(2) * z2jh_dev.REAL_NODE_SHARE, Decimal(24 * 2**30) * z2jh_dev.REAL_NODE_SHARE),

@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from devcluster.testing import pod_outside_jhub, wait_until
-from gpu_spawner.cluster.prices import hourly_cost
-from gpu_spawner.cluster.times import parse_time
-from gpu_spawner.model.profiles_file import load_profiles
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.cluster.prices import hourly_cost
+from jupyterhub_gpu.cluster.times import parse_time
+from jupyterhub_gpu.model.profiles_file import load_profiles
+from jupyterhub_gpu.services.usage.store import UsageStore
+from jupyterhub_gpu_dev.testing import pod_outside_jhub, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -55,7 +55,7 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
                       "GPU pods started on the KWOK pools")
     start = {n: pods[n].status.start_time for n in names.values()}
     store = tmp_path / "usage"
-    collector = ["-m", "gpu_spawner.services.usage", "--once", f"--profiles-file={cluster.profiles}",
+    collector = ["-m", "jupyterhub_gpu.services.usage", "--once", f"--profiles-file={cluster.profiles}",
                  f"--store={store}", f"--hub-namespace={namespace}"]
     run(*collector, cluster=cluster)
     opened, _ = UsageStore(store).load_open()
@@ -78,7 +78,7 @@ async def test_collector_and_report_on_the_dev_cluster(cluster, namespace, tmp_p
     assert all(lt.end is not None and lt.start == start[lt.pod] and lt.end >= lt.start
                for lt in finished.values())
 
-    out = json.loads(run("-m", "gpu_spawner.tools.cli", "report", str(cluster.profiles), "--since", "1h", "--by",
+    out = json.loads(run("-m", "jupyterhub_gpu.tools.cli", "report", str(cluster.profiles), "--since", "1h", "--by",
                          "profile", "--format", "json", f"--hub-namespace={namespace}", f"--store={store}",
                          cluster=cluster))
     now, until = datetime.now(timezone.utc), parse_time(out["until"])

@@ -1,5 +1,5 @@
 """The usage collector's /metrics names every user with their GPU-hours and $: only Prometheus may read it.
-The real collector process (`python -m gpu_spawner.services.usage`, its API server unreachable, so every
+The real collector process (`python -m jupyterhub_gpu.services.usage`, its API server unreachable, so every
 cycle is a missed one while /metrics keeps serving): with a token, a request without it or with another is a
 401 and the token's bearer gets the series; without a token it listens on loopback only."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from devcluster.devhub import free_port
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.usage.hub import usage_services
-from gpu_spawner.services.usage.metrics_http import allowed, metrics_token
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services.usage.hub import usage_services
+from jupyterhub_gpu.services.usage.metrics_http import allowed, metrics_token
+from jupyterhub_gpu_dev.devhub import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-prometheus-token-0123456789"
@@ -31,7 +31,7 @@ current-context: c
 
 def collector(tmp_path: Path, port: int, env: dict) -> subprocess.Popen:
     (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    cmd = [sys.executable, "-m", "gpu_spawner.services.usage", f"--profiles-file={EXAMPLE_PROFILES}",
+    cmd = [sys.executable, "-m", "jupyterhub_gpu.services.usage", f"--profiles-file={EXAMPLE_PROFILES}",
            f"--store={tmp_path / 'store'}", f"--kubeconfig={tmp_path / 'kubeconfig'}", f"--port={port}",
            "--every=1"]
     base = {k: v for k, v in os.environ.items() if k != "GPUHUB_USAGE_METRICS_TOKEN"}

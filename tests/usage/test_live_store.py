@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_spawner.services.usage.accounting import Lifetime
-from gpu_spawner.services.usage.live import UsageReader
-from gpu_spawner.services.usage.store import LEGACY_NAME, UsageStore
+from jupyterhub_gpu.services.usage.accounting import Lifetime
+from jupyterhub_gpu.services.usage.live import UsageReader
+from jupyterhub_gpu.services.usage.store import LEGACY_NAME, UsageStore
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 USERS = ("alice", "bob", "carol")
@@ -177,7 +177,7 @@ def test_the_pages_view_reads_its_rows_in_a_thread(tmp_path, monkeypatch):
     import asyncio
     import threading
 
-    from gpu_spawner.services.usage.web import usage_view
+    from jupyterhub_gpu.services.usage.web import usage_view
 
     store = UsageStore(tmp_path)
     everything = [lifetime(f"x{i}", USERS[i % 3], i % 30) for i in range(90)]

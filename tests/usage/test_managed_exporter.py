@@ -13,10 +13,10 @@ import requests
 from culler.fixtures import NAMESPACE as CULLER_NS
 from culler.fixtures import exporter, prometheus, serve_metrics  # noqa: F401 (fixtures)
 
-from gpu_spawner.cluster.dcgm import PROF_METRIC, pod_of
-from gpu_spawner.cluster.dcgm_nodes import node_range, presence_query
-from gpu_spawner.services.culler import decide as D
-from gpu_spawner.services.usage import collect
+from jupyterhub_gpu.cluster.dcgm import PROF_METRIC, pod_of
+from jupyterhub_gpu.cluster.dcgm_nodes import node_range, presence_query
+from jupyterhub_gpu.services.culler import decide as D
+from jupyterhub_gpu.services.usage import collect
 
 SCRAPE = 1
 NS = "jhub"
@@ -61,7 +61,7 @@ def wait_for_samples(url: str, n: int, timeout: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def managed(tmp_path_factory):
-    from devcluster import prometheus as prom
+    from jupyterhub_gpu_dev import prometheus as prom
 
     e = ManagedExporter()
     e.gpu("aks-managed-0", 0, 0.8, 90, 5000)            # alice alone on her node (1 GPU)

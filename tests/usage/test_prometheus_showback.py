@@ -16,9 +16,9 @@ from culler.fixtures import NAMESPACE, SCRAPE, exporter, prometheus  # noqa: F40
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_spawner.services.usage import accounting as acc
-from gpu_spawner.services.usage import collect
-from gpu_spawner.services.usage.metrics import UsageMetrics
+from jupyterhub_gpu.services.usage import accounting as acc
+from jupyterhub_gpu.services.usage import collect
+from jupyterhub_gpu.services.usage.metrics import UsageMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-showback.json"
 WINDOW = 10

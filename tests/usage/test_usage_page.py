@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from culler.fixtures import SCRAPE, _stop, _wait_http, exporter, prometheus  # noqa: F401 (fixtures)
 
-from devcluster.devhub import free_port, loopback_lines
-from gpu_spawner.model.profiles_file import EXAMPLE_PROFILES
-from gpu_spawner.services.usage import collect
-from gpu_spawner.services.usage.accounting import Lifetime
-from gpu_spawner.services.usage.store import UsageStore
+from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES
+from jupyterhub_gpu.services.usage import collect
+from jupyterhub_gpu.services.usage.accounting import Lifetime
+from jupyterhub_gpu.services.usage.store import UsageStore
+from jupyterhub_gpu_dev.devhub import free_port, loopback_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def usage_hub(tmp_path_factory, prometheus, exporter):
     port, svc_port = free_port(), free_port()
     svc = {"name": "gpu-usage", "url": f"http://127.0.0.1:{svc_port}", "oauth_no_confirm": True,
            "api_token": secrets.token_hex(16),
-           "command": [sys.executable, "-m", "gpu_spawner.services.usage.web", f"--store={state / 'usage'}",
+           "command": [sys.executable, "-m", "jupyterhub_gpu.services.usage.web", f"--store={state / 'usage'}",
                        f"--profiles-file={EXAMPLE_PROFILES}", f"--prometheus-url={prometheus}",
                        f"--scrape-interval={SCRAPE}"]}
     config = state / "jupyterhub_config.py"

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpu_spawner.services.usage.web import SharedHints
+from jupyterhub_gpu.services.usage.web import SharedHints
 
 UNTIL = datetime(2026, 12, 1, tzinfo=timezone.utc)
 SINCE = UNTIL - timedelta(days=7)

@@ -1,6 +1,0 @@
-"""`python -m devcluster up|status|down`."""
-import sys
-
-from devcluster.cli import main
-
-sys.exit(main())
