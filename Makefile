@@ -9,10 +9,13 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
 .PHONY: install labextension test-deps plan binaries node-deps test test-binaries test-installs dev-binaries unit lint dev bench matrix-venv images image-deps
-$(VENV)/.installed: setup.cfg pyproject.toml
+# The product, then the development distribution (devcluster/: the dev cluster, `gpuhub dev` / `gpuhub cluster`,
+# the suite's fixtures), both editable; --no-deps: its one dependency is the product just installed.
+$(VENV)/.installed: setup.cfg pyproject.toml devcluster/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps -e ./devcluster
 	touch $@
 
 # configurable-http-proxy (JupyterHub's proxy) and axe-core (the accessibility tests' checker) from npm,
@@ -21,9 +24,10 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The JupyterLab extension (labextension): its own npm tree, pinned by its package-lock.json,
+# The JupyterLab extension (labextension/): its own npm tree, pinned by its package-lock.json,
 # compiled with tsc and bundled by @jupyterlab/builder against the venv's JupyterLab, then linked into the
-# venv (an editable install has no data_files) with the server routes it calls (jupyterhub_gpu/singleuser/server.py).
+# venv (an editable install has no data_files) with the config (jupyter-config/) that enables the server routes
+# it calls (jupyterhub_gpu/singleuser/server.py).
 # A wheel or image build ships the same files as data_files (setup.cfg); build this first.
 LAB := labextension
 LAB_OUT := $(LAB)/build/jupyterhub-gpu-labextension
@@ -68,8 +72,8 @@ binaries: plan install
 	GPUHUB_BUILD_PLAN_SAID=1 $(PY) devcluster/jupyterhub_gpu_dev/binaries.py build $(BINARIES_ARGS)
 
 # `make test` builds what real nodes add too (`gpuhub dev --z2jh`, the ship tier): kubelet, kube-proxy, containerd 2
-# with its runc shim and ctr, CoreDNS, the pod sandbox and the simulated GPU device plugin (devcluster/jupyterhub_gpu_dev/go/); the
-# CNI plugins, iptables and runc come from Debian.
+# with its runc shim and ctr, CoreDNS, the pod sandbox and the simulated GPU device plugin
+# (devcluster/jupyterhub_gpu_dev/go/); the CNI plugins, iptables and runc come from Debian.
 node-deps:
 	@command -v iptables >/dev/null && command -v nsenter >/dev/null && [ -x /usr/lib/cni/bridge ] && command -v runc >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iptables util-linux runc; }
@@ -89,12 +93,13 @@ images: image-deps
 # is built on). tests/ship run the chart's hub config under both. Without the z2jh folder: skipped.
 Z2JH ?= $(dir $(CURDIR))shared/z2jh
 JH55_VENV := .venv-jh55
-$(JH55_VENV)/.installed: setup.cfg pyproject.toml
+$(JH55_VENV)/.installed: setup.cfg pyproject.toml devcluster/pyproject.toml
 	@if [ -f "$(Z2JH)/images/hub/requirements.txt" ]; then \
 	  python3 -m venv $(JH55_VENV) && \
 	  grep -v -e '^jupyterhub-idle-culler==' -e '^ *#' "$(Z2JH)/images/hub/requirements.txt" > $(JH55_VENV)/constraints.txt && \
 	  $(JH55_VENV)/bin/pip install -q --upgrade pip && \
-	  $(JH55_VENV)/bin/pip install -q -c $(JH55_VENV)/constraints.txt -e '.[test]' && touch $@; \
+	  $(JH55_VENV)/bin/pip install -q -c $(JH55_VENV)/constraints.txt -e '.[test]' && \
+	  $(JH55_VENV)/bin/pip install -q --no-deps -e ./devcluster && touch $@; \
 	else echo "matrix-venv: no z2jh hub image pins at $(Z2JH) (set Z2JH=...): the JupyterHub 5.5 tests skip"; fi
 matrix-venv: $(JH55_VENV)/.installed
 

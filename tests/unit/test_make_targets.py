@@ -65,3 +65,13 @@ def test_make_test_and_dev_build_go_beside_the_installs_with_the_system_python(t
     assert build.split()[1] == "python3", build
     assert parallel in out
     assert out.index(parallel) < out.index(then)
+
+
+@pytest.mark.parametrize("target", ["dev", "unit", "test"])
+def test_the_dev_distribution_is_installed_editable_after_the_product(target):
+    """devcluster/ is a distribution of its own (jupyterhub-gpu-dev, never in the product's wheel): the targets
+    that run the dev hub or the suite install it into the venv, editable, right after the product it imports."""
+    lines = recipes(target).splitlines()
+    product = next(k for k, line in enumerate(lines) if line.endswith("pip install -q -e '.[test]'"))
+    dev = next(k for k, line in enumerate(lines) if line.endswith("pip install -q --no-deps -e ./devcluster"))
+    assert product < dev
