@@ -12,7 +12,7 @@ from jupyterhub_gpu.contract import ENV_DEVICE_ROOT
 from jupyterhub_gpu_dev.simulator_keys import SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION
 
 #: What the singleuser and runner images put in /etc/ipython: kernels auto-load %gpu_submit.
-IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[1] / "images" / "singleuser" / "ipython_config.py"
+IMAGE_IPYTHON_CONFIG = Path(__file__).resolve().parents[2] / "images" / "singleuser" / "ipython_config.py"
 
 
 def simulated_gpu(state_dir: Path, node: dict) -> dict[str, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_LABEL
 from jupyterhub_gpu_dev.storage import cluster_share, ensure_datasets, ensure_home_share, home_namespaces
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the checkout (this package is devcluster/jupyterhub_gpu_dev/)
 NAMESPACE = "jhub"
 
 

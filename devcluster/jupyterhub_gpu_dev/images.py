@@ -34,9 +34,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if __package__ in (None, ""):  # `python devcluster/jupyterhub_gpu_dev/images.py`: import the package's modules from the root
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this package is devcluster/jupyterhub_gpu_dev/)
+if __package__ in (None, ""):  # `python devcluster/jupyterhub_gpu_dev/images.py`: the package from its project folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyterhub_gpu_dev.binaries import cache_root  # noqa: E402
 
 STANDIN = ROOT / "images" / "standin"

@@ -23,7 +23,7 @@ import yaml
 
 from jupyterhub_gpu_dev import binaries
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this package is devcluster/jupyterhub_gpu_dev/)
 CHART_ENV = "GPUHUB_Z2JH_CHART"
 CHART_VERSION = "4.4.0"
 #: Where the tests find the chart unless $GPUHUB_Z2JH_CHART names another folder.

@@ -26,7 +26,7 @@ from .kube import Kube, wait_for
 from .realnode_config import RealNode
 from .simulator_keys import DEV_AGENT_LABEL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this package is devcluster/jupyterhub_gpu_dev/)
 NODE_PORT = 30080
 HUB_UID, USERS_GID = 1000, 100
 HUB_DB_CLAIM = "hub-db-dir"

@@ -51,12 +51,14 @@ def interpreters() -> list:
 
 
 def inspect(python: str, hub_pod: z2jh.HubPod, user: str, groups: list[str]) -> dict:
-    """The chart's hub config, loaded by `python`, asked for this user's picker and pods (devcluster/jupyterhub_gpu_dev/z2jh_inspect.py).
-    The profiles ConfigMap the values mount at /etc/gpuhub is the example file here."""
+    """The chart's hub config, loaded by `python`, asked for this user's picker and pods
+    (devcluster/jupyterhub_gpu_dev/z2jh_inspect.py). The profiles ConfigMap the values mount at /etc/gpuhub is the
+    example file here. The checkout and the dev distribution's folder are on its path, installed or not."""
     if not Path(python).exists():
         pytest.skip(f"no JupyterHub 5.5 interpreter at {python}: `make matrix-venv` builds it (or set ${MATRIX_ENV})")
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, **hub_pod.env, "GPUHUB_PROFILES": str(EXAMPLE_PROFILES),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+           "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "devcluster")])}
     out = subprocess.run([python, "-m", "jupyterhub_gpu_dev.z2jh_inspect", str(hub_pod.root), user, ",".join(groups),
                           *PROFILES], capture_output=True, text=True, env=env, cwd=hub_pod.root, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
