@@ -1,8 +1,8 @@
 """pytest plugin: KubeSpawner's own test suite with `GPUSpawner` in place of `KubeSpawner`.
 
-Loaded with `-p gpuspawner_as_kubespawner` (tools/ on PYTHONPATH) by devcluster/jupyterhub_gpu_dev/kubespawner_compat.py. It
-swaps the class before KubeSpawner's test modules import it, and runs with no profiles file, so that
-GPUSpawner must behave exactly like a plain KubeSpawner.
+Loaded with `-p jupyterhub_gpu_dev.gpuspawner_as_kubespawner` by kubespawner_compat.py beside it. It swaps the
+class before KubeSpawner's test modules import it, and runs with no profiles file, so that GPUSpawner must behave
+exactly like a plain KubeSpawner.
 """
 import os
 

@@ -2,7 +2,7 @@
 file), and compare the outcome of every test. Not part of `make test`; fetches nothing.
 
     git clone --branch 7.1.0 https://github.com/jupyterhub/kubespawner /tmp/kubespawner   # the pinned version
-    .venv/bin/python devcluster/jupyterhub_gpu_dev/kubespawner_compat.py /tmp/kubespawner
+    .venv/bin/python -m jupyterhub_gpu_dev.kubespawner_compat /tmp/kubespawner
 
 Exit 0 when every test that passes for KubeSpawner also passes for GPUSpawner. Tests that need a
 Kubernetes cluster skip themselves (KubeSpawner's `kube_client` fixture) unless $KUBECONFIG reaches one.
@@ -18,7 +18,9 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parent
+#: The dev distribution's folder (devcluster/), on the test runs' path so they find the plugin installed or not.
+PROJECT = Path(__file__).resolve().parents[1]
+PLUGIN = "jupyterhub_gpu_dev.gpuspawner_as_kubespawner"
 #: KubeSpawner's pure test modules and its spawner tests (those needing a cluster skip themselves).
 MODULES = ["tests/test_profile.py", "tests/test_objects.py", "tests/test_slugs.py", "tests/test_utils.py",
            "tests/test_spawner.py"]
@@ -44,7 +46,7 @@ def run(source: Path, junit: Path, as_gpuspawner: bool, env: dict[str, str], ext
     cmd = [sys.executable, "-m", "pytest", *MODULES, "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            "--timeout", "120", f"--junitxml={junit}", *extra]
     if as_gpuspawner:
-        cmd[3:3] = ["-p", "gpuspawner_as_kubespawner"]
+        cmd[3:3] = ["-p", PLUGIN]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=source, env=env, check=False)
     return outcomes(junit)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.source} is not KubeSpawner {installed} (the installed version)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TOOLS), os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")])))
         env.pop("GPUHUB_PROFILES", None)
         if not env.get("KUBECONFIG"):
             kc = Path(tmp) / "kubeconfig"

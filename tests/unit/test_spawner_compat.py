@@ -1,6 +1,7 @@
 """GPUSpawner is a KubeSpawner: without a profiles file it is exactly one; with a file, an admin's own
 `profile_list` stops the hub instead of being shown and then refused. (KubeSpawner's own test suite with
-GPUSpawner in its place: devcluster/jupyterhub_gpu_dev/kubespawner_compat.py, results in docs/compatibility.md.)"""
+GPUSpawner in its place: devcluster/jupyterhub_gpu_dev/kubespawner_compat.py, results in
+docs/compatibility.md.)"""
 from __future__ import annotations
 
 import logging
