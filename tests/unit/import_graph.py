@@ -15,9 +15,11 @@ PACKAGE = "jupyterhub_gpu"
 #: `kubeio` (informers, API clients, kube config) has its own layer between builders and services, not
 #: cluster's: it does I/O, and the pure layers below it (model, cluster facts, builders) must not reach it;
 #: services, hub and tools all use it, so it sits below them. `wire` (gpu-jobs' answers as pydantic models, the
-#: source of the JupyterLab extension's types) is part of the contract: it imports nothing above it.
+#: source of the JupyterLab extension's types) is part of the contract: it imports nothing above it. `singleuser` (the
+#: kernel and single-user server side) and `runner` (a Job's pod) are processes of their own, above everything the hub
+#: runs: they may use the contract and the pure layers, and nothing imports them.
 LAYERS = {"contract": 0, "wire": 0, "parameters": 0, "reports": 0, "model": 1, "cluster": 2, "builders": 3, "kubeio": 4,
-          "services": 5, "hub": 6, "config": 7, "tools": 7, "__init__": 7}
+          "services": 5, "hub": 6, "config": 7, "tools": 7, "__init__": 7, "singleuser": 8, "runner": 8}
 
 
 def module_name(path: Path) -> str:

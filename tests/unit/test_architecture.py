@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("jupyterhub_gpu", "gpuhub", "extension", "runner")
+#: The product's packages (setup.cfg); the simulator is the development distribution's package (devcluster/).
+PRODUCT = ("jupyterhub_gpu", "gpuhub")
+SIMULATOR = "jupyterhub_gpu_dev"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -42,7 +44,7 @@ def test_the_product_never_imports_the_simulator():
     for p in product_files():
         name = str(p.relative_to(REPO))
         modules = imported_modules(p)
-        bad = sorted(m for m in modules if m == "devcluster" or m.startswith("devcluster."))
+        bad = sorted(m for m in modules if m == SIMULATOR or m.startswith(f"{SIMULATOR}."))
         if bad:
             offenders[name] = bad
     assert not offenders
@@ -50,7 +52,7 @@ def test_the_product_never_imports_the_simulator():
 
 def test_the_product_names_no_simulator_module_in_strings_either():
     """Config strings such as a class path count too (the dev configuration sets those, not the product)."""
-    offenders = [str(p.relative_to(REPO)) for p in product_files() if '"devcluster.' in p.read_text()]
+    offenders = [str(p.relative_to(REPO)) for p in product_files() if f'"{SIMULATOR}.' in p.read_text()]
     assert not offenders
 
 
@@ -63,7 +65,8 @@ def test_nothing_points_outside_the_repository():
 
 
 def test_gpuhub_reaches_the_simulator_only_through_its_entry_point():
-    """`gpuhub dev` and `gpuhub cluster` come from the checkout's `gpuhub.commands` entry point (setup.cfg)."""
+    """`gpuhub dev` and `gpuhub cluster` come from the dev distribution's `gpuhub.commands` entry point
+    (devcluster/pyproject.toml)."""
     from importlib.metadata import entry_points
 
     from jupyterhub_gpu.tools.cli import COMMANDS_GROUP, build_parser
@@ -75,8 +78,8 @@ def test_gpuhub_reaches_the_simulator_only_through_its_entry_point():
 
 
 def test_a_declared_command_whose_module_is_absent_is_left_out(monkeypatch):
-    """The images install the package from jupyterhub_gpu/, jupyterhub_gpu/singleuser/ and jupyterhub_gpu/runner/ alone: the entry point is
-    declared there, its module is not."""
+    """An entry point declared whose module is gone (the dev distribution's metadata left behind its folder): its
+    commands are left out, the product's work."""
     from importlib.metadata import EntryPoint
 
     from jupyterhub_gpu.tools import cli
@@ -85,7 +88,7 @@ def test_a_declared_command_whose_module_is_absent_is_left_out(monkeypatch):
     monkeypatch.setattr(cli, "entry_points", lambda group: [absent])
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"validate", "render", "doctor", "report"} <= set(commands) and "dev" not in commands
-    assert cli.main(["validate", str(Path(__file__).resolve().parents[2] / "jupyterhub_gpu/examples/profiles.yaml")]) == 0
+    assert cli.main(["validate", str(REPO / "jupyterhub_gpu/examples/profiles.yaml")]) == 0
 
 
 def test_a_broken_command_plugin_is_said_and_the_products_commands_still_work(monkeypatch, capsys):
