@@ -1,5 +1,5 @@
 """`gpuhub cluster` and `gpuhub dev`: the development checkout's commands, added to the product's CLI through
-its `gpuhub.commands` entry point (setup.cfg), so the product never imports the simulator."""
+its `gpuhub.commands` entry point (devcluster/pyproject.toml), so the product never imports the simulator."""
 from __future__ import annotations
 
 import argparse

@@ -315,8 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_plugin_commands(plugin, sub) -> None:
-    """One `gpuhub.commands` entry point's commands. Declared but not installed (the images ship the product
-    without devcluster/): left out. Broken: said on stderr, and the product's own commands still work."""
+    """One `gpuhub.commands` entry point's commands. Declared but its module gone (the dev distribution's metadata
+    left behind its folder): left out. Broken: said on stderr, and the product's own commands still work."""
     try:
         plugin.load()(sub)
     except ModuleNotFoundError as e:
