@@ -9,19 +9,20 @@ The trace (format: devcluster/jupyterhub_gpu_dev/replay/trace.py; the default is
 compressed time on a fresh dev cluster through the real hub (spawns/stops through its REST API, activity
 reports), gpu-jobs and Kueue (batch jobs), and the culler (timeouts divided by --speed) with a real
 Prometheus scraping SIMULATED DCGM series; GPU node pools follow an autoscaler MODEL
-(devcluster/jupyterhub_gpu_dev/replay/autoscaler.py), since no cluster autoscaler runs in the dev cluster. One GPU VM per
-user is costed on the same trace (devcluster/jupyterhub_gpu_dev/replay/accounting.py). Fails (exit 1) when the two did not
-complete the same work, or when --repeat runs differ beyond the stated tolerance.
+(devcluster/jupyterhub_gpu_dev/replay/autoscaler.py), since no cluster autoscaler runs in the dev cluster. One GPU VM
+per user is costed on the same trace (devcluster/jupyterhub_gpu_dev/replay/accounting.py). Fails (exit 1) when the two
+did not complete the same work, or when --repeat runs differ beyond the stated tolerance.
 Writes bench/results/day_replay.json, day_replay_trace.yaml and day_replay.png (node count and GPU
-utilisation over the day). --levers: one more replay per lever switched off (devcluster/jupyterhub_gpu_dev/replay/levers.py).
---spread: the trace's users spread over four GPU pools (devcluster/jupyterhub_gpu_dev/replay/trace.py SPREAD). --warm: the pools'
-warm schedules (devcluster/jupyterhub_gpu_dev/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
-default and the spread trace through the autoscaler model alone (devcluster/jupyterhub_gpu_dev/replay/quick.py), for each
---provision-delay; writes {name}_tradeoff.json, .md and .png (GPU node-hours against start-wait p90).
---faults SEED: after the plain replay, the same trace again with faults at seeded times in its busiest hours
-(devcluster/jupyterhub_gpu_dev/replay/faults.py: the hub, its services, Kueue, JobSet, the API server killed and started again,
-etcd paused, the proxy killed, a GPU node deleted under its pods, gpu-jobs' API connections dropped), each
-with how long the piece took to be healthy again (`faulted.faults`), and what must hold checked on both
+utilisation over the day). --levers: one more replay per lever switched off
+(devcluster/jupyterhub_gpu_dev/replay/levers.py). --spread: the trace's users spread over four GPU pools
+(devcluster/jupyterhub_gpu_dev/replay/trace.py SPREAD). --warm: the pools' warm schedules
+(devcluster/jupyterhub_gpu_dev/replay/tradeoff.py). --quick: no cluster; every lever setting × warm schedule on the
+default and the spread trace through the autoscaler model alone (devcluster/jupyterhub_gpu_dev/replay/quick.py), for
+each --provision-delay; writes {name}_tradeoff.json, .md and .png (GPU node-hours against start-wait p90). --faults
+SEED: after the plain replay, the same trace again with faults at seeded times in its busiest hours
+(devcluster/jupyterhub_gpu_dev/replay/faults.py: the hub, its services, Kueue, JobSet, the API server killed and started
+again, etcd paused, the proxy killed, a GPU node deleted under its pods, gpu-jobs' API connections dropped), each with
+how long the piece took to be healthy again (`faulted.faults`), and what must hold checked on both
 (devcluster/jupyterhub_gpu_dev/replay/invariants.py: sessions served, jobs exactly once, outputs, checkpoints, showback,
 node-hours within 5 %); exit 1 when one does not hold.
 """

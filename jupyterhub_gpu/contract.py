@@ -86,8 +86,8 @@ JOBS_ACCESS_SCOPE = f"access:services!service={JOBS_SERVICE}"
 #: Hub API scopes of gpu-jobs' own token: none. It learns who calls from the caller's own token
 #: (GET /hub/api/user answers name, groups and admin flag to any token), never by looking a name up.
 JOBS_SERVICE_SCOPES: tuple[str, ...] = ()
-#: The single-user server's own routes for the JupyterLab extension (jupyterhub_gpu/singleuser/server.py), under its base
-#: URL: the browser calls these; the server calls gpu-jobs and the culler with its own hub token.
+#: The single-user server's own routes for the JupyterLab extension (jupyterhub_gpu/singleuser/server.py), under its
+#: base URL: the browser calls these; the server calls gpu-jobs and the culler with its own hub token.
 LAB_API_PREFIX = "gpuhub"
 #: Comm target the JupyterLab extension opens on each notebook kernel, so `%gpu_submit` can ask it to save.
 LAB_COMM_TARGET = "gpuhub.frontend"

@@ -1,6 +1,6 @@
-"""Suite-wide: the dev cluster fixtures (`cluster`, `namespace`, `scratch_root`, see devcluster/jupyterhub_gpu_dev/testing.py),
-headless Chromium (`browser`) for what a person sees, and the policy that under CI=true the cluster tier must
-really run, so a skipped cluster test fails."""
+"""Suite-wide: the dev cluster fixtures (`cluster`, `namespace`, `scratch_root`, see
+devcluster/jupyterhub_gpu_dev/testing.py), headless Chromium (`browser`) for what a person sees, and the policy that
+under CI=true the cluster tier must really run, so a skipped cluster test fails."""
 from __future__ import annotations
 
 import os
@@ -32,7 +32,8 @@ def ci() -> bool:
 #: Tiers are markers, decided by what a test uses, wherever the test lives. A test with none of them is
 #: pure (the `unit` tier: `make unit`, i.e. `pytest -m "not (cluster or services or kernel or browser or ship)"`).
 TIER_FIXTURES = {
-    "cluster": {"cluster"},                 # the dev cluster (devcluster/jupyterhub_gpu_dev/testing.py): real control plane
+    # the dev cluster (devcluster/jupyterhub_gpu_dev/testing.py): real control plane
+    "cluster": {"cluster"},
     "services": {"prometheus", "exporter", "hub", "fresh"},  # a real hub (+ Prometheus), e.g. tests/culler
     "browser": {"browser", "hub_page"},      # headless Chromium
     # the way it ships: the z2jh chart rendered by the real helm (a Go build), the images `make images` built,

@@ -26,18 +26,18 @@ HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"
 
 KUBERNETES_VERSION = "v1.36.3"
-#: KWOK and the Kueue controller: pinned by devcluster/jupyterhub_gpu_dev/go/controllers/go.mod too (a test checks they agree), one
-#: module for both, so the Kubernetes libraries and controller-runtime they share compile once.
+#: KWOK and the Kueue controller: pinned by devcluster/jupyterhub_gpu_dev/go/controllers/go.mod too (a test checks they
+#: agree), one module for both, so the Kubernetes libraries and controller-runtime they share compile once.
 KWOK_VERSION = "v0.8.0"
 KUEUE_VERSION = "v0.19.2"
-#: The JobSet controller (`%gpu_submit --nodes N`); pinned by devcluster/jupyterhub_gpu_dev/go/jobset/go.mod too. Its binary is
-#: named after the version (`jobset-v0.10.1`), so a new pin builds a new binary without changing the stamp
+#: The JobSet controller (`%gpu_submit --nodes N`); pinned by devcluster/jupyterhub_gpu_dev/go/jobset/go.mod too. Its
+#: binary is named after the version (`jobset-v0.10.1`), so a new pin builds a new binary without changing the stamp
 #: (and so without rebuilding the others).
 JOBSET_VERSION = "v0.10.1"
 JOBSET_BINARY = f"jobset-{JOBSET_VERSION}"
 
-#: Helm, for the zero-to-jupyterhub chart (`helm template` / `install` / `upgrade`: devcluster/jupyterhub_gpu_dev/z2jh.py); named
-#: after its version like the JobSet controller.
+#: Helm, for the zero-to-jupyterhub chart (`helm template` / `install` / `upgrade`:
+#: devcluster/jupyterhub_gpu_dev/z2jh.py); named after its version like the JobSet controller.
 HELM_VERSION = "v3.22.0"
 HELM_BINARY = f"helm-{HELM_VERSION}"
 

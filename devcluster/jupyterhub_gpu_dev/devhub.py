@@ -162,7 +162,8 @@ c.GPUSpawner.events_enabled = True
 # pods the dev node agent (SIMULATOR) runs as local processes; KWOK leaves their status to it
 c.GPUSpawner.extra_labels = {{{DEV_AGENT_LABEL!r}: "run"}}
 c.GPUSpawner.args = ["--allow-root"] if __import__("os").geteuid() == 0 else []
-# homes on the dev home share (devcluster/jupyterhub_gpu_dev/storage.py), mounted as z2jh's `singleuser.storage.type: static` does
+# homes on the dev home share (devcluster/jupyterhub_gpu_dev/storage.py), mounted as z2jh's
+# `singleuser.storage.type: static` does
 from jupyterhub_gpu.builders.storage import spawner_settings as _home
 for _k, _v in _home().items():
     setattr(c.GPUSpawner, _k, _v)

@@ -379,7 +379,8 @@ def build(names=DEFAULT) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python devcluster/jupyterhub_gpu_dev/images.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python devcluster/jupyterhub_gpu_dev/images.py",
+                                description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["build", "list", "load"],
                    help="build what is missing; list name, tag and archive; load NAMEs into podman's storage")
     p.add_argument("names", nargs="*", default=list(DEFAULT))

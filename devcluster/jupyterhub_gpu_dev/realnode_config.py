@@ -28,7 +28,8 @@ CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT, KUBELET_HEALTH_PORT, PROXY_HEALTH_PORT = 10250, 10248, 10256
 #: CoreDNS's probes on the host address (its `health` and `ready` plugins).
 DNS_HEALTH_PORT, DNS_READY_PORT = 18080, 18181
-#: The pod sandbox image (devcluster/jupyterhub_gpu_dev/go/node/pause), imported into each node's containerd, never pulled.
+#: The pod sandbox image (devcluster/jupyterhub_gpu_dev/go/node/pause), imported into each node's containerd,
+#: never pulled.
 PAUSE_IMAGE = "gpuhub.dev/pause:1"
 #: The Debian package containernetworking-plugins puts bridge, host-local, loopback and portmap here.
 CNI_BIN_DIR = "/usr/lib/cni"

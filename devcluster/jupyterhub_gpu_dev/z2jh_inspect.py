@@ -1,6 +1,6 @@
 """`python -m jupyterhub_gpu_dev.z2jh_inspect TREE USER GROUPS PROFILE...`: load the z2jh chart's own hub configuration
-(TREE/jupyterhub_config.py, laid out by devcluster/jupyterhub_gpu_dev/z2jh.py) the way JupyterHub loads its config file, then ask
-the spawner it names what the hub would offer and create; print one JSON object.
+(TREE/jupyterhub_config.py, laid out by devcluster/jupyterhub_gpu_dev/z2jh.py) the way JupyterHub loads its config file,
+then ask the spawner it names what the hub would offer and create; print one JSON object.
 
 Runs in a process of its own (the chart's config puts its folder on sys.path and caches what it read), with
 the hub pod's environment, under whichever interpreter (and so JupyterHub version) the caller picks.

@@ -4,8 +4,8 @@ server Kueue stopped is gone, kept for the home page.
 Kueue gives no notice before it preempts: it marks the pod (cluster/evictions.py) and deletes it. So the notice
 is the pod's own grace period: a preemptible server gets `preemption_grace_period` seconds between SIGTERM and
 SIGKILL, and $GPUHUB_PREEMPTION_GRACE_S says so to the server, whose extension warns the open JupyterLab and
-has it save (jupyterhub_gpu/singleuser/stopping.py). Afterwards the hub notices the pod gone (`poll`) and keeps Kueue's reason,
-in plain words, as a "stopped" record in the spawner's state (wait_messages.failure_record), which the home page
+has it save (jupyterhub_gpu/singleuser/stopping.py). Afterwards the hub notices the pod gone (`poll`) and keeps Kueue's
+reason, in plain words, as a "stopped" record in the spawner's state (wait_messages.failure_record), which the home page
 shows with "Start it again" until the next start.
 
 The pod may be gone by the time the hub polls (a server that saved quickly exits before the grace period ends):

@@ -1,4 +1,5 @@
-"""jupyterhub-gpu, notebook side: the IPython extension behind `%gpu_submit` (load with `%load_ext jupyterhub_gpu.singleuser`).
+"""jupyterhub-gpu, notebook side: the IPython extension behind `%gpu_submit`
+(load with `%load_ext jupyterhub_gpu.singleuser`).
 
 Registers `%gpu_submit`, `%gpu_jobs`, `%gpu_logs` and `%gpu_cancel` (see jupyterhub_gpu/singleuser/magic.py); they talk
 only to the `gpu-jobs` hub service, with the user's own hub token.

@@ -7,8 +7,8 @@
   %gpu_logs JOB [--tail BYTES] [--rank K]       the job's log (a multi-node job's: rank K's, default 0)
   %gpu_cancel JOB                               cancel it (its pods stop; checkpoints stay)
 What runs is the notebook as last SAVED: in JupyterLab with the jupyterhub-gpu extension the magic asks
-it to save first (jupyterhub_gpu/singleuser/frontend.py); elsewhere unsaved edits are not included, and the magic says so.
-The magics display their widgets and return None (a returned widget would be shown twice, once as
+it to save first (jupyterhub_gpu/singleuser/frontend.py); elsewhere unsaved edits are not included, and the magic says
+so. The magics display their widgets and return None (a returned widget would be shown twice, once as
 the cell's Out); the last ones stay on the Magics object (`last_widget`, `last_form`, `last_jobs`).
 Inside a running GPU job (`$GPUHUB_JOB` set) `%gpu_submit` does nothing, so a job never resubmits itself.
 """

@@ -375,7 +375,8 @@ def splice(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jupyterhub_gpu.tools.reference_docs", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m jupyterhub_gpu.tools.reference_docs",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--docs", default="docs", help="the docs folder (default: docs)")
     a = p.parse_args(argv)
     missing = undocumented()

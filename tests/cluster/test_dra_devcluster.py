@@ -1,6 +1,6 @@
 """DRA on the dev cluster: a pool with `allocation: dra` gets its GPUs from the simulated NVIDIA DRA driver's
-ResourceSlices (devcluster/jupyterhub_gpu_dev/dra_driver.py), the real kube-scheduler (DynamicResources plugin, on by default in
-1.36) allocates a device to the claim the real resourceclaim-controller made from the product's
+ResourceSlices (devcluster/jupyterhub_gpu_dev/dra_driver.py), the real kube-scheduler (DynamicResources plugin, on by
+default in 1.36) allocates a device to the claim the real resourceclaim-controller made from the product's
 ResourceClaimTemplate, and the dev agent's process sees only that device, as the driver's CDI spec gives it (the
 product's GPU check passes on it); the scheduler and Kueue (deviceClassMappings) count the devices.
 

@@ -245,7 +245,8 @@ class Hub:
         return r.json()["token"]
 
     def cull(self, *args: str, prometheus: str | None = None, timeout: float = 120) -> "CullRun":
-        """One cycle of `python -m jupyterhub_gpu.services.culler --once` with the culler service's (least-scope) token."""
+        """One cycle of `python -m jupyterhub_gpu.services.culler --once` with the culler service's (least-scope)
+        token."""
         cmd = [sys.executable, "-m", "jupyterhub_gpu.services.culler", "--once", f"--url={self.api_url}",
                f"--profiles-file={self.profiles}", f"--namespace={NAMESPACE}", f"--scrape-interval={SCRAPE}",
                "--warn-before=3", "--timeout=3600", *args]

@@ -1,7 +1,7 @@
-"""`gpuhub doctor` on a file with dra pools (the DRA example): a healthy real cluster (nodes from jupyterhub_gpu_dev.nodes,
-the driver's ResourceSlices and DeviceClasses and Kueue's Configuration as plain dicts, gpuhub's objects from the
-same builders `render kueue` uses), then one thing broken at a time; and Kueue's waitForPodsReady as v0.19.2
-resolves it, for any file."""
+"""`gpuhub doctor` on a file with dra pools (the DRA example): a healthy real cluster (nodes from
+jupyterhub_gpu_dev.nodes, the driver's ResourceSlices and DeviceClasses and Kueue's Configuration as plain dicts,
+gpuhub's objects from the same builders `render kueue` uses), then one thing broken at a time; and Kueue's
+waitForPodsReady as v0.19.2 resolves it, for any file."""
 from __future__ import annotations
 
 import copy

@@ -400,8 +400,8 @@ def test_form_and_status_widget_in_jupyterlab(cluster, jobs_hub, clean_teams, hu
         done = form.locator("text=✔ Succeeded")
         done.wait_for(timeout=180_000)
         said = form.inner_text().replace("\xa0", " ")
-        # Run All fires as the page loads: the extension's save comm (jupyterhub_gpu/singleuser/frontend.py) may not be open
-        # yet, and then the magic says it sends the saved copy (save-first itself: test_lab_extension_cluster)
+        # Run All fires as the page loads: the extension's save comm (jupyterhub_gpu/singleuser/frontend.py) may not be
+        # open yet, and then the magic says it sends the saved copy (save-first itself: test_lab_extension_cluster)
         assert ("JupyterLab saved widget.ipynb; submitting it." in said or "as last saved" in said) \
             and "Job gpu-alice-widget-" in said, said
         assert "[gpuhub-runner]" in form.locator("pre").inner_text()

@@ -1,6 +1,6 @@
-"""The images `make images` builds (devcluster/jupyterhub_gpu_dev/images.py, images/README.md): each is in the cache under the key of
-its current inputs, and a container of each really runs here with podman and runc, as uid 1000 (the chart's proxy
-stand-in as 65534, configurable-http-proxy of z2jh 4.4.0 serving its REST API). The hub's
+"""The images `make images` builds (devcluster/jupyterhub_gpu_dev/images.py, images/README.md): each is in the cache
+under the key of its current inputs, and a container of each really runs here with podman and runc, as uid 1000 (the
+chart's proxy stand-in as 65534, configurable-http-proxy of z2jh 4.4.0 serving its REST API). The hub's
 JupyterHub is the z2jh 4.4.0 hub's 5.5 and validates the example profiles file; the singleuser server's GPU
 check lets a CPU server through to jupyterhub-singleuser and stops a GPU one that sees no GPU; the runner
 executes a notebook in a real kernel inside its container."""
@@ -111,10 +111,11 @@ def test_runner_executes_a_notebook_in_a_kernel_inside_its_container(built_image
 
 
 def test_a_warm_make_images_builds_nothing(built_images):
-    """Everything cached: `python devcluster/jupyterhub_gpu_dev/images.py build` only checks keys (seconds, no build tool runs)."""
+    """Everything cached: `python devcluster/jupyterhub_gpu_dev/images.py build` only checks keys (seconds, no build
+    tool runs)."""
     start = time.monotonic()
-    out = subprocess.run(["python3", str(images.ROOT / "devcluster" / "jupyterhub_gpu_dev" / "images.py"), "build"], capture_output=True,
-                         text=True, timeout=120)
+    script = images.ROOT / "devcluster" / "jupyterhub_gpu_dev" / "images.py"
+    out = subprocess.run(["python3", str(script), "build"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "building" not in out.stderr, out.stderr
     assert time.monotonic() - start < 30  # measured: under a second
     assert {line.split("\t")[0] for line in out.stdout.splitlines()} == set(built_images)

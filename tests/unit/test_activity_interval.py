@@ -56,8 +56,9 @@ def test_hub_config_refuses_to_start_and_validate_says_why(tmp_path, capsys):
 
 
 def test_gpuhub_dev_activity_interval_sets_both_intervals_so_the_hub_accepts_a_short_idle_timeout(tmp_path):
-    """`gpuhub dev --activity-interval 30s`: the dev hub's config lines (devcluster/jupyterhub_gpu_dev/devhub.py) set the hub's poll
-    and the servers' report together, and the product's own check accepts a 1-minute idle_timeout under them."""
+    """`gpuhub dev --activity-interval 30s`: the dev hub's config lines (devcluster/jupyterhub_gpu_dev/devhub.py) set
+    the hub's poll and the servers' report together, and the product's own check accepts a 1-minute idle_timeout under
+    them."""
     from jupyterhub_gpu_dev.devhub import activity_lines
 
     path = short_file(tmp_path, idle="1m")

@@ -1,4 +1,5 @@
-"""The cold Go build says what it builds and roughly how long is left (devcluster/jupyterhub_gpu_dev/build_progress.py)."""
+"""The cold Go build says what it builds and roughly how long is left
+(devcluster/jupyterhub_gpu_dev/build_progress.py)."""
 from __future__ import annotations
 
 import io
@@ -162,8 +163,9 @@ def test_plan_says_what_a_fresh_machine_builds_and_nothing_once_it_is_built(tmp_
 
 
 def test_the_go_wrapper_modules_pin_the_versions_binaries_py_names():
-    """kwok and kueue are built from devcluster/jupyterhub_gpu_dev/go/controllers, the JobSet controller from devcluster/jupyterhub_gpu_dev/go/jobset:
-    their go.mod files and binaries.py's constants (CRDs, stage files and the stamp are read from those) agree."""
+    """kwok and kueue are built from devcluster/jupyterhub_gpu_dev/go/controllers, the JobSet controller from
+    devcluster/jupyterhub_gpu_dev/go/jobset: their go.mod files and binaries.py's constants (CRDs, stage files and the
+    stamp are read from those) agree."""
     def pinned(module_dir: str, path: str) -> str:
         text = (binaries.GO_DIR / module_dir / "go.mod").read_text()
         (version,) = re.findall(rf"^\s*{re.escape(path)} (v\S+)", text, re.M)

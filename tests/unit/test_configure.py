@@ -42,7 +42,8 @@ def test_wires_the_spawner_both_services_and_least_privilege_roles():
     services = by_name(c.JupyterHub.services)
     assert list(services) == ["gpu-jobs", "gpu-culler"]
     assert services["gpu-jobs"]["url"] == "http://127.0.0.1:10101"
-    assert services["gpu-jobs"]["command"] == [sys.executable, "-m", "jupyterhub_gpu.services.jobs", "--profiles", EXAMPLE]
+    assert services["gpu-jobs"]["command"] == [sys.executable, "-m", "jupyterhub_gpu.services.jobs", "--profiles",
+                                               EXAMPLE]
     assert services["gpu-culler"]["url"] == "http://127.0.0.1:10102"
     assert f"--profiles-file={EXAMPLE}" in services["gpu-culler"]["command"]
     assert "--warnings-file=" + str(Path.cwd() / "gpuhub-culler-warnings.json") in services["gpu-culler"]["command"]

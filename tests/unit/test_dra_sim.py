@@ -1,7 +1,7 @@
 """The simulated NVIDIA DRA driver (devcluster/jupyterhub_gpu_dev/dra_driver.py) and the dev agent's view of a claim
-(devcluster/jupyterhub_gpu_dev/agent_dra.py), the pure parts: each dra node's ResourceSlice with devices named and attributed as the
-real driver does, MIG placements that fit one GPU, no device-plugin resources on dra nodes, and a container's
-devices from its claims' allocation results (CDI-like: only those, NVIDIA_VISIBLE_DEVICES=void).
+(devcluster/jupyterhub_gpu_dev/agent_dra.py), the pure parts: each dra node's ResourceSlice with devices named and
+attributed as the real driver does, MIG placements that fit one GPU, no device-plugin resources on dra nodes, and a
+container's devices from its claims' allocation results (CDI-like: only those, NVIDIA_VISIBLE_DEVICES=void).
 """
 from __future__ import annotations
 

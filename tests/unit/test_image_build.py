@@ -1,5 +1,5 @@
-"""How `make images` decides what to build (devcluster/jupyterhub_gpu_dev/images.py), without building: an image's key covers
-exactly what its build reads (recipe, the files its COPY lines send minus .dockerignore, its bases' keys), and
+"""How `make images` decides what to build (devcluster/jupyterhub_gpu_dev/images.py), without building: an image's key
+covers exactly what its build reads (recipe, the files its COPY lines send minus .dockerignore, its bases' keys), and
 the product images are the repository's Dockerfiles with only their base arguments replaced by stand-ins."""
 from __future__ import annotations
 

@@ -27,8 +27,10 @@ def test_the_reader_sees_the_imports_it_should():
     """The reader itself: module- and function-level imports, relative ones, `from pkg import module`."""
     edges = ig.graph()
     pairs = {(e.source, e.target) for e in edges}
-    assert ("jupyterhub_gpu.hub.spawner", "jupyterhub_gpu.builders.pods") in pairs  # `from jupyterhub_gpu.builders import pods`
-    assert any(s == "jupyterhub_gpu.tools.cli" and t.startswith("jupyterhub_gpu.builders.") for s, t in pairs)  # in functions
+    # `from jupyterhub_gpu.builders import pods`
+    assert ("jupyterhub_gpu.hub.spawner", "jupyterhub_gpu.builders.pods") in pairs
+    # imports in functions
+    assert any(s == "jupyterhub_gpu.tools.cli" and t.startswith("jupyterhub_gpu.builders.") for s, t in pairs)
     assert ig.cycles([ig.Import("a", "b"), ig.Import("b", "c"), ig.Import("c", "a"), ig.Import("c", "d")]) == \
         [["a", "b", "c"]]
 

@@ -1,6 +1,7 @@
 """Preemptible interactive sessions, the pure parts: the profile key and its rule, the Kueue classes below every
 job's, the server pod's labels, grace period and env (through KubeSpawner's real code), the picker's line, Kueue's
-reason read off a stopped pod, the home page's "stopped" record, and the server's own end (jupyterhub_gpu/singleuser/stopping.py).
+reason read off a stopped pod, the home page's "stopped" record, and the server's own end
+(jupyterhub_gpu/singleuser/stopping.py).
 """
 from __future__ import annotations
 

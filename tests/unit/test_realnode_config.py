@@ -1,5 +1,6 @@
-"""devcluster/jupyterhub_gpu_dev/realnode_config.py: what a real dev node is made of, as data (addresses, labels, taints, the files its
-containerd, kubelet, kube-proxy and CoreDNS read, the kube-dns and RBAC objects). Pure: no root, no cluster."""
+"""devcluster/jupyterhub_gpu_dev/realnode_config.py: what a real dev node is made of, as data (addresses, labels,
+taints, the files its containerd, kubelet, kube-proxy and CoreDNS read, the kube-dns and RBAC objects). Pure: no root,
+no cluster."""
 from __future__ import annotations
 
 import ipaddress

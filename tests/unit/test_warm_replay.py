@@ -1,6 +1,6 @@
 """Warm capacity in the day replay (pure): the autoscaler MODEL follows a pool's warm schedule as AKS enforces a
-changed min-count, the spread trace, and the model-only replay (devcluster/jupyterhub_gpu_dev/replay/quick.py, tradeoff.py) whose
-start waits split into quota, node and start-up."""
+changed min-count, the spread trace, and the model-only replay (devcluster/jupyterhub_gpu_dev/replay/quick.py,
+tradeoff.py) whose start waits split into quota, node and start-up."""
 from __future__ import annotations
 
 import copy

@@ -1,5 +1,6 @@
-"""devcluster/jupyterhub_gpu_dev/z2jh_dev.py, the pure parts of `gpuhub dev --z2jh`: the explained dev overlay on deploy/values.yaml, the
-hub database's static volume, and the image names the deploy files pull (no cluster, no helm)."""
+"""devcluster/jupyterhub_gpu_dev/z2jh_dev.py, the pure parts of `gpuhub dev --z2jh`: the explained dev overlay on
+deploy/values.yaml, the hub database's static volume, and the image names the deploy files pull (no cluster, no
+helm)."""
 from __future__ import annotations
 
 import copy

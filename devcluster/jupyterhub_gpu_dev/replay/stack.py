@@ -162,7 +162,7 @@ class Stack:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
-    # ------------------------------------------------------------------ faults (devcluster/jupyterhub_gpu_dev/replay/faults.py)
+    # ------------------------------------------------------- faults (devcluster/jupyterhub_gpu_dev/replay/faults.py)
     def restart_hub(self) -> None:
         """SIGKILL the hub and every process it started (its proxy and services), as a hub pod's end; start it
         again on the same database and state."""
