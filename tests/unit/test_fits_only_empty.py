@@ -22,7 +22,8 @@ UNSCHEDULABLE = {"reason": "FailedScheduling", "message": "0/1 nodes are availab
 def state(max_nodes: int, gpu_jobs_cpu: str = "200m", server_cpu: str | None = None) -> ClusterState:
     cfg = parse_profiles_text(PROFILES % max_nodes)
     st = ClusterState(cfg)
-    st.apply_node("ADDED", {"metadata": {"name": "aks-system-0", "labels": {"kubernetes.azure.com/agentpool": "system"}},
+    labels = {"kubernetes.azure.com/agentpool": "system"}
+    st.apply_node("ADDED", {"metadata": {"name": "aks-system-0", "labels": labels},
                             "spec": {}, "status": {"allocatable": {"cpu": "2", "memory": "23Gi", "pods": "110"},
                                                    "conditions": [{"type": "Ready", "status": "True"}]}})
     pods = [("gpu-jobs-0", gpu_jobs_cpu, {})]
