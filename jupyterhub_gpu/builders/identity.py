@@ -46,9 +46,10 @@ class PodIdentity:
 
 
 def pod_identity(cfg: ProfilesConfig, groups: list[str]) -> PodIdentity | None:
-    """The identity of the team these groups belong to (`team_for`), or None: no team, or one without identity."""
-    found = cfg.team_for(list(groups))
-    if found is None or found[1].identity is None:
+    """The identity of the team these groups make the user a member of (`identity_team`: never by falling back to
+    the default team, unless it opts in), or None: no such team, or one without identity."""
+    found = cfg.identity_team(list(groups))
+    if found is None:
         return None
     name, team = found
     return PodIdentity(name, account_name(name, team.identity), team.identity)

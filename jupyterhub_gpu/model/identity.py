@@ -83,6 +83,10 @@ def file_problems(teams: dict[str, Any]) -> list[IdentityProblem]:
     clients: dict[str, str] = {}
     for team_name, team in teams.items():
         ident = team.identity
+        if getattr(team, "identity_for_users_in_no_team", False) and not (team.default and ident is not None):
+            out.append(IdentityProblem(f"teams.{team_name}.identity_for_users_in_no_team", "only a default team "
+                                       "with an identity may hand it to users of no team (`default: true`, "
+                                       "`identity`)"))
         if ident is None:
             continue
         at = f"teams.{team_name}.identity"

@@ -401,6 +401,9 @@ class Team(_Strict):
         "The team's Azure workload identity: its servers and `%gpu_submit` jobs run under the team's own "
         "ServiceAccount, annotated with this managed identity's client id, so `DefaultAzureCredential` reaches "
         "storage and registries without a secret; no other team's pods ever get it (docs/admin-guide.md)."))
+    identity_for_users_in_no_team: bool = Field(False, description=(
+        "The default team only: users in no team (who fall back to this team for quota) get its `identity` too. "
+        "Off, only members of the team's own group run under it: a fallback never hands out a credential."))
 
 
 class ProfilesConfig(_Strict):
@@ -461,6 +464,15 @@ class ProfilesConfig(_Strict):
             if name in groups:
                 return name, team
         return next(((n, t) for n, t in self.teams.items() if t.default), None)
+
+    def identity_team(self, groups: list[str]) -> tuple[str, Team] | None:
+        """The team whose identity pods of a user in `groups` run under: their own team (`team_for`) when they are
+        its members, the default team for users of no team only where it says `identity_for_users_in_no_team`."""
+        found = self.team_for(groups)
+        if found is None or found[1].identity is None:
+            return None
+        member = found[0] in groups
+        return found if member or (found[1].default and found[1].identity_for_users_in_no_team) else None
 
     def priority_value(self, name: str | None) -> int | None:
         return self.priorities.get(name) if name else None

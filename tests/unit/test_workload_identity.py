@@ -174,7 +174,7 @@ def test_servers_and_jobs_of_a_user_get_their_own_teams_identity_or_none(groups,
     cfg = parse_profiles(d)
     ident = pod_identity(cfg, groups)
     found = cfg.team_for(groups)  # the user's team: the one rule quotas, servers and jobs share
-    if found is None:
+    if found is None or found[0] not in groups:  # no team, or the default one by falling back: never its identity
         assert ident is None
         return
     assert ident.team == found[0] and ident.service_account == f"gpuhub-{found[0]}-identity"
@@ -236,3 +236,27 @@ def test_the_script_stops_when_no_managed_identity_has_the_client_id(tmp_path):
 def test_without_identities_the_script_creates_nothing():
     text = deploy.render_identity_script(parse_profiles(data(**{"ml-research": None})))
     assert "nothing to create" in text and "az identity" not in text
+
+
+def test_a_user_of_no_team_never_gets_the_default_teams_identity_unless_it_opts_in():
+    """Issue 50 item 4: falling back to the default team (for quota) handed its Azure identity to anyone."""
+    d = data(**{"data-science": {"client_id": DS_ID}})
+    cfg = parse_profiles(d)
+    assert cfg.teams["data-science"].default and cfg.team_for(["teaching"])[0] == "data-science"
+    assert pod_identity(cfg, ["teaching"]) is None and pod_identity(cfg, []) is None
+    assert pod_identity(cfg, ["data-science"]).team == "data-science"
+    template, _ = job_pod(cfg, ["teaching"], "t4-shared")
+    assert "serviceAccountName" not in template["spec"]
+    d["teams"]["data-science"]["identity_for_users_in_no_team"] = True  # the admin's choice, by name
+    assert pod_identity(parse_profiles(d), ["teaching"]).team == "data-science"
+
+
+def test_only_a_default_team_with_an_identity_may_give_it_to_users_of_no_team():
+    d = data()
+    d["teams"]["ml-research"]["identity_for_users_in_no_team"] = True  # not the default team
+    (problem,) = problems(d)
+    assert problem.startswith("teams.ml-research.identity_for_users_in_no_team:") and "only a default team" in problem
+    d = data(**{"ml-research": None})
+    d["teams"]["data-science"]["identity_for_users_in_no_team"] = True  # default, but no identity
+    (problem,) = problems(d)
+    assert problem.startswith("teams.data-science.identity_for_users_in_no_team:")
