@@ -33,7 +33,9 @@ def volume_name(name: str) -> str:
 
 
 def pv_name(name: str, namespace: str) -> str:
-    return f"gpuhub-dataset-{namespace}-{name}"
+    """Cluster-wide, so unique per (namespace, dataset): a dot between them, which neither (DNS labels) may hold and
+    a PV name (a DNS subdomain) may; `team`+`ds-x` and `team-ds`+`x` were one name, and the second claim never bound."""
+    return f"gpuhub-dataset.{namespace}.{name}"
 
 
 def mount_path(name: str) -> str:

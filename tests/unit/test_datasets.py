@@ -122,15 +122,15 @@ def test_a_managed_identity_blob_and_an_azure_files_share_render_their_drivers_a
                "teams": ["ml-research"]}))
     objs = {(o["metadata"]["name"]): o for o in dataset_objects(cfg, "jhub") if o["kind"] == "PersistentVolume"}
     # a profile's dataset: every team's namespace, since any team's member may start that profile
-    assert {n for n in objs if n.endswith("-mi")} == {"gpuhub-dataset-jhub-mi", "gpuhub-dataset-team-ds-mi",
-                                                      "gpuhub-dataset-team-mlr-mi"}
-    assert objs["gpuhub-dataset-jhub-mi"]["spec"]["csi"]["volumeAttributes"] == {
+    assert {n for n in objs if n.endswith(".mi")} == {"gpuhub-dataset.jhub.mi", "gpuhub-dataset.team-ds.mi",
+                                                      "gpuhub-dataset.team-mlr.mi"}
+    assert objs["gpuhub-dataset.jhub.mi"]["spec"]["csi"]["volumeAttributes"] == {
         "AzureStorageAuthType": "MSI", "AzureStorageIdentityClientID": CLIENT, "containerName": "imagenet-mini",
         "protocol": "fuse2", "resourceGroup": "rg-data", "storageAccount": "gpuhubdatasets"}
-    files = objs["gpuhub-dataset-team-mlr-files"]["spec"]
+    files = objs["gpuhub-dataset.team-mlr.files"]["spec"]
     assert files["csi"]["driver"] == "file.csi.azure.com" and files["mountOptions"] == ["ro"]
     assert files["csi"]["volumeAttributes"] == {"protocol": "nfs", "shareName": "corpus", "storageAccount": "acct1"}
-    assert "gpuhub-dataset-team-ds-files" not in objs
+    assert "gpuhub-dataset.team-ds.files" not in objs
 
 
 def test_gpuhub_render_datasets_prints_the_objects(capsys):
@@ -265,7 +265,7 @@ def test_doctor_fails_a_missing_pending_writable_or_foreign_claim():
     writable[key]["status"]["accessModes"] = ["ReadWriteMany"]
     assert "not ['ReadOnlyMany']" in rows(cfg, claims=writable, volumes=volumes)[name].detail
     foreign = copy.deepcopy(volumes)
-    foreign["gpuhub-dataset-team-ds-imagenet-mini"]["spec"]["csi"]["volumeAttributes"]["containerName"] = "other"
+    foreign["gpuhub-dataset.team-ds.imagenet-mini"]["spec"]["csi"]["volumeAttributes"]["containerName"] = "other"
     assert "the file says" in rows(cfg, claims=claims, volumes=foreign)[name].detail
 
 
@@ -326,3 +326,29 @@ def test_the_dev_agent_mounts_readonly_claims_read_only_and_shows_the_datasets_f
                          text=True, timeout=30)
     assert run.stdout.split() == ["the", "data", "REFUSED"] and "Read-only file system" in run.stderr
     assert sorted(p.name for p in data.iterdir()) == ["README.txt"] and (home / "f").read_text() == "ok\n"
+
+
+def test_dataset_volumes_of_two_namespaces_never_share_a_name():
+    """Issue 50 item 8: team `team` with dataset `ds-x` and team `team-ds` with dataset `x` made one PV name (validate
+    said ok); the second claim stayed Pending. Each (namespace, dataset) pair has its own valid name now."""
+    d = data(**{"ds-x": {"blob": BLOB, "teams": ["team"]}, "x": {"blob": BLOB, "teams": ["team-ds"]}})
+    d["teams"] = {"team": {"namespace": "team", "default": True}, "team-ds": {"namespace": "team-ds"}}
+    cfg = parse_profiles(d)
+    pvs = [o for o in dataset_objects(cfg, "jhub") if o["kind"] == "PersistentVolume"]
+    names = [pv["metadata"]["name"] for pv in pvs]
+    assert len(names) == len(set(names)) == 4, names  # jhub and each team's namespace, per dataset
+    assert all(len(n) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", n)
+               for n in names)
+
+
+LABEL = r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.from_regex(LABEL, fullmatch=True), st.from_regex(LABEL, fullmatch=True)), max_size=6,
+                unique=True))
+def test_the_pv_name_of_each_namespace_and_dataset_pair_is_its_own(pairs):
+    """Any namespaces and dataset names (DNS labels): as many PV names as pairs."""
+    from jupyterhub_gpu.builders.datasets import pv_name
+
+    assert len({pv_name(name, ns) for ns, name in pairs}) == len(pairs)
