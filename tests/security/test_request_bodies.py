@@ -178,3 +178,31 @@ async def test_a_refused_get_keeps_the_connection_for_the_next_request(service):
             assert (status, headers.get("connection", "")) == (expected, ""), (auth, status, headers)
     finally:
         writer.close()
+
+
+async def test_a_post_refused_before_its_body_is_read_says_connection_close(service):
+    """Issue 50 item 6: a POST refused before its body is read (bad token, too many in flight) is answered and its
+    connection closed; without `Connection: close` the proxy may hand the next request, anyone's, to the closing
+    socket (a 503 "socket hang up"). The answer says so, and the connection then ends; an accepted POST keeps it."""
+    _, port, _, _ = service
+    for auth in ("", "token nope", "Basic x"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            line = f"Authorization: {auth}\r\n" if auth else ""
+            writer.write(f"POST /jobs HTTP/1.1\r\nHost: gpu-jobs\r\n{line}Content-Length: 2\r\n\r\n{{}}".encode())
+            await writer.drain()
+            status, headers = await _answer(reader)
+            assert (status, headers.get("connection")) == (403, "close"), (auth, status, headers)
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # and it does close
+        finally:
+            writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:  # read to its end and refused for what it says: the connection stays for the next request
+        for _ in range(2):
+            writer.write(b"POST /jobs HTTP/1.1\r\nHost: gpu-jobs\r\nAuthorization: token tok-alice\r\n"
+                         b"Content-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            status, headers = await _answer(reader)
+            assert (status, headers.get("connection", "")) == (400, ""), (status, headers)
+    finally:
+        writer.close()

@@ -189,6 +189,7 @@ class JobsHandler(JobsBase):
     _slot: str | None = None
     _body: list[bytes]
     _size = 0
+    _body_read = False  # tornado calls post() once the streamed body has been read to its end
 
     async def prepare(self):
         self._body = []
@@ -235,6 +236,11 @@ class JobsHandler(JobsBase):
     def write_error(self, status_code, **kwargs):
         if isinstance(kwargs.get("exc_info", (None, None, None))[1], Busy):  # after tornado's clear(): kept
             self.set_header("Retry-After", str(BUSY_RETRY_AFTER))
+        if self.request.method == "POST" and not self._body_read:
+            # Refused before its body was read (token, in-flight limit): tornado closes the connection once this
+            # is sent, so say so. A proxy that keeps connections alive (configurable-http-proxy) would otherwise
+            # hand the next request, maybe another user's, to the closing socket: a 503 "socket hang up".
+            self.set_header("Connection", "close")
         super().write_error(status_code, **kwargs)
 
     async def unfinished(self, user: str, jobs: list[dict]) -> Counter:
@@ -246,6 +252,7 @@ class JobsHandler(JobsBase):
         return self.settings["gate"].unfinished(user, listed)
 
     async def post(self):
+        self._body_read = True
         user, groups = self.who.name, list(self.who.groups)
         if self._size > limits.MAX_BODY_BYTES:
             raise refusal(limits.too_large(self._size))
