@@ -76,6 +76,9 @@ ADMIN_PORT = 10104
 #: gpu-jobs' per-job training-throughput series for Prometheus (`--metrics-port`; deploy/gpu-jobs.yaml): a port of its
 #: own, never routed by the proxy, since the series name users and their jobs.
 JOBS_METRICS_PORT = 9403
+#: The metrics port's bearer token (deploy/gpu-jobs.yaml: from the Secret gpu-jobs-metrics-token, if present);
+#: without one the port listens on loopback only (services/metrics_auth.py).
+JOBS_METRICS_TOKEN_ENV = "GPUHUB_JOBS_METRICS_TOKEN"
 #: The header of `POST /jobs` that makes a retried submission return the job it made (a fresh key per submission,
 #: the same key on the client's own retries): the kernel's client, the lab routes and gpu-jobs send or read it.
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"

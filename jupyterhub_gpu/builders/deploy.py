@@ -39,7 +39,7 @@ from jupyterhub_gpu.builders.datasets import dataset_objects
 from jupyterhub_gpu.builders.dra import RESOURCE_API
 from jupyterhub_gpu.builders.identity import AUDIENCE, FederatedCredential, federated_credentials
 from jupyterhub_gpu.builders.names import DEFAULT_HUB_NAMESPACE, DEVICE_PLUGIN_CONFIG, JOBS_ACCOUNT, MIG_PARTED_CONFIG
-from jupyterhub_gpu.builders.network import render_network_policies
+from jupyterhub_gpu.builders.network import MONITORING_NAMESPACE, render_network_policies
 from jupyterhub_gpu.builders.warm_capacity import ACCOUNT as WARM_ACCOUNT
 from jupyterhub_gpu.builders.warm_capacity import NAMESPACE as WARM_NAMESPACE
 from jupyterhub_gpu.builders.warm_capacity import render_warm_capacity, warm_commands
@@ -386,14 +386,15 @@ def warm_capacity_header(cfg: ProfilesConfig) -> str:
 
 def generated_files(cfg: ProfilesConfig, source: str, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
                     image: str | None = None, runner_image: str | None = None,
-                    jobs_options: dict[str, str] | None = None) -> dict[str, str]:
+                    jobs_options: dict[str, str] | None = None,
+                    monitoring_namespace: str = MONITORING_NAMESPACE) -> dict[str, str]:
     """File name in deploy/ → content."""
     head = HEADER.format(source=source)
     return {
         "rbac.yaml": head + f"# The hub's service account (z2jh: `hub` in the release namespace `{hub_namespace}`) "
                      "and gpu-jobs' own (gpu-jobs.yaml).\n" + _yaml_docs(render_rbac(cfg, hub_namespace)),
         "networkpolicy.yaml": head + "# Next to z2jh's own policies; one Job-pod policy per team namespace.\n"
-                              + _yaml_docs(render_network_policies(cfg, hub_namespace)),
+                              + _yaml_docs(render_network_policies(cfg, hub_namespace, monitoring_namespace)),
         "gpu-jobs.yaml": head + "# The gpu-jobs service: its own ServiceAccount, Deployment (the hub image) and "
                          "Service. Needs the Secret gpu-jobs-api-token (docs/admin-guide.md).\n"
                          + _yaml_docs(render_gpu_jobs(hub_namespace, image or DEFAULT_IMAGE,

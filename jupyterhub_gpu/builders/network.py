@@ -32,6 +32,7 @@ from jupyterhub_gpu.contract import (
     ADMIN_PORT,
     CULLER_PORT,
     JOB_LABEL,
+    JOBS_METRICS_PORT,
     JOBS_PORT,
     JOBSET_NAME_LABEL,
     MANAGED_BY,
@@ -95,14 +96,23 @@ def jobset_ranks_policy(jobset: dict[str, Any]) -> dict[str, Any]:
     return pol
 
 
-def render_network_policies(cfg: ProfilesConfig, hub_namespace: str) -> list[dict[str, Any]]:
-    """Every NetworkPolicy: the hub namespace's two, then one per team namespace."""
+#: Where Prometheus runs, by default (kube-prometheus-stack's and the Prometheus chart's usual namespace).
+MONITORING_NAMESPACE = "monitoring"
+
+
+def render_network_policies(cfg: ProfilesConfig, hub_namespace: str,
+                            monitoring_namespace: str = MONITORING_NAMESPACE) -> list[dict[str, Any]]:
+    """Every NetworkPolicy: the hub namespace's two, then one per team namespace. `monitoring_namespace`: whose
+    pods (Prometheus) may scrape gpu-jobs' metrics port, which answers them only with its bearer token."""
     objs = [
         _policy("gpuhub-gpu-jobs", hub_namespace, {"matchLabels": dict(GPU_JOBS_POD)}, {
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}},
                                   {"podSelector": {"matchLabels": SINGLEUSER}},
-                                  {"podSelector": {"matchLabels": HUB}}], "ports": _tcp(JOBS_PORT)}]}),
+                                  {"podSelector": {"matchLabels": HUB}}], "ports": _tcp(JOBS_PORT)},
+                        {"from": [{"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": monitoring_namespace}}}],
+                         "ports": _tcp(JOBS_METRICS_PORT)}]}),
         _policy("gpuhub-hub-services", hub_namespace, {"matchLabels": HUB}, {
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": PROXY}}],

@@ -14,11 +14,20 @@ from typing import Any
 
 from jupyterhub_gpu.builders.hardening import container_security_context, pod_security_context
 from jupyterhub_gpu.builders.names import DEVICE_PLUGIN_CONFIG, GPU_JOBS_POD, JOBS_ACCOUNT, MIG_PARTED_CONFIG
-from jupyterhub_gpu.contract import ENV_PROFILES, JOBS_METRICS_PORT, JOBS_PORT, JOBS_SERVICE, MANAGED_BY
+from jupyterhub_gpu.contract import (
+    ENV_PROFILES,
+    JOBS_METRICS_PORT,
+    JOBS_METRICS_TOKEN_ENV,
+    JOBS_PORT,
+    JOBS_SERVICE,
+    MANAGED_BY,
+)
 from jupyterhub_gpu.model.profiles import MIGSharing, ProfilesConfig
 
 #: The Secret holding the service's hub API token (key `token`); the hub reads it too (deploy/values.yaml).
 JOBS_TOKEN_SECRET = "gpu-jobs-api-token"
+#: Prometheus' bearer token for gpu-jobs' metrics port (optional: without it the port serves loopback only).
+JOBS_METRICS_SECRET = "gpu-jobs-metrics-token"
 PROFILES_CONFIGMAP = "gpuhub-profiles"
 PROFILES_DIR = "/etc/gpuhub"
 #: z2jh's label that its hub NetworkPolicy admits to the hub API (port 8081).
@@ -58,14 +67,17 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
     env = {"JUPYTERHUB_SERVICE_NAME": JOBS_SERVICE, "JUPYTERHUB_SERVICE_PREFIX": prefix,
            "JUPYTERHUB_API_URL": "http://hub:8081/hub/api", "JUPYTERHUB_BASE_URL": "/",
            ENV_PROFILES: f"{PROFILES_DIR}/profiles.yaml", "HOME": "/tmp"}
+    # the metrics port's bearer token for Prometheus; without the Secret the port serves loopback only
+    metrics_token = [{"name": JOBS_METRICS_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+        "name": JOBS_METRICS_SECRET, "key": "token", "optional": True}}}] if metrics_port else []
     container = {
         "name": JOBS_SERVICE, "image": image,
         "command": ["python3", "-m", "jupyterhub_gpu.services.jobs", f"--url=http://0.0.0.0:{JOBS_PORT}", *args],
         "env": [{"name": k, "value": v} for k, v in env.items()] + [
             {"name": "JUPYTERHUB_API_TOKEN",
              "valueFrom": {"secretKeyRef": {"name": JOBS_TOKEN_SECRET, "key": "token"}}},
-        ] + [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}  # the Leases' holder, namespace
-             for k, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))],
+        ] + metrics_token + [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}  # the Leases'
+                             for k, f in (("POD_NAME", "name"), ("POD_NAMESPACE", "namespace"))],  # holder, namespace
         "ports": [{"name": "http", "containerPort": JOBS_PORT}]
         + ([{"name": "metrics", "containerPort": metrics_port}] if metrics_port else []),
         "readinessProbe": {"httpGet": {"path": f"{prefix}health", "port": JOBS_PORT}, "periodSeconds": 10},

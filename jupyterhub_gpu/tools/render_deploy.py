@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 from jupyterhub_gpu.builders.deploy import generated_files
 from jupyterhub_gpu.builders.names import DEFAULT_HUB_NAMESPACE
+from jupyterhub_gpu.builders.network import MONITORING_NAMESPACE
 from jupyterhub_gpu.model.profiles import ProfilesConfig
+
+DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def write_generated(cfg: ProfilesConfig, out: Path, source: str, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
                     image: str | None = None, runner_image: str | None = None,
-                    jobs_options: dict[str, str] | None = None) -> list[Path]:
+                    jobs_options: dict[str, str] | None = None, monitoring_namespace: str = MONITORING_NAMESPACE) \
+        -> list[Path]:
     """Every file rendered and encoded before any is written, and each replaced by a rename: a file that cannot
     be rendered (a UnicodeEncodeError for a lone surrogate YAML's escapes made) leaves the old ones whole."""
     files = {name: text.encode("utf-8") for name, text in
-             generated_files(cfg, source, hub_namespace, image, runner_image, jobs_options).items()}
+             generated_files(cfg, source, hub_namespace, image, runner_image, jobs_options,
+                             monitoring_namespace).items()}
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in files.items():
@@ -49,8 +55,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "myregistry.azurecr.io/jupyterhub-gpu/hub:0.1.0)")
     p.add_argument("--runner-image", help="the image of Jobs whose profile names none (default "
                                           "myregistry.azurecr.io/jupyterhub-gpu/runner:0.1.0-cuda)")
+    p.add_argument("--monitoring-namespace", default=MONITORING_NAMESPACE, type=_namespace,
+                   help="where Prometheus runs: its pods may scrape gpu-jobs' metrics port, which answers only the "
+                        "bearer token of the Secret gpu-jobs-metrics-token (default monitoring)")
     p.add_argument("--jobs-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a gpu-jobs setting by its command-line name, e.g. max-timeout=3d (repeatable)")
+
+
+def _namespace(value: str) -> str:
+    if not DNS_LABEL_RE.fullmatch(value or ""):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63)")
+    return value
 
 
 def jobs_options(items: list[str]) -> dict[str, str]:
@@ -80,7 +95,7 @@ def write(args: argparse.Namespace) -> int:
         return 2
     try:
         paths = write_generated(cfg, Path(args.out), args.file, args.hub_namespace, args.image, args.runner_image,
-                                options)
+                                options, args.monitoring_namespace)
     except UnicodeEncodeError as e:
         print(f"error: {args.file}: {e.object[e.start:e.end]!r} cannot be written as UTF-8 (a lone surrogate "
               "from a \\u escape?): nothing was written", file=sys.stderr)

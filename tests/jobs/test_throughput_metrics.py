@@ -82,3 +82,65 @@ async def test_served_on_its_own_port_and_refreshed():
         assert kube.calls >= 3 and 'gpuhub_job_samples_per_second{job_name="a"' in text
     finally:
         task.cancel()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening_on(port: int) -> set[str]:
+    import psutil
+
+    return {c.laddr.ip for c in psutil.Process().net_connections("tcp")
+            if c.status == "LISTEN" and c.laddr.port == port}
+
+
+async def test_with_a_token_only_its_bearer_reads_the_series_on_every_interface():
+    """Issue 50 item 7: the series name every user's jobs, loss and progress; the port answered anyone who reached
+    it. With a token (deploy/gpu-jobs.yaml: the Secret gpu-jobs-metrics-token) only Prometheus' bearer reads."""
+    port, token = _free_port(), "t" * 32
+    task = throughput_metrics.serve(FakeKube([status("a")]), port, "", interval=0.05, token=token)
+    try:
+        await asyncio.sleep(0.3)
+        assert _listening_on(port) <= {"0.0.0.0", "::"} and _listening_on(port)  # reachable from Prometheus' pod
+        async with aiohttp.ClientSession() as http:
+            for header in ({}, {"Authorization": "Bearer " + "x" * 32}, {"Authorization": f"token {token}"},
+                           {"Authorization": f"Bearer {token[:-1]}"}):
+                async with http.get(f"http://127.0.0.1:{port}/metrics", headers=header) as r:
+                    assert r.status == 401 and "job_name" not in await r.text(), header
+                    assert r.headers["WWW-Authenticate"].startswith("Bearer")
+            async with http.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 200 and 'job_name="a"' in await r.text()
+    finally:
+        task.cancel()
+
+
+async def test_without_a_token_the_port_listens_on_loopback_only():
+    port = _free_port()
+    task = throughput_metrics.serve(FakeKube([status("a")]), port, "", interval=0.05)  # "" would be every interface
+    try:
+        await asyncio.sleep(0.2)
+        assert _listening_on(port) == {"127.0.0.1"}
+    finally:
+        task.cancel()
+
+
+def test_the_deploy_files_give_the_token_from_an_optional_secret_and_let_the_monitoring_namespace_in():
+    from jupyterhub_gpu.builders.network import render_network_policies
+    from jupyterhub_gpu.builders.workloads import render_gpu_jobs
+    from jupyterhub_gpu.contract import JOBS_METRICS_PORT, JOBS_METRICS_TOKEN_ENV
+    from jupyterhub_gpu.model.profiles_file import EXAMPLE_PROFILES, load_profiles
+
+    (deployment,) = [o for o in render_gpu_jobs("jhub") if o["kind"] == "Deployment"]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[JOBS_METRICS_TOKEN_ENV]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpu-jobs-metrics-token", "key": "token", "optional": True}
+    policy = next(p for p in render_network_policies(load_profiles(EXAMPLE_PROFILES), "jhub", "prom")
+                  if p["metadata"]["name"] == "gpuhub-gpu-jobs")
+    (scrape,) = [r for r in policy["spec"]["ingress"] if any("namespaceSelector" in f for f in r["from"])]
+    assert scrape == {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}}}],
+                      "ports": [{"protocol": "TCP", "port": JOBS_METRICS_PORT}]}
+    (off,) = [o for o in render_gpu_jobs("jhub", options={"metrics-port": "0"}) if o["kind"] == "Deployment"]
+    assert JOBS_METRICS_TOKEN_ENV not in {e["name"] for e in off["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -263,7 +263,8 @@ def test_networkpolicies_select_by_z2jh_component_labels(cfg):
     assert {"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}],
             "ports": [{"protocol": "TCP", "port": CULLER_PORT}]} in egress
     jobs = pols[("jhub", "gpuhub-gpu-jobs")]["spec"]
-    (rule,) = jobs["ingress"]
+    rule, monitoring = jobs["ingress"]  # the API from the proxy, servers and hub; the metrics port from Prometheus
+    assert monitoring["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert rule["from"] == [{"podSelector": {"matchLabels": {"component": "proxy"}}},
                             {"podSelector": {"matchLabels": {"component": "singleuser-server"}}},
                             {"podSelector": {"matchLabels": {"component": "hub"}}}]  # the culler's warnings

@@ -56,6 +56,7 @@ from jupyterhub_gpu.services.jobs.options import GPUJobs
 from jupyterhub_gpu.services.jobs.planner import Planner
 from jupyterhub_gpu.services.jobs.submission import ServiceSettings
 from jupyterhub_gpu.services.loopguard import LoopGuard
+from jupyterhub_gpu.services.metrics_auth import metrics_token
 from jupyterhub_gpu.services.notify.options import Notifications
 from jupyterhub_gpu.services.notify.watch import watch_jobs
 from jupyterhub_gpu.services.web import Base
@@ -446,8 +447,9 @@ async def serve(opts) -> None:
         watch = functools.partial(watch_jobs, kube, notifier, notifications.hub_url)
         app.settings["notify_watch"] = asyncio.create_task(leases.lead(NOTIFY_LEADER, watch) if leases else watch())
     if opts.metrics_port:  # the notebooks' training throughput, on a port the proxy never routes
+        token = metrics_token(throughput_metrics.METRICS_TOKEN_ENV, token_file=opts.metrics_token_file or None)
         app.settings["throughput"] = throughput_metrics.serve(kube, opts.metrics_port, listen_address(url.hostname),
-                                                              opts.metrics_interval_seconds())
+                                                              opts.metrics_interval_seconds(), token)
     grace = opts.orphan_grace_seconds()  # half-created submissions: found and removed (lifecycle.py)
     app.settings["reconciler"] = asyncio.create_task(reconcile_forever(kube, grace, max(1.0, min(30.0, grace / 2))))
     server = HTTPServer(app, xheaders=True, max_body_size=limits.HARD_BODY_BYTES)

@@ -22,6 +22,7 @@ from jupyterhub_gpu.builders.jobs import JobSettings
 from jupyterhub_gpu.builders.storage import HomeStorage, StorageError, home_subpath
 from jupyterhub_gpu.contract import JOBS_METRICS_PORT
 from jupyterhub_gpu.model.profiles import duration_seconds
+from jupyterhub_gpu.services.jobs.throughput_metrics import METRICS_TOKEN_ENV
 
 
 class GPUJobs(Application):
@@ -79,6 +80,10 @@ class GPUJobs(Application):
                                                  "gpuhub.report()) for Prometheus on this port at /metrics; 0: off. "
                                                  "A port of its own: the series name users and jobs "
                                                  f"(deploy/gpu-jobs.yaml: {JOBS_METRICS_PORT}).").tag(config=True)
+    metrics_token_file = Unicode(help="File whose first line is the bearer token Prometheus sends to the metrics "
+                                      f"port (default ${METRICS_TOKEN_ENV}, which deploy/gpu-jobs.yaml takes from "
+                                      "the Secret gpu-jobs-metrics-token); none: the port listens on loopback only, "
+                                      "since its series name every user's jobs.").tag(config=True)
     metrics_interval = Unicode("30s", help="How often those series are refreshed (each refresh reads the log tail of "
                                            "every running job).").tag(config=True)
     ephemeral_storage = Unicode(JobSettings.ephemeral_storage,
@@ -94,7 +99,8 @@ class GPUJobs(Application):
                "default-timeout": "GPUJobs.default_timeout", "max-timeout": "GPUJobs.max_timeout",
                "ephemeral-storage": "GPUJobs.ephemeral_storage", "max-jobs-per-user": "GPUJobs.max_jobs_per_user",
                "submissions-in-flight": "GPUJobs.submissions_in_flight", "lease-namespace": "GPUJobs.lease_namespace",
-               "metrics-port": "GPUJobs.metrics_port", "metrics-interval": "GPUJobs.metrics_interval"}
+               "metrics-port": "GPUJobs.metrics_port", "metrics-interval": "GPUJobs.metrics_interval",
+               "metrics-token-file": "GPUJobs.metrics_token_file"}
 
     @default("profiles_file")
     def _profiles_file(self):

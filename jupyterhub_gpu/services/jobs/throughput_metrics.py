@@ -18,7 +18,9 @@ from prometheus_client.core import GaugeMetricFamily
 from tornado import web
 from tornado.httpserver import HTTPServer
 
+from jupyterhub_gpu.contract import JOBS_METRICS_TOKEN_ENV as METRICS_TOKEN_ENV
 from jupyterhub_gpu.contract import RESUMED, RUNNING
+from jupyterhub_gpu.services.metrics_auth import LOOPBACK, allowed
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -76,15 +78,24 @@ async def refresh_forever(kube, collector: ThroughputCollector, interval: float)
 
 class _Metrics(web.RequestHandler):
     def get(self):
+        if not allowed(self.request.headers.get("Authorization"), self.settings["token"]):
+            self.set_status(401)
+            self.set_header("WWW-Authenticate", 'Bearer realm="gpu-jobs"')
+            return self.finish()
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.finish(generate_latest(self.settings["registry"]))
 
 
-def serve(kube, port: int, address: str = "", interval: float = 30.0) -> asyncio.Task:
-    """Listen on `port` (GET /metrics only) and refresh in the background; the task is the refresh loop."""
+def serve(kube, port: int, address: str = "", interval: float = 30.0, token: str | None = None) -> asyncio.Task:
+    """Listen on `port` (GET /metrics only) and refresh in the background; the task is the refresh loop. The
+    series name every user's jobs: with `token` only a request bearing it reads them (on `address`), without one
+    the port listens on loopback only (metrics_auth's rule, as the usage collector's)."""
     collector = ThroughputCollector()
     registry = CollectorRegistry()
     registry.register(collector)
-    HTTPServer(web.Application([(r"/metrics", _Metrics)], registry=registry)).listen(port, address)
-    log.info("training-throughput metrics on :%d/metrics, refreshed every %.0f s", port, interval)
+    host = address if token else LOOPBACK
+    app = web.Application([(r"/metrics", _Metrics)], registry=registry, token=token)
+    HTTPServer(app).listen(port, host)
+    log.info("training-throughput metrics on %s:%d/metrics (%s), refreshed every %.0f s", host or "*", port,
+             "bearer token" if token else f"loopback only: set ${METRICS_TOKEN_ENV} for Prometheus", interval)
     return asyncio.create_task(refresh_forever(kube, collector, interval))

@@ -5,7 +5,6 @@ so anyone who reaches the port must not read them. With a token (`$GPUHUB_USAGE_
 loopback only (a Prometheus in the hub pod, or `kubectl port-forward`)."""
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import threading
@@ -13,36 +12,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from jupyterhub_gpu.services import metrics_auth
+from jupyterhub_gpu.services.metrics_auth import allowed
+
 ENV_TOKEN = "GPUHUB_USAGE_METRICS_TOKEN"
-#: Shortest token accepted (a guessable one is no gate).
-MIN_TOKEN = 16
 log = logging.getLogger("gpuhub.usage")
 
 
 def metrics_token(env=os.environ, token_file: str | None = None) -> str | None:
-    """The configured token (the file's first line, else the environment), or None; a short one is refused."""
-    token = None
-    if token_file:
-        with open(token_file, encoding="utf-8") as f:
-            token = f.readline().strip()
-    token = token or (env.get(ENV_TOKEN) or "").strip() or None
-    if token is not None and len(token) < MIN_TOKEN:
-        raise ValueError(f"the /metrics token must have at least {MIN_TOKEN} characters")
-    return token
-
-
-def allowed(header: str | None, token: str | None) -> bool:
-    """Whether an `Authorization` header carries the token (constant-time); no token: loopback decides."""
-    if token is None:
-        return True
-    scheme, _, given = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    """The collector's token: the file's first line, else $GPUHUB_USAGE_METRICS_TOKEN (metrics_auth's rule)."""
+    return metrics_auth.metrics_token(ENV_TOKEN, env, token_file)
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, token: str | None,
                   address: str | None = None) -> ThreadingHTTPServer:
     """Start `/metrics` in a daemon thread; `address` defaults to all interfaces with a token, loopback without."""
-    host = address if address is not None else ("" if token else "127.0.0.1")
+    host = address if address is not None else ("" if token else metrics_auth.LOOPBACK)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
