@@ -37,8 +37,15 @@ from jupyterhub_gpu.builders.aks_pools import (
 )
 from jupyterhub_gpu.builders.datasets import dataset_objects
 from jupyterhub_gpu.builders.dra import RESOURCE_API
+from jupyterhub_gpu.builders.hardening import POD_SECURITY_LABELS
 from jupyterhub_gpu.builders.identity import AUDIENCE, FederatedCredential, federated_credentials
-from jupyterhub_gpu.builders.names import DEFAULT_HUB_NAMESPACE, DEVICE_PLUGIN_CONFIG, JOBS_ACCOUNT, MIG_PARTED_CONFIG
+from jupyterhub_gpu.builders.names import (
+    DEFAULT_HUB_NAMESPACE,
+    DEVICE_PLUGIN_CONFIG,
+    JOBS_ACCOUNT,
+    MIG_PARTED_CONFIG,
+    leases_namespace,
+)
 from jupyterhub_gpu.builders.network import MONITORING_NAMESPACE, render_network_policies
 from jupyterhub_gpu.builders.warm_capacity import ACCOUNT as WARM_ACCOUNT
 from jupyterhub_gpu.builders.warm_capacity import NAMESPACE as WARM_NAMESPACE
@@ -117,9 +124,11 @@ def dra_permissions(cfg: ProfilesConfig) -> list[Permission]:
 
 
 def jobs_lease_permissions(hub_namespace: str = DEFAULT_HUB_NAMESPACE) -> list[Permission]:
-    """gpu-jobs' Leases (kubeio/lease.py), in its own namespace only: the per-user submit lock every replica
-    takes, and the notification leader's."""
-    return [Permission("coordination.k8s.io", "leases", ("create", "delete", "get", "update"), hub_namespace,
+    """gpu-jobs' Leases (kubeio/lease.py): the per-user submit lock every replica takes, and the notification
+    leader's, in a namespace of their own (`names.leases_namespace`): create cannot be pinned to names, and in the
+    hub's namespace the Role would reach every Lease there, z2jh's user-scheduler's included."""
+    return [Permission("coordination.k8s.io", "leases", ("create", "delete", "get", "update"),
+                       leases_namespace(hub_namespace),
                        "the per-user submit lock across replicas; the one replica that sends notifications",
                        JOBS_ACCOUNT)]
 
@@ -175,7 +184,9 @@ def render_rbac(cfg: ProfilesConfig, hub_namespace: str = DEFAULT_HUB_NAMESPACE,
     perms = hub_permissions(cfg, hub_namespace)
     accounts = {HUB_ACCOUNT: (service_account, "gpuhub-hub"), JOBS_ACCOUNT: (jobs_service_account, "gpuhub-jobs")}
     labels = dict(MANAGED_BY)
-    objs: list[dict[str, Any]] = []
+    # gpu-jobs' Leases live apart (jobs_lease_permissions); no pod runs there
+    objs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": leases_namespace(hub_namespace), "labels": {**labels, **POD_SECURITY_LABELS}}}]
     for account, (sa, prefix) in accounts.items():
         mine = [p for p in perms if p.account == account]
         subject = [{"kind": "ServiceAccount", "name": sa, "namespace": hub_namespace}]

@@ -9,6 +9,16 @@ from jupyterhub_gpu.contract import JOBS_SERVICE
 
 #: The z2jh release namespace the hub (and gpu-jobs) run in unless told otherwise.
 DEFAULT_HUB_NAMESPACE = "jhub"
+#: The namespace only gpu-jobs writes Leases in (its per-user submit locks, the notification leader), beside the hub's:
+#: a Role there cannot reach another Lease (z2jh's user-scheduler keeps its leader's in the hub namespace).
+LEASES_SUFFIX = "-gpuhub-leases"
+
+
+def leases_namespace(hub_namespace: str) -> str:
+    """`<hub namespace>-gpuhub-leases`; one per install, so two hubs in one cluster never share locks."""
+    return f"{hub_namespace}{LEASES_SUFFIX}"
+
+
 #: The gpu-jobs service's own ServiceAccount (`workloads.render_gpu_jobs`), bound by `deploy.render_rbac`.
 JOBS_ACCOUNT = JOBS_SERVICE
 #: The ConfigMaps the GPU operator's `devicePlugin.config.name` and `migManager.config.name` point at

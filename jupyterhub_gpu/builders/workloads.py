@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from jupyterhub_gpu.builders.hardening import container_security_context, pod_security_context
-from jupyterhub_gpu.builders.names import DEVICE_PLUGIN_CONFIG, GPU_JOBS_POD, JOBS_ACCOUNT, MIG_PARTED_CONFIG
+from jupyterhub_gpu.builders.names import (
+    DEVICE_PLUGIN_CONFIG,
+    GPU_JOBS_POD,
+    JOBS_ACCOUNT,
+    MIG_PARTED_CONFIG,
+    leases_namespace,
+)
 from jupyterhub_gpu.contract import (
     ENV_PROFILES,
     JOBS_METRICS_PORT,
@@ -59,7 +65,9 @@ def render_gpu_jobs(hub_namespace: str, image: str = DEFAULT_IMAGE, runner_image
     if replicas is None:  # one with notifications: their state is per pod (see above)
         replicas = 1 if notifying(options) else 2
     # the jobs' training throughput for Prometheus, on a port of its own (the pod's annotations say where)
-    options = {"metrics-port": str(JOBS_METRICS_PORT), **(options or {})}
+    # and its Leases in the namespace only it writes in (names.leases_namespace; rbac.yaml makes it)
+    options = {"metrics-port": str(JOBS_METRICS_PORT), "lease-namespace": leases_namespace(hub_namespace),
+               **(options or {})}
     args = [f"--{k}={v}" for k, v in {"runner-image": runner_image, **options}.items()]
     metrics_port = int(options["metrics-port"])
     meta = {"namespace": hub_namespace, "labels": {**MANAGED_BY, **GPU_JOBS_POD}}

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from jupyterhub_gpu.builders.deploy import generated_files
-from jupyterhub_gpu.builders.names import DEFAULT_HUB_NAMESPACE
+from jupyterhub_gpu.builders.names import DEFAULT_HUB_NAMESPACE, LEASES_SUFFIX, leases_namespace
 from jupyterhub_gpu.builders.network import MONITORING_NAMESPACE
 from jupyterhub_gpu.model.profiles import ProfilesConfig
 
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`gpuhub render deploy` and `python -m jupyterhub_gpu.tools.render_deploy` take the same arguments."""
     p.add_argument("--out", default="deploy", help="folder to (re)write (default deploy/)")
-    p.add_argument("--hub-namespace", default=DEFAULT_HUB_NAMESPACE, help="the z2jh release namespace (default jhub)")
+    p.add_argument("--hub-namespace", default=DEFAULT_HUB_NAMESPACE, type=_hub_namespace,
+                   help="the z2jh release namespace (default jhub); gpu-jobs' Leases go to <it>-gpuhub-leases")
     p.add_argument("--image", help="the gpu-jobs image: your hub image (default "
                                    "myregistry.azurecr.io/jupyterhub-gpu/hub:0.1.0)")
     p.add_argument("--runner-image", help="the image of Jobs whose profile names none (default "
@@ -65,6 +66,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _namespace(value: str) -> str:
     if not DNS_LABEL_RE.fullmatch(value or ""):
         raise argparse.ArgumentTypeError(f"{value!r} is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63)")
+    return value
+
+
+def _hub_namespace(value: str) -> str:
+    """A namespace whose `<it>-gpuhub-leases` is a namespace name too."""
+    _namespace(value)
+    if len(leases_namespace(value)) > 63:
+        raise argparse.ArgumentTypeError(f"{value!r}: at most {63 - len(LEASES_SUFFIX)} characters, so that gpu-jobs' "
+                                         f"Lease namespace {leases_namespace(value)!r} is a namespace name too")
     return value
 
 

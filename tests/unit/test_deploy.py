@@ -4,6 +4,8 @@ gpuhub render deploy jupyterhub_gpu/examples/profiles.yaml)."""
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,8 +77,9 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
         ("hub", "jhub", "kueue.x-k8s.io", "workloads"): {"list"},
         ("hub", None, "kueue.x-k8s.io", "clusterqueues"): read,  # the picker watches them: team quota
         ("gpu-jobs", None, "kueue.x-k8s.io", "clusterqueues"): {"get"},
-        # its own namespace only: the per-user submit lock of every replica and the notification leader
-        ("gpu-jobs", "jhub", "coordination.k8s.io", "leases"): {"create", "delete", "get", "update"},
+        # a namespace of their own (issue 50 item 9: in jhub the Role reached z2jh's user-scheduler's Lease too):
+        # the per-user submit lock of every replica and the notification leader
+        ("gpu-jobs", "jhub-gpuhub-leases", "coordination.k8s.io", "leases"): {"create", "delete", "get", "update"},
         **{k: v for ns in ("team-ds", "team-mlr") for k, v in {
             ("gpu-jobs", ns, "batch", "jobs"): read | {"create", "delete"},
             ("gpu-jobs", ns, "", "configmaps"): {"create", "delete", "get", "list", "patch"},
@@ -96,6 +99,23 @@ def test_rbac_is_the_minimal_set_per_account(cfg):
     assert not any(res in ("secrets", "roles", "rolebindings", "clusterroles") for (*_, res) in rules)
     # in the team namespaces the hub only reads Workloads (showback's queue waits), never Jobs or pods' logs
     assert {res for (sa, ns, _, res) in rules if sa == "hub" and ns in ("team-ds", "team-mlr")} == {"workloads"}
+
+
+def test_gpu_jobs_may_touch_no_lease_of_the_hub_namespace_only_its_own_namespaces(tmp_path):
+    """Issue 50 item 9: gpu-jobs could update or delete any Lease in the hub's namespace (z2jh's user-scheduler's
+    leader election included). Its Leases have a namespace of their own, which rbac.yaml makes, and where its
+    Deployment points the service."""
+    rules = rules_by_subject(docs("rbac.yaml"))
+    assert [k[1] for k in rules if k[0] == "gpu-jobs" and k[3] == "leases"] == ["jhub-gpuhub-leases"]
+    assert not any(ns == "jhub" for (sa, ns, *_) in rules if sa == "gpu-jobs")  # nothing at all in the hub's
+    (ns,) = [o for o in docs("rbac.yaml") if o["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "jhub-gpuhub-leases"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    (dep,) = [o for o in docs("gpu-jobs.yaml") if o["kind"] == "Deployment"]
+    assert "--lease-namespace=jhub-gpuhub-leases" in dep["spec"]["template"]["spec"]["containers"][0]["command"]
+    out = subprocess.run([sys.executable, "-m", "jupyterhub_gpu.tools.render_deploy", "--out", str(tmp_path / "d"),
+                          "--hub-namespace", "h" * 50], capture_output=True, text=True)
+    assert out.returncode == 2 and "at most 49 characters" in out.stderr and not (tmp_path / "d").exists()
 
 
 def test_rbac_binds_every_role_to_exactly_one_account():
@@ -122,14 +142,15 @@ def test_rbac_of_dra_pools_lets_the_hub_read_slices_and_claims_and_gives_gpu_job
         ("hub", None, "resource.k8s.io", "resourceclaims"): {"list", "watch"}}
     jobs = {k: v for k, v in rules.items() if k[0] == "gpu-jobs"}
     plain_jobs = {k: v for k, v in rules_by_subject(deploy.render_rbac(cfg)).items()
-                  if k[0] == "gpu-jobs" and k[1] in (None, "jhub", "team-ds")}
+                  if k[0] == "gpu-jobs" and k[1] in (None, "jhub-gpuhub-leases", "team-ds")}
     assert jobs == plain_jobs  # the same rights as without DRA
     assert not any(k[2] == "resource.k8s.io" for k in rules_by_subject(docs("rbac.yaml")))  # the example: no dra
 
 
 def test_rbac_rendered_for_other_namespaces(cfg):
     objs = deploy.render_rbac(cfg, hub_namespace="hub-prod", service_account="jh", jobs_service_account="jobs")
-    assert {o["metadata"].get("namespace") for o in objs} == {None, "hub-prod", "team-ds", "team-mlr"}
+    assert {o["metadata"].get("namespace") for o in objs} == {None, "hub-prod", "hub-prod-gpuhub-leases", "team-ds",
+                                                              "team-mlr"}
     subjects = {o["subjects"][0]["name"] for o in objs if "subjects" in o}
     assert subjects == {"jh", "jobs"}
     assert all(o["subjects"][0]["namespace"] == "hub-prod" for o in objs if "subjects" in o)
