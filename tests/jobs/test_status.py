@@ -153,11 +153,11 @@ class OneBadLog:
     def __init__(self, logs: dict):
         self.logs = logs
 
-    async def read(self, namespace, pod, tail_bytes=0):
+    async def fetch(self, namespace, pod, tail_lines, limit_bytes):
         found = self.logs[pod]
         if isinstance(found, Exception):
             raise found
-        return found
+        return found.encode()
 
 
 async def test_one_jobs_unreadable_status_never_fails_the_list():

@@ -148,8 +148,9 @@ def test_kubectl_exec_and_logs_reach_the_real_nodes_kubelets(gpu_server):
 def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigterm(gpu_server):
     installed, token, url = gpu_server
     h = {"Authorization": f"token {token}"}
-    short = notebook("steps = 2", "import time\nfor i in range(steps):\n    print('step', i, flush=True)\n"
-                                  "print('finished', flush=True)")
+    # over 64 KiB of log before the steps: read from the wrong end (limitBytes alone), %gpu_logs showed the filler
+    short = notebook("steps = 2", "print(('filler ' * 20 + '\\n') * 1000, flush=True)\nfor i in range(steps):\n"
+                                  "    print('step', i, flush=True)\nprint('finished', flush=True)")
     assert requests.put(f"{url}/api/contents/short.ipynb", headers=h, timeout=60,
                         json={"type": "notebook", "format": "json", "content": short}).status_code in (200, 201)
     kernel = LabKernel(url, token, "short.ipynb")
@@ -183,8 +184,10 @@ def test_gpu_submit_runs_the_runner_image_on_the_gpu_node_and_cancel_sends_sigte
             return log if "done; output notebook" in log else None
 
         assert "step 2" in wait(runner_done, 120, "the runner's last line in the job pod's log, through the API")
-        logs = kernel.execute(f"%gpu_logs {name}", 120)  # gpu-jobs reads the same log through the API
-        assert logs.status == "ok" and "step 2" in logs.stdout, (logs.error, logs.stdout[-2000:])
+        logs = kernel.execute(f"%gpu_logs {name}", 120)  # gpu-jobs reads the same log's END through the API
+        assert logs.status == "ok" and "step 2" in logs.stdout and "done; output notebook" in logs.stdout, \
+            (logs.error, logs.stdout[-2000:])
+        assert len(logs.stdout.encode()) <= 64 * 1024 + 100  # the last 64 KiB (issue 50 item 2), not all of it
         assert pod["spec"]["nodeName"] == installed.nodes["gpu"]["name"]
         assert "runner" in pod["status"]["containerStatuses"][0]["image"]
         assert all(cid.startswith("containerd://") for cid in container_ids(pod))

@@ -7,6 +7,7 @@ submission and cleaning up after a half-created one is in `lifecycle`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -16,10 +17,11 @@ from kubernetes_asyncio import client
 from traitlets.config import LoggingConfigurable
 
 from jupyterhub_gpu.contract import FINISHED, JOB_LABEL, JOBSET_JOB_INDEX, QUEUED, USER_ANNOTATION, USER_LABEL
-from jupyterhub_gpu.kubeio.informer import read_json
+from jupyterhub_gpu.kubeio.informer import api_error, read_json
 from jupyterhub_gpu.model.quantities import parse
 from jupyterhub_gpu.services.jobs.cache import JOBSET, KUEUE, ClusterUnavailable, JobsCache
 from jupyterhub_gpu.services.jobs.gang import derive_gang_status, is_jobset
+from jupyterhub_gpu.services.jobs.log_tail import read_tail
 from jupyterhub_gpu.services.jobs.status import derive_status, job_name_of, queue_positions, unreadable, workload_owner
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -27,25 +29,38 @@ log = logging.getLogger("gpuhub.jobs")
 
 
 class LogSource(Protocol):
-    """Where the service reads a pod's log; built as `cls(api=ApiClient, parent=GPUJobs)`."""
+    """Where the service reads a pod's log, answering as the kubelet's log API does (`tailLines` selects the last
+    lines, `limitBytes` caps what is sent from the start of that selection); built as `cls(api=ApiClient,
+    parent=GPUJobs)`. The service reads the end through it (log_tail.read_tail)."""
 
-    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str: ...
+    async def fetch(self, namespace: str, pod: str, tail_lines: int, limit_bytes: int) -> bytes: ...
 
 
 class PodLogs(LoggingConfigurable):
-    """The kubelet's pod log API (the default log source)."""
+    """The kubelet's pod log API, through the API server (the default log source)."""
 
     def __init__(self, api: client.ApiClient, **kwargs):
         super().__init__(**kwargs)
         self.core = client.CoreV1Api(api)
 
-    async def read(self, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+    async def fetch(self, namespace: str, pod: str, tail_lines: int, limit_bytes: int) -> bytes:
+        """The bytes as sent (`limitBytes` may cut a character: decoding is read_tail's, not the client's)."""
+        resp = await self.core.read_namespaced_pod_log(pod, namespace, tail_lines=tail_lines,
+                                                       limit_bytes=limit_bytes, _preload_content=False)
         try:
-            return await self.core.read_namespaced_pod_log(pod, namespace, limit_bytes=tail_bytes)
-        except client.ApiException as e:
-            if e.status in (400, 404):  # not started yet / gone
-                return ""
-            raise
+            body = await resp.read()
+        finally:
+            resp.release()
+        if resp.status in (400, 404):  # not started yet / gone
+            return b""
+        if resp.status >= 400:
+            raise api_error(resp.status, resp.reason, body)
+        return body
+
+
+async def read_log(source: LogSource, namespace: str, pod: str, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last `tail_bytes` of a pod's log (never its first: log_tail)."""
+    return await read_tail(functools.partial(source.fetch, namespace, pod), tail_bytes)
 
 
 async def api_json(coro) -> dict[str, Any]:
@@ -189,7 +204,7 @@ class Kube:
                 return first
             logged = first.get("pod") or mine[-1]["metadata"]["name"]  # a multi-node job: rank 0's
             try:
-                text = await self.logs.read(key[0], logged, 16 * 1024)
+                text = await read_log(self.logs, key[0], logged, 16 * 1024)
                 return derive(job, wl_of.get(key), mine, positions.get(job["metadata"]["name"]), text)
             except Exception as e:  # noqa: BLE001 - the status without the current cell
                 log.warning("log of %s/%s unreadable for its status (%s: %s)", key[0], logged, type(e).__name__,
@@ -234,7 +249,7 @@ class Kube:
         parts = []
         for p in pods:
             try:
-                text = await self.logs.read(ns, p["metadata"]["name"], tail_bytes)
+                text = await read_log(self.logs, ns, p["metadata"]["name"], tail_bytes)
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:  # no answer: a 503, not a 500
                 raise ClusterUnavailable.no_answer(e) from e
             if len(pods) > 1:

@@ -51,8 +51,9 @@ class GPUJobs(Application):
                            "them).").tag(config=True)
     log_source_class = Type("jupyterhub_gpu.services.jobs.kube.PodLogs", klass=object,
                             help="Where job logs are read: a class (or its import path) built as cls(api=ApiClient, "
-                                 "parent=this app) with an async read(namespace, pod, tail_bytes). Default: the "
-                                 "kubelet's pod log API.").tag(config=True)
+                                 "parent=this app) with an async fetch(namespace, pod, tail_lines, limit_bytes) "
+                                 "that answers as the kubelet's log API does. Default: that API, through the API "
+                                 "server.").tag(config=True)
     orphan_grace = Unicode("2m", help="A half-created submission (a notebook ConfigMap without its Job, or a Job "
                                       "without its ConfigMap) older than this is removed by the reconcile loop.").tag(
         config=True)
