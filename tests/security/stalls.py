@@ -4,9 +4,14 @@ service's event loop for more than 50 ms. A `StallMeter` reads a service's loop-
 the request brought a stall over the limit; it keeps the worst stall seen per endpoint for the report.
 
 The limit is on the loop's own CPU time in a stall (`gpuhub_event_loop_busy_stall_seconds`): a busy
-machine descheduling the service is noise, a parser computing on the loop is the bug."""
+machine descheduling the service is noise, a parser computing on the loop is the bug. A busy machine also makes
+the same work cost more CPU time (shared caches, a sibling thread on the core: a 24 ms picker render measured
+83 ms beside other work, issue 50 item 11), so a stall over the service's 50 ms fails the test only when it is
+over 50 ms times this run's slowdown: a fixed piece of Python work timed right then, against its time on a quiet
+machine (`slowdown`, calibrated in the same run)."""
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +47,32 @@ def parse(text: str) -> Reading:
                    count=values[f"{busy}_count"], gc_sum=values.get("gpuhub_event_loop_gc_stall_seconds_sum", 0.0))
 
 
+#: `reference_cpu()` on a quiet machine of this project's kind (2 cores, nothing else running); re-measure with
+#: `python tests/security/stalls.py` when the machine kind changes.
+QUIET_REFERENCE = 0.0185
+
+
+def _reference_work() -> None:
+    """Fixed pure-Python work of the kind a page render does (dicts, strings, JSON)."""
+    d = {f"key-{i}": [str(i) * 3, i / 7, {"n": i}] for i in range(6000)}
+    json.loads(json.dumps(d))
+
+
+def reference_cpu(rounds: int = 5) -> float:
+    """This thread's CPU seconds for the reference work, best of `rounds`: how fast this machine computes now."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.thread_time()
+        _reference_work()
+        best = min(best, time.thread_time() - t)
+    return best
+
+
+def slowdown() -> float:
+    """How much more CPU the same work costs right now than on a quiet machine (at least 1)."""
+    return max(1.0, reference_cpu() / QUIET_REFERENCE)
+
+
 @dataclass
 class StallMeter:
     """`url`: a service's /metrics (`headers` to read it); or `registry`: a LoopGuard's in this process."""
@@ -51,6 +82,12 @@ class StallMeter:
     limit: float = LIMIT
     worst: dict[str, tuple[float, float]] = field(default_factory=dict)  # what → (busy s, wall s) at most
     warmed: bool = False
+    factor: float = 0.0  # this run's slowdown, measured at the first stall over the limit (or by calibrate())
+    forgiven: list[str] = field(default_factory=list)  # stalls over the limit but within it times the slowdown
+
+    def calibrate(self) -> float:
+        self.factor = slowdown()
+        return self.factor
 
     def read(self) -> Reading:
         if self.registry is not None:
@@ -76,11 +113,23 @@ class StallMeter:
         self.worst[what] = (max(old[0], busy), max(old[1], wall))
         if after.over > before.over:
             collecting = after.gc_sum - before.gc_sum
-            pytest.fail(f"{what} stalled the event loop over {self.limit * 1e3:.0f} ms ({busy * 1e3:.0f} ms of "
-                        f"CPU, {collecting * 1e3:.0f} ms of it collecting garbage, {wall * 1e3:.0f} ms wall, "
-                        f"{after.count - before.count:.0f} stall(s)) {detail[:300]}")
+            factor = self.factor or self.calibrate()
+            said = (f"{busy * 1e3:.0f} ms of CPU, {collecting * 1e3:.0f} ms of it collecting garbage, "
+                    f"{wall * 1e3:.0f} ms wall, {after.count - before.count:.0f} stall(s); this machine "
+                    f"{factor:.1f}x slower than quiet")
+            if busy <= self.limit * factor:
+                self.forgiven.append(f"{what}: {said}")
+                return
+            pytest.fail(f"{what} stalled the event loop over {self.limit * 1e3:.0f} ms ({said}) {detail[:300]}")
 
     def report(self) -> str:
-        """Each endpoint's worst stall (sums of the stalls of one request: an upper bound on the longest)."""
-        return "\n".join(f"{what}: at most {b * 1e3:.0f} ms of CPU, {w * 1e3:.0f} ms wall"
-                         for what, (b, w) in sorted(self.worst.items()))
+        """Each endpoint's worst stall (sums of the stalls of one request: an upper bound on the longest), and any
+        over the limit that the machine's slowdown accounted for."""
+        return "\n".join([f"{what}: at most {b * 1e3:.0f} ms of CPU, {w * 1e3:.0f} ms wall"
+                          for what, (b, w) in sorted(self.worst.items())]
+                         + [f"over the limit on a busy machine, within it times the slowdown: {f}"
+                            for f in self.forgiven])
+
+
+if __name__ == "__main__":
+    print(f"reference_cpu() = {reference_cpu(rounds=20):.4f} s (QUIET_REFERENCE on a quiet machine)")
