@@ -7,14 +7,17 @@ user's name, or one the user gives in a domain the admin allows. Preferences are
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import re
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from jupyterhub_gpu.contract import NOTIFY_EMAIL, NOTIFY_EVENTS
@@ -146,11 +149,14 @@ def validate(body: Any, user: str, groups: tuple[str, ...] | list[str], channels
 
 
 class PreferenceStore:
-    """user → preferences (with the user's groups when saved), in SQLite; reads come from memory."""
+    """user → preferences (with the user's groups when saved), in SQLite; reads come from memory. Requests write
+    through the `*_async` methods: one writer thread, so a save waits behind the outbox's transactions there and
+    never on the event loop (issue 50 item 5: 184 ms behind 2,000 cull warnings, 434 ms behind 20,000 statuses)."""
 
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuhub-prefs-writer")
         self._db = open_wal(path, SCHEMA)
         self._mem = {u: json.loads(d) for u, d in self._db.execute("SELECT user, data FROM preferences")}
 
@@ -215,5 +221,21 @@ class PreferenceStore:
         return [name for name, kinds in (prefs.get("channels") or {}).items()
                 if kind in kinds and channels.usable(name, groups)]
 
+    async def _written(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._writer, functools.partial(fn, *args))
+
+    async def put_async(self, user: str, prefs: dict, groups: tuple[str, ...] | list[str]) -> dict:
+        return await self._written(self.put, user, prefs, groups)
+
+    async def new_confirmation_async(self, user: str, address: str) -> str:
+        return await self._written(self.new_confirmation, user, address)
+
+    async def confirm_async(self, code: object, user: str) -> bool:
+        return await self._written(self.confirm, code, user)
+
+    async def delete_async(self, user: str) -> None:
+        await self._written(self.delete, user)
+
     def close(self) -> None:
+        self._writer.shutdown(wait=True)
         self._db.close()

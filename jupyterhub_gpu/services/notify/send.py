@@ -134,7 +134,7 @@ class Notifier:
                 del sent_by_user[u]
         return True
 
-    def confirm_address(self, user: str, address: str) -> bool:
+    async def confirm_address(self, user: str, address: str) -> bool:
         """Mail `address` a one-time code that makes it `user`'s (delivered like any event, with backoff); at
         most `max_confirmations_hour` per user per hour, so an address cannot be flooded through the hub's
         sender. False (nothing sent, no code made) when over that or no mail server is set."""
@@ -143,7 +143,7 @@ class Notifier:
         if not self._within_hour(self._confirms, user, self.max_confirmations_hour):
             self.stats["rate_limited"] += 1
             return False
-        code = self.store.new_confirmation(user, address)
+        code = await self.store.new_confirmation_async(user, address)
         task = asyncio.ensure_future(self.deliver(NOTIFY_EMAIL, confirmation_event(user, address, code, self.hub_url)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -59,7 +59,7 @@ class PreferencesHandler(_Notifications):
     def get(self):
         self.send(self.view())
 
-    def put(self):
+    async def put(self):  # the store's writes run in its writer thread, never on the loop
         n = self.notifier
         if n is None:
             raise web.HTTPError(400, "notifications are not set up on this hub (ask an admin)")
@@ -71,31 +71,31 @@ class PreferencesHandler(_Notifications):
         own, before = prefs["email"], n.store.get(self.who.name) or {}
         message = ""
         if own and before.get("email_confirmed") != own and n.smtp is not None:
-            if not n.confirm_address(self.who.name, own):  # before anything is stored: a refusal changes nothing
+            if not await n.confirm_address(self.who.name, own):  # before anything is stored: a refusal changes nothing
                 raise web.HTTPError(429, f"at most {n.max_confirmations_hour} confirmation mails an hour; "
                                          "try again later (nothing changed)")
             instead = n.channels.template_address(self.who.name)
             message = (f"We sent a confirmation link to {own}: check that inbox and open the link (logged in to "
                        f"JupyterHub as {self.who.name}) within 24 hours. Until then your e-mail goes "
                        + (f"to {instead}." if instead else "nowhere."))
-        n.store.put(self.who.name, prefs, self.who.groups)
+        await n.store.put_async(self.who.name, prefs, self.who.groups)
         log.info("%s set notifications %s%s", self.who.name, prefs["channels"], " (confirmation sent)" * bool(message))
         self.send(self.view(message))
 
-    def delete(self):
+    async def delete(self):
         if self.notifier is not None:
-            self.notifier.store.delete(self.who.name)
+            await self.notifier.store.delete_async(self.who.name)
         self.send(self.view())
 
 
 class ConfirmHandler(_Notifications):
     """The code mailed to a user's own address, brought back with that user's own token."""
 
-    def post(self):
+    async def post(self):
         body = self.json_body()
         n = self.notifier
         code = body.get("code") if isinstance(body, dict) else None
-        if n is None or not n.store.confirm(code, self.who.name):
+        if n is None or not await n.store.confirm_async(code, self.who.name):
             raise web.HTTPError(400, "this confirmation code is not valid for you (wrong, expired, already used, or "
                                      "for another address or user); set your address again for a new one")
         address = n.store.get(self.who.name)["email"]
