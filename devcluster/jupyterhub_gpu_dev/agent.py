@@ -39,7 +39,7 @@ from jupyterhub_gpu_dev.agent_env import (  # noqa: F401 (tests)
     rewrite_paths,
     simulated_gpu,
 )
-from jupyterhub_gpu_dev.agent_init import InitPending, run_init_containers
+from jupyterhub_gpu_dev.agent_init import InitPending, container_exit_code, run_init_containers
 from jupyterhub_gpu_dev.pod_dns import PodHosts, pod_fqdn
 from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from jupyterhub_gpu_dev.volumes import MountError, attach_conflict, claim_folder, home_of, read_only_folders
@@ -151,8 +151,9 @@ class DevNodeAgent:
             log.warning("%s %s: command %r is not installed here; the pod stays simulated only", BANNER, key, cmd)
             self.running[key] = None  # type: ignore[assignment]
             return
-        try:
-            mounts = await self.map_mounts(key, pod, container, node["metadata"]["name"])
+        inits = bool(pod["spec"].get("initContainers"))
+        try:  # claims checked now, as a kubelet mounts a pod's volumes first; subPaths made when the container starts
+            mounts = await self.map_mounts(key, pod, container, node["metadata"]["name"], make_subpaths=not inits)
         except MountError as e:  # like a kubelet: the pod stays Pending, a Warning event says why, retried
             await self.event(pod, e.reason, str(e))
             log.warning("%s %s cannot start yet: %s", BANNER, key, e)
@@ -165,7 +166,7 @@ class DevNodeAgent:
         ns = pod["metadata"]["namespace"]
         if (fqdn := pod_fqdn(pod)) and await self._read(self.api.read_namespaced_service, pod["spec"]["subdomain"], ns):
             self.hosts.add(key, fqdn, ip)  # as a cluster's DNS does for a pod under a headless Service
-        if pod["spec"].get("initContainers"):  # each to completion first, in order, as a kubelet runs them
+        if inits:  # each to completion first, in order, as a kubelet runs them
             self.running[key] = InitPending()
             asyncio.create_task(self._init_then_start(key, pod, node, ip, mounts))
             return
@@ -173,6 +174,12 @@ class DevNodeAgent:
 
     async def _init_then_start(self, key: str, pod: dict, node: dict, ip: str, mounts: dict[str, Path]) -> None:
         if await run_init_containers(self, key, pod, node, ip) and isinstance(self.running.get(key), InitPending):
+            try:  # the container's own subPath folders, now that the init containers ran (as a kubelet)
+                mounts = await self.map_mounts(key, pod, pod["spec"]["containers"][0], node["metadata"]["name"])
+            except MountError as e:
+                await self.event(pod, e.reason, str(e))
+                log.warning("%s %s cannot start its container: %s", BANNER, key, e)
+                return
             await self._start_main(key, pod, node, ip, mounts)
 
     async def _start_main(self, key: str, pod: dict, node: dict, ip: str, mounts: dict[str, Path]) -> None:
@@ -255,10 +262,13 @@ class DevNodeAgent:
                 return None
             raise
 
-    async def map_mounts(self, key: str, pod: dict, container: dict, node: str) -> dict[str, Path]:
+    async def map_mounts(self, key: str, pod: dict, container: dict, node: str,
+                         make_subpaths: bool = True) -> dict[str, Path]:
         """The container's mounts as local folders, as a kubelet would make them: a claim through its bound
         PersistentVolume (volumes.py), a ConfigMap's items written to files, an emptyDir a scratch folder.
-        Claims are checked (and their use recorded) before anything is written."""
+        Claims are checked (and their use recorded) before anything is written. A missing subPath folder is made
+        only when the container starts (`make_subpaths`): a kubelet prepares a container's subPaths as it creates
+        that container, after the pod's init containers ran (the product's home-folder step relies on it)."""
         ns = pod["metadata"]["namespace"]
         volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
         base = self.state_dir / "pods" / key.replace("/", "_")
@@ -286,9 +296,14 @@ class DevNodeAgent:
                 path = base / "volumes" / m["name"]
             elif "persistentVolumeClaim" in vol:
                 path = out[m["mountPath"]]  # a kubelet creates a missing subPath folder
+                if m.get("subPath") and not make_subpaths:
+                    continue
             else:
                 continue
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # a kubelet: "failed to prepare subPath", the container is not created
+                raise MountError("Failed", f"failed to prepare subPath for volumeMount {m['name']!r}: {e}") from None
             out[m["mountPath"]] = path
         for claim_key in claims:
             self.claim_users.setdefault(claim_key, {})[key] = node
@@ -325,7 +340,7 @@ class DevNodeAgent:
         run = self.running.get(key)
         if not isinstance(run, Running):
             return  # stopped (the pod was deleted) before this task first ran
-        code = await run.proc.wait()
+        code = container_exit_code(await run.proc.wait())
         self.release_claims(key)  # an ended container holds no volume
         if self.running.get(key) is not run:
             return  # stopped because the pod was deleted

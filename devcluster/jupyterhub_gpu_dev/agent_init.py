@@ -59,6 +59,12 @@ def pending_status(pod: dict, ip: str, inits: list[dict], phase: str = "Pending"
                                   for c in pod["spec"]["containers"]]}
 
 
+def container_exit_code(returncode: int) -> int:
+    """As a container runtime reports it: a process killed by signal N exits 128 + N (SIGKILL 137, SIGTERM 143);
+    Python's returncode says -N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 async def run_init_containers(agent, key: str, pod: dict, node: dict, ip: str) -> bool:
     """Run `pod`'s init containers in order; True when all completed (the containers may start), False when
     the pod failed or went away meanwhile. `agent`: the DevNodeAgent (launch, map_mounts, patch_status)."""
@@ -83,7 +89,7 @@ async def run_init_containers(agent, key: str, pod: dict, node: dict, ip: str) -
             statuses[i] = init_status(container, {"running": {"startedAt": _now()}}, restarts, statuses[i].get(
                 "lastState"))
             await agent.patch_status(key, pending_status(pod, ip, statuses))
-            code = await run.proc.wait()
+            code = container_exit_code(await run.proc.wait())
             if agent.running.get(key) is not pending:
                 return False
             message = run.termination_log.read_text() if run.termination_log.exists() else \

@@ -93,3 +93,38 @@ def test_a_failed_init_container_of_a_restarting_pod_runs_again_after_a_back_off
     wait_until(lambda: read(cluster, namespace, "flaky")["status"].get("phase") == "Running", 40,
                "the pod to run after the back-off")
     wait_until(lambda: work_file(agent, namespace, "flaky").read_text() == "tried\nmain\n", 10, "the container")
+
+
+def test_a_containers_subpath_folder_is_made_when_it_starts_after_the_init_containers(cluster, namespace, agent,
+                                                                                      tmp_path):
+    """A kubelet prepares a container's subPath folders as it creates that container, after the init containers:
+    the product's home-folder step (builders/storage.py) makes a new user's home first, as the user. The agent made
+    them before the init containers ran, so that step always found the folder there (issue 50 item 3)."""
+    from jupyterhub_gpu_dev.storage import dev_share_objects
+
+    share = tmp_path / "share"
+    share.mkdir()
+    objs = dev_share_objects(share, [namespace])
+    for obj in objs:
+        cluster.create(obj)
+    try:
+        wait_until(lambda: cluster.core.read_namespaced_persistent_volume_claim("gpuhub-home", namespace)
+                   .status.phase == "Bound", 30, "the home claim to bind")
+        make = {"name": "make-home", "image": "busybox", "workingDir": "/share",
+                "command": ["sh", "-c", "test ! -e newuser && mkdir newuser && echo by-init > newuser/made"],
+                "volumeMounts": [{"name": "home", "mountPath": "/share"}]}
+        main = {"name": "main", "image": "busybox", "command": ["sh", "-c", 'cat "$HOME/made"; sleep 60'],
+                "volumeMounts": [{"name": "home", "mountPath": HOME_DIR, "subPath": "newuser"}]}
+        spec = pod(namespace, "first-home", [make], main, restart="Never")
+        spec["spec"]["volumes"] = [{"name": "home", "persistentVolumeClaim": {"claimName": "gpuhub-home"}}]
+        cluster.create(spec)
+        running = wait_until(lambda: (p := read(cluster, namespace, "first-home"))["status"].get("phase")
+                             in ("Running", "Failed") and p, 60, "the pod to run or fail")
+        (made,) = running["status"]["initContainerStatuses"]
+        assert made["state"]["terminated"]["exitCode"] == 0, made  # the folder was not there before it ran
+        assert running["status"]["phase"] == "Running" and (share / "newuser" / "made").read_text() == "by-init\n"
+    finally:
+        cluster.clean(namespace)
+        for obj in objs:
+            if obj["kind"] == "PersistentVolume":
+                cluster.core.delete_persistent_volume(obj["metadata"]["name"])
