@@ -39,7 +39,7 @@ from jupyterhub_gpu_dev.agent_env import (  # noqa: F401 (tests)
     rewrite_paths,
     simulated_gpu,
 )
-from jupyterhub_gpu_dev.agent_init import InitPending, container_exit_code, run_init_containers
+from jupyterhub_gpu_dev.agent_init import InitPending, container_exit_code, kept_times, run_init_containers
 from jupyterhub_gpu_dev.pod_dns import PodHosts, pod_fqdn
 from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from jupyterhub_gpu_dev.volumes import MountError, attach_conflict, claim_folder, home_of, read_only_folders
@@ -110,11 +110,10 @@ class DevNodeAgent:
                        "imageID": "", "started": True, "state": {"running": {"startedAt": now}}}
                       for c in pod["spec"]["containers"]]
         flag = "True" if ready else "False"
-        return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": now,
-                "conditions": [{"type": t, "status": s, "lastTransitionTime": now} for t, s in
-                               (("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", flag),
-                                ("Ready", flag))],
-                "containerStatuses": containers}
+        start, conditions = kept_times(pod, (("PodScheduled", "True"), ("Initialized", "True"),
+                                             ("ContainersReady", flag), ("Ready", flag)))
+        return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": start,
+                "conditions": conditions, "containerStatuses": containers}
 
     async def wait_ready(self, key: str, pod: dict, ip: str) -> None:
         """Play the readiness probe (httpGet) against the process; no probe means ready when started."""

@@ -45,13 +45,26 @@ def init_status(container: dict, state: dict, restarts: int = 0, last: dict | No
     return out
 
 
+def kept_times(pod: dict, wanted: tuple[tuple[str, str], ...]) -> tuple[str, list[dict]]:
+    """(startTime, conditions) as a kubelet keeps them: `startTime` set once, when the pod is taken; a condition's
+    `lastTransitionTime` moves only when its status does (PodScheduled keeps the scheduler's). `pod` is the agent's
+    copy of the pod, which remembers what it reported."""
+    now, status = _now(), pod.setdefault("status", {})
+    start = status.setdefault("startTime", now)
+    before = {c.get("type"): c for c in status.get("conditions") or []}
+    conditions = [{"type": t, "status": s,
+                   "lastTransitionTime": (before[t].get("lastTransitionTime") or now)
+                   if t in before and before[t].get("status") == s else now} for t, s in wanted]
+    status["conditions"] = [*[c for t, c in before.items() if t not in dict(wanted)], *conditions]
+    return start, conditions
+
+
 def pending_status(pod: dict, ip: str, inits: list[dict], phase: str = "Pending") -> dict:
     """The pod while (or because) its init containers run: not Initialized, its containers waiting."""
-    now = _now()
-    return {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": now,
-            "conditions": [{"type": t, "status": s, "lastTransitionTime": now} for t, s in
-                           (("PodScheduled", "True"), ("Initialized", "False"), ("ContainersReady", "False"),
-                            ("Ready", "False"))],
+    start, conditions = kept_times(pod, (("PodScheduled", "True"), ("Initialized", "False"),
+                                         ("ContainersReady", "False"), ("Ready", "False")))
+    return {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": start,
+            "conditions": conditions,
             "initContainerStatuses": inits,
             "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0, "image": c.get("image", ""),
                                    "imageID": "", "started": False,
