@@ -39,7 +39,13 @@ from jupyterhub_gpu_dev.agent_env import (  # noqa: F401 (tests)
     rewrite_paths,
     simulated_gpu,
 )
-from jupyterhub_gpu_dev.agent_init import InitPending, container_exit_code, kept_times, run_init_containers
+from jupyterhub_gpu_dev.agent_init import (
+    InitPending,
+    container_exit_code,
+    kept_times,
+    run_init_containers,
+    termination_message,
+)
 from jupyterhub_gpu_dev.pod_dns import PodHosts, pod_fqdn
 from jupyterhub_gpu_dev.simulator_keys import DEV_AGENT_ENV, DEV_AGENT_LABEL, SIM_PATH_ENV, SIMULATE_GPU_ANNOTATION  # noqa: F401
 from jupyterhub_gpu_dev.volumes import MountError, attach_conflict, claim_folder, home_of, read_only_folders
@@ -343,8 +349,7 @@ class DevNodeAgent:
         self.release_claims(key)  # an ended container holds no volume
         if self.running.get(key) is not run:
             return  # stopped because the pod was deleted
-        message = run.termination_log.read_text() if run.termination_log.exists() else \
-            run.log_path.read_text(errors="replace")[-1024:]
+        message = termination_message(pod["spec"]["containers"][0], run.termination_log, run.log_path, code)
         restart = pod["spec"].get("restartPolicy", "Always")
         phase = "Succeeded" if code == 0 and restart != "Always" else "Failed"
         name = pod["spec"]["containers"][0]["name"]

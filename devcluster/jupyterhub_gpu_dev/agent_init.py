@@ -14,6 +14,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("gpuhub.dev-agent")
@@ -72,6 +73,17 @@ def pending_status(pod: dict, ip: str, inits: list[dict], phase: str = "Pending"
                                   for c in pod["spec"]["containers"]]}
 
 
+def termination_message(container: dict, message_file: Path, log_path: Path, code: int) -> str:
+    """As a kubelet reads it: the container's termination-message file (its last 4 KiB); with
+    `terminationMessagePolicy: FallbackToLogsOnError` and nothing in it, a failed container's last 80 log lines (at
+    most 2 KiB); else nothing (`File`, the API's default). The agent's own lines are no container's log."""
+    text = message_file.read_text(errors="replace")[-4096:] if message_file.exists() else ""
+    if not text.strip() and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if not ln.startswith(BANNER)]
+        text = "\n".join(lines[-80:])[-2048:]
+    return text
+
+
 def container_exit_code(returncode: int) -> int:
     """As a container runtime reports it: a process killed by signal N exits 128 + N (SIGKILL 137, SIGTERM 143);
     Python's returncode says -N."""
@@ -105,8 +117,7 @@ async def run_init_containers(agent, key: str, pod: dict, node: dict, ip: str) -
             code = container_exit_code(await run.proc.wait())
             if agent.running.get(key) is not pending:
                 return False
-            message = run.termination_log.read_text() if run.termination_log.exists() else \
-                run.log_path.read_text(errors="replace")[-1024:]
+            message = termination_message(container, run.termination_log, run.log_path, code)
             if code == 0:
                 statuses[i] = init_status(container, terminated(0, message), restarts, statuses[i].get("lastState"))
                 log.info("%s %s: init container %s completed", BANNER, key, container["name"])

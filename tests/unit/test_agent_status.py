@@ -10,7 +10,7 @@ import sys
 import time
 
 from jupyterhub_gpu_dev.agent import DevNodeAgent
-from jupyterhub_gpu_dev.agent_init import container_exit_code, pending_status
+from jupyterhub_gpu_dev.agent_init import BANNER, container_exit_code, pending_status, termination_message
 
 
 def test_a_killed_process_exits_128_plus_its_signal_as_in_a_container():
@@ -37,3 +37,19 @@ def test_start_time_is_set_once_and_a_conditions_time_moves_only_with_its_status
     assert at["pending"]["PodScheduled"] == at["running"]["PodScheduled"] == at["ready"]["PodScheduled"] == scheduled
     assert at["pending"]["Ready"] == at["running"]["Ready"] != at["ready"]["Ready"]  # False, False, then True
     assert at["pending"]["Initialized"] != at["running"]["Initialized"] == at["ready"]["Initialized"]
+
+
+def test_the_termination_message_follows_the_containers_policy(tmp_path):
+    """`File` (the API's default): the file or nothing; `FallbackToLogsOnError`: a failed container's last 80 log
+    lines when the file is empty (2 KiB at most), never the agent's own lines, never for exit 0."""
+    log, file = tmp_path / "c.log", tmp_path / "c.termination-log"
+    log.write_text(f"{BANNER} starting ['mkdir'] on node\n" + "".join(f"line {i}\n" for i in range(100))
+                   + "mkdir: cannot create directory 'dave': Permission denied\n")
+    as_file, fallback = {"terminationMessagePolicy": "File"}, {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert termination_message(as_file, file, log, 1) == ""
+    said = termination_message(fallback, file, log, 1)
+    assert said.endswith("Permission denied") and BANNER not in said and said.splitlines()[0] == "line 21"
+    assert termination_message(fallback, file, log, 0) == ""
+    file.write_text("the container's own words")
+    assert termination_message(as_file, file, log, 1) == termination_message(fallback, file, log, 1) == \
+        "the container's own words"
