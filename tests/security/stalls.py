@@ -97,17 +97,20 @@ class StallMeter:
         return parse(r.text)
 
     @contextmanager
-    def request(self, what: str, detail: str = ""):
-        """Fails the test when what runs inside stalls the loop over the limit (by the loop's CPU time)."""
+    def request(self, what: str, detail: str = "", tolerate: int = 0):
+        """Fails the test when what runs inside stalls the loop over the limit (by the loop's CPU time). `tolerate`:
+        how many of the requests named `what` may stall over it before one fails the test: a request repeated many
+        times that computes on the loop is over every time, while a busy machine pushes one now and then (issue 50
+        item 11: 51-54 ms of CPU once in 20 picker renders beside a CI run, 9-24 ms otherwise)."""
         if not self.warmed:  # a service's first /metrics render is its own cost, not the request's (seen:
             self.read()       # JupyterHub's first /hub/metrics took 198 ms of CPU, the next ones 8 ms)
             time.sleep(0.1)   # its stall is recorded once the loop is free again, before the window opens
             self.warmed = True
         before = self.read()
         yield
-        self.check(what, before, self.read(), detail)
+        self.check(what, before, self.read(), detail, tolerate)
 
-    def check(self, what: str, before: Reading, after: Reading, detail: str = "") -> None:
+    def check(self, what: str, before: Reading, after: Reading, detail: str = "", tolerate: int = 0) -> None:
         busy, wall = after.busy_sum - before.busy_sum, after.wall_sum - before.wall_sum
         old = self.worst.get(what, (0.0, 0.0))
         self.worst[what] = (max(old[0], busy), max(old[1], wall))
@@ -117,7 +120,8 @@ class StallMeter:
             said = (f"{busy * 1e3:.0f} ms of CPU, {collecting * 1e3:.0f} ms of it collecting garbage, "
                     f"{wall * 1e3:.0f} ms wall, {after.count - before.count:.0f} stall(s); this machine "
                     f"{factor:.1f}x slower than quiet")
-            if busy <= self.limit * factor:
+            over_before = sum(f.startswith(f"{what}: ") for f in self.forgiven)
+            if busy <= self.limit * factor or over_before < tolerate:
                 self.forgiven.append(f"{what}: {said}")
                 return
             pytest.fail(f"{what} stalled the event loop over {self.limit * 1e3:.0f} ms ({said}) {detail[:300]}")
