@@ -11,6 +11,7 @@ over 50 ms times this run's slowdown: a fixed piece of Python work timed right t
 machine (`slowdown`, calibrated in the same run)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from contextlib import contextmanager
@@ -45,6 +46,26 @@ def parse(text: str) -> Reading:
     return Reading(over=values[f"{busy}_bucket@+Inf"] - values[f"{busy}_bucket@0.05"],
                    busy_sum=values[f"{busy}_sum"], wall_sum=values["gpuhub_event_loop_stall_seconds_sum"],
                    count=values[f"{busy}_count"], gc_sum=values.get("gpuhub_event_loop_gc_stall_seconds_sum", 0.0))
+
+
+async def loop_stall(work) -> float:
+    """The longest the event loop went without running a 5 ms ticker while `work()` ran."""
+    gaps, done = [0.0], asyncio.Event()
+
+    async def ticker():
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.05)
+    await work()
+    done.set()
+    await task
+    return max(gaps)
 
 
 #: `reference_cpu()` on a quiet machine of this project's kind (2 cores, nothing else running); re-measure with

@@ -20,6 +20,7 @@ from jupyterhub.services.auth import HubAuth
 from jupyterhub_gpu.services.auth import TokenAuth
 
 from .api_hub import api_hub, clean_teams, write_profiles
+from .stalls import loop_stall
 
 pytestmark = pytest.mark.cluster
 
@@ -133,26 +134,6 @@ def test_random_tokens_do_not_stall_other_users(hub):
     assert statuses == [403] * 240
     took.sort()
     assert took and took[len(took) // 2] < 2.0, took  # the median call of a known user stays quick
-
-
-async def loop_stall(work) -> float:
-    """The longest the event loop went without running a 5 ms ticker while `work()` ran."""
-    gaps, done = [0.0], asyncio.Event()
-
-    async def ticker():
-        last = time.monotonic()
-        while not done.is_set():
-            await asyncio.sleep(0.005)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0.05)
-    await work()
-    done.set()
-    await task
-    return max(gaps)
 
 
 async def test_token_lookups_do_not_block_the_event_loop(hub):
